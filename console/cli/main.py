@@ -1,0 +1,65 @@
+"""Entry point of `k26-console`.
+
+Each subcommand lives in its own module `console.cli.cmd_<name>` exposing
+`register(subparsers: argparse._SubParsersAction) -> None`; `register` adds the subparser and sets
+`func=handler` where `handler(args: argparse.Namespace) -> int` returns the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import sys
+
+from console.cli.errors import EXIT_USAGE, CliError
+
+# Order here is the order `--help` lists them.
+_COMMAND_MODULES: tuple[str, ...] = (
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse prints usage + a message and exits 2 on bad options; keep it to one sentence."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"k26-console: {message}.\n" if not message.endswith(".") else f"k26-console: {message}\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="k26-console",
+        description="A full-screen console for SGLang inference servers on GPU hosts.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in _COMMAND_MODULES:
+        module = importlib.import_module(f"console.cli.cmd_{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(func(args))
+    except CliError as exc:
+        sys.stderr.write(f"k26-console: {exc.sentence}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `k26-console parse big.journal | head` must not end in a traceback.
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,220 @@
+"""Typed events: one frozen pydantic model per thing an SGLang host says.
+
+Field names follow SGLang's own words. SGLang prints "GB" where it means GiB; the numbers are kept
+exactly as printed (no unit conversion), so `avail_mem_gb` is the GiB figure from the line.
+
+Every event carries the common fields of `EventBase`. Journal metadata (`cursor`, `systemd_unit`,
+`invocation_id`, `boot_id`) is filled when the line came from `journalctl -o json`; it is what lets a
+follower resume without loss or repetition and lets the state fold events into boots.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class EventBase(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ts: str | None = None
+    """ISO 8601 time of the line (journal time when known, else the time printed in the line)."""
+    host: str | None = None
+    pid: int | None = None
+    tp_rank: int | None = None
+    dp_rank: int | None = None
+    ep_rank: int | None = None
+    pp_rank: int | None = None
+    attn_cp_rank: int | None = None
+    moe_dp_rank: int | None = None
+    raw: str = ""
+    """The line as received (the journal MESSAGE, or the text line)."""
+
+    cursor: str | None = None
+    realtime_us: int | None = None
+    systemd_unit: str | None = None
+    invocation_id: str | None = None
+    boot_id: str | None = None
+
+
+class ServerArgs(EventBase):
+    kind: Literal["server_args"] = "server_args"
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class DistInit(EventBase):
+    kind: Literal["dist_init"] = "dist_init"
+    phase: Literal["begin", "end"]
+    mem_usage_gb: float | None = None
+    elapsed_s: float | None = None
+
+
+class WeightsBegin(EventBase):
+    kind: Literal["weights_begin"] = "weights_begin"
+    avail_mem_gb: float | None = None
+
+
+class WeightsLoaded(EventBase):
+    kind: Literal["weights_loaded"] = "weights_loaded"
+    avail_mem_gb: float | None = None
+    mem_usage_gb: float | None = None
+    elapsed_s: float | None = None
+    model_type: str | None = None
+    dtype: str | None = None
+    quant: str | None = None
+
+
+class KvPoolAllocated(EventBase):
+    kind: Literal["kv_pool_allocated"] = "kv_pool_allocated"
+    tokens: int | None = None
+    k_size_gb: float | None = None
+    v_size_gb: float | None = None
+    kv_size_gb: float | None = None
+    dtype: str | None = None
+    label: str | None = None
+    """`Full`, `SWA`, ... when SGLang names the pool (0.5.23 hybrid models); None for the plain pool."""
+
+
+class MemoryPoolEnd(EventBase):
+    kind: Literal["memory_pool_end"] = "memory_pool_end"
+    avail_mem_gb: float | None = None
+
+
+class CudaGraph(EventBase):
+    kind: Literal["cuda_graph"] = "cuda_graph"
+    phase: Literal["begin", "end"]
+    avail_mem_gb: float | None = None
+    mem_usage_gb: float | None = None
+    elapsed_s: float | None = None
+    graph: str | None = None
+    """What was captured when the line says so: `decode`, `piecewise`, `draft`, `draft extend`, ..."""
+
+
+class PoolSummary(EventBase):
+    kind: Literal["pool_summary"] = "pool_summary"
+    max_total_num_tokens: int
+    chunked_prefill_size: int | None = None
+    max_prefill_tokens: int | None = None
+    max_running_requests: int | None = None
+    context_len: int | None = None
+    available_gpu_mem_gb: float | None = None
+
+
+class PoolClamped(EventBase):
+    kind: Literal["pool_clamped"] = "pool_clamped"
+    requested: int
+    profiled: int
+
+
+class ServerReady(EventBase):
+    kind: Literal["server_ready"] = "server_ready"
+
+
+class PrefillBatch(EventBase):
+    kind: Literal["prefill_batch"] = "prefill_batch"
+    new_seq: int | None = None
+    new_token: int | None = None
+    cached_token: int | None = None
+    token_usage: float | None = None
+    running_req: int | None = None
+    queue_req: int | None = None
+    input_throughput: float | None = None
+
+
+class DecodeBatch(EventBase):
+    kind: Literal["decode_batch"] = "decode_batch"
+    running_req: int | None = None
+    num_tokens: int | None = None
+    token_usage: float | None = None
+    gen_throughput: float | None = None
+    queue_req: int | None = None
+    accept_len: float | None = None
+
+
+class HttpAccess(EventBase):
+    kind: Literal["http_access"] = "http_access"
+    method: str
+    path: str
+    status: int | None = None
+    client: str | None = None
+
+
+ErrorCategory = Literal[
+    "cuda_oom",
+    "not_enough_memory",
+    "cuda_graph_failed",
+    "nccl_timeout",
+    "watchdog_timeout",
+    "scheduler_exception",
+    "sigquit",
+    "traceback",
+    "other",
+]
+
+
+class Error(EventBase):
+    kind: Literal["error"] = "error"
+    category: ErrorCategory
+    message: str
+    lines: list[str] = Field(default_factory=list)
+    """All journal lines of a multi-line error (a traceback), in order; `[raw]` for a one-line error."""
+
+
+class Unit(EventBase):
+    kind: Literal["unit"] = "unit"
+    state: Literal["starting", "started", "stopping", "stopped", "failed"]
+    result: str | None = None
+    message: str = ""
+
+
+class Log(EventBase):
+    kind: Literal["log"] = "log"
+    message: str = ""
+
+
+Event = Annotated[
+    ServerArgs
+    | DistInit
+    | WeightsBegin
+    | WeightsLoaded
+    | KvPoolAllocated
+    | MemoryPoolEnd
+    | CudaGraph
+    | PoolSummary
+    | PoolClamped
+    | ServerReady
+    | PrefillBatch
+    | DecodeBatch
+    | HttpAccess
+    | Error
+    | Unit
+    | Log,
+    Field(discriminator="kind"),
+]
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+EVENT_KINDS: tuple[str, ...] = (
+    "server_args",
+    "dist_init",
+    "weights_begin",
+    "weights_loaded",
+    "kv_pool_allocated",
+    "memory_pool_end",
+    "cuda_graph",
+    "pool_summary",
+    "pool_clamped",
+    "server_ready",
+    "prefill_batch",
+    "decode_batch",
+    "http_access",
+    "error",
+    "unit",
+    "log",
+)
+
+
+def event_from_json(data: str | bytes) -> Event:
+    """Read back one event written by `event.model_dump_json()`."""
+    return EVENT_ADAPTER.validate_json(data)

@@ -1,0 +1,1 @@
+"""Textual screens and widgets that render `core.state`."""
