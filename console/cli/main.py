@@ -17,6 +17,7 @@ from console.cli.errors import EXIT_USAGE, CliError
 
 # Order here is the order `--help` lists them.
 _COMMAND_MODULES: tuple[str, ...] = (
+    # one line per subcommand module `console/cli/cmd_<name>.py`
 )
 
 
@@ -24,7 +25,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse prints usage + a message and exits 2 on bad options; keep it to one sentence."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"k26-console: {message}.\n" if not message.endswith(".") else f"k26-console: {message}\n")
+        sys.stderr.write(
+            f"k26-console: {message}.\n" if not message.endswith(".") else f"k26-console: {message}\n"
+        )
         raise SystemExit(EXIT_USAGE)
 
 
