@@ -1,0 +1,218 @@
+"""`k26-console profiles list|show|diff|validate`: the saved flag profiles.
+
+- `list`: every profile (user profiles shadow the shipped examples), with target and last verified pool;
+- `show NAME`: the profile, its argv and the systemd drop-in it would write;
+- `diff A B`: what changes going from A to B, flags compared as SGLang reads them;
+- `validate NAME [--sglang-version V]`: the profile against that version's real flag list; exit 1 when
+  it would not start, 0 otherwise (warnings are printed, not fatal).
+
+A profile that is not there or does not parse is one sentence (with the TOML line number) and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from console.core.flags import FlagList, UnknownVersion, available_versions, load_flag_list
+from console.core.profile_store import ProfileStore
+from console.core.profiles import (
+    Profile,
+    ProfileError,
+    argv_lines,
+    diff_profiles,
+    profile_argv,
+    profile_dropin,
+    validate_profile,
+)
+from console.core.systemd import ExecStartError, dropin_path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profiles", help="list, show, diff and validate the saved flag profiles")
+    p.add_argument(
+        "--dir",
+        dest="dirs",
+        action="append",
+        type=Path,
+        metavar="DIR",
+        help="look for profiles here instead of the user and shipped directories (repeatable)",
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
+    actions.required = True
+
+    ls = actions.add_parser("list", help="every profile, with its target and last verified pool")
+    ls.add_argument("--json", action="store_true")
+
+    show = actions.add_parser("show", help="a profile, its argv and its systemd drop-in")
+    show.add_argument("name", metavar="NAME")
+    show.add_argument(
+        "--unit", default="sglang", help="the unit whose drop-in path is shown (default sglang)"
+    )
+    show.add_argument("--json", action="store_true")
+
+    diff = actions.add_parser("diff", help="what changes going from profile A to profile B")
+    diff.add_argument("a", metavar="A")
+    diff.add_argument("b", metavar="B")
+    diff.add_argument("--json", action="store_true")
+
+    val = actions.add_parser("validate", help="check a profile against SGLang's real flag list")
+    val.add_argument("name", metavar="NAME")
+    val.add_argument("--sglang-version", metavar="V", help="override the profile's sglang_version")
+    val.add_argument("--json", action="store_true")
+
+    for q in (p, ls, show, diff, val):
+        q.set_defaults(func=run)
+
+
+def _store(args: argparse.Namespace) -> ProfileStore:
+    return ProfileStore(args.dirs) if args.dirs else ProfileStore()
+
+
+def _load(store: ProfileStore, name: str) -> Profile:
+    try:
+        return store.load(name)
+    except ProfileError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _flag_list(version: str) -> FlagList:
+    try:
+        return load_flag_list(version)
+    except UnknownVersion as exc:
+        raise UsageError(f"{exc}.") from None
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def _json(data: Any) -> None:
+    _out(json.dumps(data, indent=2, default=str, ensure_ascii=False))
+
+
+def run(args: argparse.Namespace) -> int:
+    store = _store(args)
+    action = args.action
+    if action == "list":
+        return _list(store, args)
+    if action == "show":
+        return _show(store, args)
+    if action == "diff":
+        return _diff(store, args)
+    return _validate(store, args)
+
+
+def _list(store: ProfileStore, args: argparse.Namespace) -> int:
+    rows: list[dict[str, Any]] = []
+    for entry in store.entries():
+        row: dict[str, Any] = {"name": entry.name, "origin": entry.origin, "path": str(entry.path)}
+        try:
+            prof = store.load(entry.name)
+        except ProfileError as exc:
+            row["error"] = str(exc)
+        else:
+            row |= {
+                "target_context": prof.target_context,
+                "sglang_version": prof.sglang_version,
+                "verified_pool_tokens": prof.verified.pool_tokens if prof.verified else None,
+                "verified_when": prof.verified.when.isoformat()
+                if prof.verified and prof.verified.when
+                else None,
+            }
+        rows.append(row)
+    if args.json:
+        _json(rows)
+        return EXIT_OK
+    if not rows:
+        _out("no profiles in " + ", ".join(str(d) for d in store.dirs))
+        return EXIT_OK
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        if "error" in r:
+            _out(f"{r['name']:<{width}}  unreadable: {r['error']}")
+            continue
+        pool = f"verified pool {r['verified_pool_tokens']:,}" if r["verified_pool_tokens"] else "not verified"
+        _out(
+            f"{r['name']:<{width}}  target {r['target_context']:>9,}  {r['sglang_version']:<14}  {pool:<22}  {r['origin']}"
+        )
+    return EXIT_OK
+
+
+def _show(store: ProfileStore, args: argparse.Namespace) -> int:
+    prof = _load(store, args.name)
+    fl = _flag_list(prof.sglang_version)
+    try:
+        path = dropin_path(args.unit)
+        dropin = profile_dropin(prof, fl)
+    except ExecStartError as exc:
+        raise UsageError(f"profile {prof.name} cannot be written as a systemd unit: {exc}.") from None
+    argv = profile_argv(prof, fl)
+    if args.json:
+        _json({"profile": prof.model_dump(mode="json"), "argv": argv, "dropin_path": path, "dropin": dropin})
+        return EXIT_OK
+    _out(f"profile {prof.name}: target context {prof.target_context:,}, SGLang {prof.sglang_version}")
+    if prof.notes:
+        _out("notes: " + " ".join(prof.notes.split()))
+    v = prof.verified
+    if v and v.pool_tokens is not None:
+        when = v.when.isoformat() if v.when else "unknown time"
+        _out(
+            f"verified: pool {v.pool_tokens:,} tokens, headroom {v.headroom_gib} GiB, on {v.host or '?'} at {when}"
+        )
+        for depth, tps in sorted(v.tok_s_at_depth.items()):
+            _out(f"  decode at depth {depth:,}: {tps} tok/s")
+    else:
+        _out("verified: never")
+    _out("")
+    _out("argv:")
+    _out("  " + " \\\n    ".join(argv_lines(argv)))
+    _out("")
+    _out(f"drop-in {path}:")
+    _out(dropin)
+    return EXIT_OK
+
+
+def _diff(store: ProfileStore, args: argparse.Namespace) -> int:
+    a = _load(store, args.a)
+    b = _load(store, args.b)
+    fl = _flag_list(b.sglang_version)
+    d = diff_profiles(a, b, fl)
+    if args.json:
+        _json(d.model_dump(mode="json"))
+        return EXIT_OK
+    if d.empty:
+        _out(f"{a.name} and {b.name} run the same server.")
+    for line in d.lines():
+        _out(line)
+    for problem in d.problems:
+        _out(f"! {problem}")
+    return EXIT_OK
+
+
+def _validate(store: ProfileStore, args: argparse.Namespace) -> int:
+    prof = _load(store, args.name)
+    version = args.sglang_version or prof.sglang_version
+    fl = _flag_list(version)
+    result = validate_profile(prof, fl)
+    if args.json:
+        data = result.model_dump(mode="json")
+        data["ok"] = result.ok
+        data["known_versions"] = available_versions()
+        _json(data)
+    else:
+        for issue in result.issues:
+            _out(f"{issue.level}: {issue.message}")
+        n_err, n_warn = len(result.errors), len(result.warnings)
+        if result.ok:
+            extra = f" ({n_warn} warning{'s' if n_warn != 1 else ''})" if n_warn else ""
+            _out(f"{prof.name} is valid for SGLang {fl.sglang_version}{extra}.")
+        else:
+            _out(
+                f"{prof.name} would not start on SGLang {fl.sglang_version}: {n_err} error{'s' if n_err != 1 else ''}."
+            )
+    return EXIT_OK if result.ok else EXIT_CHECK_FAILED

@@ -1,0 +1,161 @@
+"""Profiles on disk: where they live, listing, loading, and atomic saving.
+
+Search order: the user's profiles (`platformdirs.user_config_dir("k26-console")/profiles`), then the
+examples shipped in the repository's `profiles/`. A user profile shadows a shipped one of the same name.
+Saving always goes to the user directory (or the first directory given) and is atomic: the text is
+written to a temporary file in the same directory, flushed and fsync'd, then renamed over the old file,
+and the directory is fsync'd, so a crash leaves either the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from platformdirs import user_config_dir
+from pydantic import BaseModel
+
+from console.core.profiles import Profile, ProfileError, Verified, parse_profile, record_verified
+
+APP_NAME = "k26-console"
+
+
+def user_profile_dir() -> Path:
+    return Path(user_config_dir(APP_NAME)) / "profiles"
+
+
+def shipped_profile_dir() -> Path | None:
+    """`profiles/` beside the `console` package (a source checkout or an editable install)."""
+    here = Path(__file__).resolve().parent.parent.parent / "profiles"
+    return here if here.is_dir() else None
+
+
+def default_dirs() -> list[Path]:
+    dirs = [user_profile_dir()]
+    shipped = shipped_profile_dir()
+    if shipped is not None:
+        dirs.append(shipped)
+    return dirs
+
+
+def _natural(name: str) -> list[tuple[int, int | str]]:
+    """ctx-32k before ctx-128k."""
+    return [(0, int(p)) if p.isdigit() else (1, p) for p in re.findall(r"\d+|\D+", name)]
+
+
+class ProfileEntry(BaseModel):
+    name: str
+    path: Path
+    origin: str
+    """`user`, `shipped`, or the directory it came from."""
+
+
+def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None:
+    """Replace `path` with `text` all at once (temp file + fsync + rename + directory fsync)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if mode is None:
+        try:
+            mode = path.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class ProfileStore:
+    def __init__(self, dirs: Sequence[Path] | None = None) -> None:
+        self.dirs = [Path(d) for d in (dirs if dirs is not None else default_dirs())]
+        self._user = user_profile_dir()
+        self._shipped = shipped_profile_dir()
+
+    def _origin(self, d: Path) -> str:
+        if d == self._user:
+            return "user"
+        if self._shipped is not None and d == self._shipped:
+            return "shipped"
+        return str(d)
+
+    def entries(self) -> list[ProfileEntry]:
+        seen: dict[str, ProfileEntry] = {}
+        for d in self.dirs:
+            if not d.is_dir():
+                continue
+            for p in sorted(d.glob("*.toml")):
+                if p.stem not in seen:
+                    seen[p.stem] = ProfileEntry(name=p.stem, path=p, origin=self._origin(d))
+        return sorted(seen.values(), key=lambda e: _natural(e.name))
+
+    def find(self, name: str) -> ProfileEntry:
+        """The entry for `name` (a profile name, or a path to a .toml file); ProfileError if none."""
+        if name.endswith(".toml") or "/" in name:
+            p = Path(name)
+            if p.is_file():
+                return ProfileEntry(name=p.stem, path=p, origin=str(p.parent))
+            raise ProfileError(f"there is no profile file {name}.")
+        for e in self.entries():
+            if e.name == name:
+                return e
+        known = ", ".join(e.name for e in self.entries()) or "none"
+        where = ", ".join(str(d) for d in self.dirs)
+        raise ProfileError(f"there is no profile named {name!r} in {where} (known: {known}).")
+
+    def read_text(self, entry: ProfileEntry) -> str:
+        try:
+            return entry.path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ProfileError(f"{entry.path} is not UTF-8 text.") from None
+        except OSError as exc:
+            raise ProfileError(f"{entry.path} cannot be read ({exc.strerror}).") from None
+
+    def load(self, name: str) -> Profile:
+        entry = self.find(name)
+        return parse_profile(self.read_text(entry), name=entry.name, source=str(entry.path))
+
+    def save_text(self, name: str, text: str) -> Path:
+        """Write a profile's text into the first directory (the user's), atomically."""
+        path = self.dirs[0] / f"{name}.toml"
+        parse_profile(text, name=name, source=str(path))  # never save what cannot be read back
+        atomic_write_text(path, text)
+        return path
+
+    def record_verified(self, name: str, verified: Verified) -> Path:
+        """Record a verified restart in the profile's file, keeping the operator's comments. A shipped
+        profile found outside the first (user) directory, such as a shipped example, is copied there with
+        the result; the original is left alone."""
+        entry = self.find(name)
+        text = record_verified(self.read_text(entry), verified)
+        if entry.path.parent != self.dirs[0]:
+            return self.save_text(entry.name, text)
+        parse_profile(text, name=entry.name, source=str(entry.path))
+        atomic_write_text(entry.path, text)
+        return entry.path
+
+
+__all__ = [
+    "ProfileEntry",
+    "ProfileStore",
+    "atomic_write_text",
+    "default_dirs",
+    "shipped_profile_dir",
+    "user_profile_dir",
+]
