@@ -18,6 +18,11 @@ from console.cli.errors import EXIT_USAGE, CliError
 # Order here is the order `--help` lists them.
 _COMMAND_MODULES: tuple[str, ...] = (
     # one line per subcommand module `console/cli/cmd_<name>.py`
+    "parse",
+    "plan",
+    "verify",
+    "profiles",
+    "twin",
 )
 
 

@@ -19,7 +19,14 @@ class EventBase(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     ts: str | None = None
-    """ISO 8601 time of the line (journal time when known, else the time printed in the line)."""
+    """ISO 8601 time of the line (journal time when known, else the time printed in the line).
+
+    Forms, by source: journal JSON `2026-05-30T22:00:23.123456+00:00` (UTC, from the realtime stamp);
+    SGLang's own `[2026-05-30 22:00:23 TP0]` prefix `2026-05-30T22:00:23` (host-local, no offset);
+    journald `short` text borrows the year of the SGLang stamp on the same line and, without one, keeps
+    the yearless ISO 8601 month-day form `--05-30T22:00:23` rather than guessing a year; the old
+    `[HH:MM:SS TPn]` prefix gives a bare time `23:17:01`.
+    """
     host: str | None = None
     pid: int | None = None
     tp_rank: int | None = None
@@ -120,6 +127,7 @@ class PrefillBatch(EventBase):
     running_req: int | None = None
     queue_req: int | None = None
     input_throughput: float | None = None
+    cuda_graph: bool | None = None
 
 
 class DecodeBatch(EventBase):
@@ -130,6 +138,8 @@ class DecodeBatch(EventBase):
     gen_throughput: float | None = None
     queue_req: int | None = None
     accept_len: float | None = None
+    accept_rate: float | None = None
+    cuda_graph: bool | None = None
 
 
 class HttpAccess(EventBase):
@@ -166,6 +176,8 @@ class Unit(EventBase):
     state: Literal["starting", "started", "stopping", "stopped", "failed"]
     result: str | None = None
     message: str = ""
+    restart_counter: int | None = None
+    """systemd's restart counter from `Scheduled restart job, restart counter is at N.` (state `starting`)."""
 
 
 class Log(EventBase):
