@@ -1,0 +1,171 @@
+"""`k26-console verify`: after a restart, does the server really hold the target? One line, exit 0 or 1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from console.cli.cmd_plan import human_int, read_boots
+from console.cli.errors import EXIT_OK, CheckFailed, UsageError
+from console.core.events import Error
+from console.core.state import Boot
+
+
+class Verdict(BaseModel):
+    """The `verify --json` contract."""
+
+    ok: bool
+    max_total_num_tokens: int | None
+    target_context: int
+    ready: bool
+    errors: list[dict[str, Any]] = Field(default_factory=list)
+    stale_errors: list[dict[str, Any]] = Field(default_factory=list)
+    available_gpu_mem_gb: float | None = None
+    phase: str
+    boot_index: int
+    boots: int
+    reasons: list[str] = Field(default_factory=list)
+    summary: str = ""
+
+
+def _error_dict(error: Error, boot: Boot) -> dict[str, Any]:
+    return {
+        "boot": boot.index,
+        "ts": error.ts,
+        "rank": f"TP{error.tp_rank}" if error.tp_rank is not None else None,
+        "category": error.category,
+        "message": error.message,
+    }
+
+
+def judge(boots: list[Boot], target: int) -> Verdict:
+    """The verdict for the latest boot; errors of earlier boots are stale and do not fail it."""
+    boot = boots[-1]
+    tokens = boot.pool.tokens
+    reasons: list[str] = []
+    if tokens is None:
+        reasons.append("the latest boot has not sized its KV pool yet")
+    elif tokens < target:
+        reasons.append(
+            f"the pool holds {tokens:,} tokens, {target - tokens:,} short of the {target:,} target "
+            "(raise --mem-fraction-static; --context-length alone does not grow the pool)"
+        )
+    if boot.ended:
+        reasons.append(f"the server {boot.phase} after this boot's start")
+    elif not boot.ready:
+        reasons.append(f"the server is not ready (it got as far as: {boot.phase})")
+    if boot.errors:
+        first = boot.errors[0]
+        more = f" and {len(boot.errors) - 1} more" if len(boot.errors) > 1 else ""
+        reasons.append(
+            f"{len(boot.errors)} error(s) since this boot, first {first.category}: {first.message}{more}"
+        )
+    stale = [_error_dict(e, b) for b in boots[:-1] for e in b.errors]
+    room = boot.pool.available_gpu_mem_gb
+    if reasons:
+        summary = "not ok: " + "; ".join(reasons) + "."
+    else:
+        parts = [
+            f"ok: the pool holds {tokens:,} tokens (target {target:,})",
+            "the server is ready",
+            "no errors since this boot",
+        ]
+        if room is not None:
+            parts.append(f"{room:.2f} GiB free at ready")
+        if stale:
+            parts.append(f"{len(stale)} stale error(s) from earlier boots ignored")
+        summary = ", ".join(parts) + "."
+    return Verdict(
+        ok=not reasons,
+        max_total_num_tokens=tokens,
+        target_context=target,
+        ready=boot.ready,
+        errors=[_error_dict(e, boot) for e in boot.errors],
+        stale_errors=stale,
+        available_gpu_mem_gb=room,
+        phase=boot.phase,
+        boot_index=boot.index,
+        boots=len(boots),
+        reasons=reasons,
+        summary=summary,
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "verify",
+        help="the post-restart verdict: pool >= target, server ready, no errors since this boot",
+        description=(
+            "Judge the LATEST boot in a journal: the KV pool holds the target, the server is ready, and no "
+            "error happened since this boot (errors of earlier boots are listed as stale). "
+            "Exit 0 when it holds, 1 when not, 2 on bad input."
+        ),
+    )
+    p.add_argument(
+        "--target-context", type=human_int, required=True, metavar="N", help="tokens the pool must hold"
+    )
+    p.add_argument("--journal", metavar="FILE", help="journal text or JSON ('-' for standard input)")
+    p.add_argument(
+        "host",
+        nargs="?",
+        metavar="HOST",
+        help="read the unit's journal on HOST over SSH (a hosts-file name or an ssh alias)",
+    )
+    p.add_argument("--hosts", metavar="FILE", help="the hosts file (default: hosts.toml in the config dir)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def _remote_boots(name: str, hosts_file: str | None) -> list[Boot]:
+    """The boots in HOST's unit journal, read over SSH as `journalctl -u UNIT -o json` lines."""
+    import asyncio
+
+    from console.core.parser import parse_lines
+    from console.core.state import fold_boots
+    from console.sources.hosts import HostsError, load_hosts, resolve_host
+    from console.sources.journal import read_unit_journal
+    from console.sources.transport import Backoff, Transport, TransportError
+
+    async def fetch() -> list[str]:
+        host = resolve_host(name, load_hosts(hosts_file))
+        transport = Transport(host, backoff=Backoff(max_attempts=3))
+        try:
+            return await read_unit_journal(transport, host.unit_name)
+        finally:
+            await transport.close()
+
+    try:
+        lines = asyncio.run(fetch())
+    except (HostsError, TransportError) as exc:
+        raise UsageError(f"{str(exc).rstrip('.')}.") from None
+    boots = fold_boots(parse_lines(lines))
+    if not boots:
+        raise UsageError(
+            f"the journal of {name} shows no SGLang boot (no unit start and no SGLang startup, pool or error line)."
+        )
+    return boots
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.host and args.journal:
+        raise UsageError("give either HOST or --journal FILE, not both.")
+    if args.host:
+        boots = _remote_boots(args.host, args.hosts)
+    elif not args.journal:
+        raise UsageError(
+            "give the journal to judge with --journal FILE ('-' reads standard input) or a HOST."
+        )
+    else:
+        boots = read_boots(args.journal)
+    verdict = judge(boots, args.target_context)
+    if args.json:
+        sys.stdout.write(json.dumps(verdict.model_dump(mode="json"), ensure_ascii=False) + "\n")
+    elif verdict.ok:
+        sys.stdout.write(verdict.summary + "\n")
+    if not verdict.ok:
+        raise CheckFailed(verdict.summary)
+    return EXIT_OK

@@ -1,0 +1,607 @@
+"""The KV-pool physics of SGLang, calibration from what a journal showed, and the planner.
+
+For SGLang v0.4 … v0.5.13 (shared/reference/sglang.md §4.1, §4.2):
+
+    T = floor(floor((post − pre·(1 − f)) · 2^30) / cell)   → page-aligned → capped by --max-total-tokens
+
+`pre` / `post` are the free GPU memory (GiB, min over ranks) before and after the weights load, `f` is
+`--mem-fraction-static`, `cell` the KV bytes per token per GPU. The slack `pre·(1 − f)` is what pays
+for CUDA graphs, activations, the draft model and the req_to_token table: the planner reports what is
+left of it as *headroom*. Versions differ (`SizingRule`): ≤ v0.5.6 adds an EAGLE headroom term to the
+token count, ≥ v0.5.14 adds the EAGLE draft layers to `cell`. Everything here is pure arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from console.core.models import ModelSpec
+
+if TYPE_CHECKING:
+    from console.core.state import Boot
+
+GIB = 1 << 30
+FRACTION_STEP = 0.005
+DEFAULT_MIN_HEADROOM_GIB = 3.0
+DEFAULT_BAND = (0.80, 1.00)
+"""When a boot showed neither `pre` nor `post`: `pre` is assumed between 80% and 100% of the card."""
+
+EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"})
+
+CalibrationKind = Literal["exact", "two_point", "band", "none"]
+
+
+class CapacityError(ValueError):
+    """Input the model cannot work with; the message is one sentence."""
+
+
+class SizingRule(StrEnum):
+    LEGACY = "v0.4-v0.5.6"
+    """`rest = avail − pre·(1−f)`; EAGLE adds `reqs·(steps·topk + draft_tokens) + 100` tokens."""
+    V0_5_7 = "v0.5.7-v0.5.13"
+    """`rest = post − pre·(1−f)`; the EAGLE draft's KV is paid from the slack, not in `cell`."""
+    V0_5_14 = "v0.5.14+"
+    """As v0.5.7, but an EAGLE-family target adds `int(cell·draft_layers/num_layers)` to `cell`, and
+    `post` is measured after the draft weights load."""
+
+
+_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def sizing_rule_for(version: str | None) -> SizingRule:
+    """The sizing rule of an SGLang version string (`0.5.12.post1`, `v0.4.6`); v0.5.7–v0.5.13 when None."""
+    if version is None:
+        return SizingRule.V0_5_7
+    match = _VERSION_RE.match(version.strip())
+    if not match:
+        raise CapacityError(f"cannot read the SGLang version {version!r}; write it like 0.5.12 or v0.4.6.")
+    major, minor, patch = int(match[1]), int(match[2]), int(match[3] or 0)
+    if (major, minor) < (0, 4):
+        raise CapacityError(f"SGLang {version} is older than v0.4, whose pool sizing is not modelled.")
+    if (major, minor, patch) <= (0, 5, 6):
+        return SizingRule.LEGACY
+    if (major, minor, patch) <= (0, 5, 13):
+        return SizingRule.V0_5_7
+    return SizingRule.V0_5_14
+
+
+class Speculative(BaseModel):
+    """Speculative decoding as far as it changes the pool or its slack."""
+
+    model_config = ConfigDict(frozen=True)
+
+    algorithm: str
+    draft_layers: int = 1
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+
+    @property
+    def eagle_family(self) -> bool:
+        return self.algorithm.upper() in EAGLE_FAMILY
+
+
+class PoolConfig(BaseModel):
+    """Everything that sizes the pool except memory and `f`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: ModelSpec
+    tp: int = Field(default=1, ge=1)
+    kv_cache_dtype: str = "auto"
+    page_size: int = Field(default=1, ge=1)
+    max_total_tokens: int | None = Field(default=None, ge=1)
+    rule: SizingRule = SizingRule.V0_5_7
+    speculative: Speculative | None = None
+    max_running_requests: int | None = Field(default=None, ge=1)
+    """`--max-running-requests` when set; None means SGLang's default rule."""
+    context_length: int | None = Field(default=None, ge=1)
+
+    @property
+    def cell_bytes(self) -> int:
+        """KV bytes per token per GPU that SGLang divides the budget by."""
+        cell = self.model.cell_bytes(tp=self.tp, kv_cache_dtype=self.kv_cache_dtype)
+        spec = self.speculative
+        if self.rule is SizingRule.V0_5_14 and spec is not None and spec.eagle_family:
+            cell += int(cell * spec.draft_layers / self.model.num_layers)
+        return cell
+
+    @property
+    def draft_tokens(self) -> int:
+        return (self.speculative.num_draft_tokens or 0) if self.speculative else 0
+
+
+def default_max_running_requests(tokens: int, context_length: int) -> int:
+    """SGLang's estimate when `--max-running-requests` is not set: clamp(T/ctx·512, 2048, 4096)."""
+    return min(max(int(tokens / max(1, context_length) * 512), 2048), 4096)
+
+
+def resolve_max_running_requests(tokens: int, cfg: PoolConfig) -> int:
+    """The request slots SGLang will allocate for a pool of `tokens` (`_resolve_max_num_reqs`)."""
+    estimated = default_max_running_requests(tokens, cfg.context_length or 1)
+    user = cfg.max_running_requests
+    if cfg.rule is SizingRule.LEGACY:
+        return user or estimated
+    if cfg.rule is SizingRule.V0_5_14:
+        if user:
+            return max(1, min(user, tokens // 2))
+        return max(1, min(estimated, tokens // 2))
+    if user:
+        return min(user, estimated)
+    return max(1, min(estimated, tokens // 2))
+
+
+def req_to_token_bytes(max_running_requests: int, context_length: int, draft_tokens: int = 0) -> int:
+    """The int32 req_to_token table: `(reqs + 1) · (ctx + 4 + draft_tokens) · 4` bytes, paid from the slack."""
+    return (max_running_requests + 1) * (context_length + 4 + draft_tokens) * 4
+
+
+def _legacy_extra_tokens(t0: int, cfg: PoolConfig) -> int:
+    spec = cfg.speculative
+    if cfg.rule is not SizingRule.LEGACY or spec is None or not spec.eagle_family:
+        return 0
+    reqs = cfg.max_running_requests or default_max_running_requests(t0, cfg.context_length or 1)
+    return reqs * (spec.num_steps or 0) * (spec.eagle_topk or 1) + reqs * (spec.num_draft_tokens or 0) + 100
+
+
+class MemoryEstimate(BaseModel):
+    """One consistent view of a GPU: free GiB before (`pre`) and after (`post`) the weights load."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pre_gib: float
+    post_gib: float
+    label: str = ""
+
+    def slack_gib(self, f: float) -> float:
+        return self.pre_gib * (1 - f)
+
+
+def pool_tokens(mem: MemoryEstimate, f: float, cfg: PoolConfig) -> int:
+    """`max_total_num_tokens` SGLang sizes for this memory and fraction (0 when nothing fits)."""
+    rest_gib = mem.post_gib - mem.pre_gib * (1 - f)
+    t0 = int(rest_gib * GIB) // cfg.cell_bytes
+    if t0 <= 0:
+        return 0
+    tokens = t0 + _legacy_extra_tokens(t0, cfg)
+    page = cfg.page_size
+    tokens = tokens // page * page
+    if cfg.max_total_tokens is not None:
+        tokens = min(tokens, cfg.max_total_tokens // page * page)
+    return tokens
+
+
+def headroom_gib(mem: MemoryEstimate, f: float, cfg: PoolConfig, tokens: int | None = None) -> float:
+    """What the slack `pre·(1−f)` leaves after the req_to_token table: the room for CUDA graphs,
+    activations and the draft model."""
+    if tokens is None:
+        tokens = pool_tokens(mem, f, cfg)
+    table = req_to_token_gib(tokens, cfg)
+    return mem.slack_gib(f) - table
+
+
+def req_to_token_gib(tokens: int, cfg: PoolConfig) -> float:
+    ctx = cfg.context_length or 1
+    reqs = resolve_max_running_requests(max(tokens, 1), cfg)
+    return req_to_token_bytes(reqs, ctx, cfg.draft_tokens) / GIB
+
+
+class Observation(BaseModel):
+    """What one boot showed: its pool and, when the lines were there, the memory around the weights."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tokens: int | None = None
+    mem_fraction_static: float | None = None
+    pre_gib: float | None = None
+    post_gib: float | None = None
+    capped: bool = False
+    """The pool was clamped by `--max-total-tokens`: its size says nothing about memory."""
+    available_gpu_mem_gb: float | None = None
+    config: PoolConfig | None = None
+    """The configuration the boot ran with; None means the same as the one planned for."""
+    label: str = ""
+
+    @field_validator("mem_fraction_static")
+    @classmethod
+    def _fraction(cls, value: float | None) -> float | None:
+        if value is not None and not 0 < value < 1:
+            raise ValueError("mem_fraction_static must lie strictly between 0 and 1")
+        return value
+
+
+class Calibration(BaseModel):
+    """The memory views consistent with the journal; predictions take the most pessimistic one."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: CalibrationKind
+    scenarios: tuple[MemoryEstimate, ...] = ()
+    assumptions: tuple[str, ...] = ()
+    reference: Observation | None = None
+    """The observation the calibration leans on (for the sanity note and the overhead estimate)."""
+
+    def predict(self, f: float, cfg: PoolConfig) -> int | None:
+        if not self.scenarios:
+            return None
+        return min(pool_tokens(mem, f, cfg) for mem in self.scenarios)
+
+    def headroom(self, f: float, cfg: PoolConfig) -> float | None:
+        if not self.scenarios:
+            return None
+        return min(headroom_gib(mem, f, cfg) for mem in self.scenarios)
+
+    @property
+    def pre_range_gib(self) -> tuple[float, float] | None:
+        if not self.scenarios:
+            return None
+        pres = [m.pre_gib for m in self.scenarios]
+        return min(pres), max(pres)
+
+
+def _rest_gib(obs: Observation, cfg: PoolConfig) -> float:
+    """The unrounded `rest` (GiB) behind an observed pool size, in the boot's own configuration. The
+    floor and the page rounding hid up to one page, so the middle of that page is taken (the prediction
+    at the observed `f` is then the observed size again)."""
+    tokens = obs.tokens or 0
+    t0 = tokens - _legacy_extra_tokens(tokens, cfg)
+    return (t0 + cfg.page_size / 2) * cfg.cell_bytes / GIB
+
+
+def calibrate(
+    observations: Sequence[Observation],
+    cfg: PoolConfig,
+    *,
+    gpu_mem_gib: float | None = None,
+    band: tuple[float, float] = DEFAULT_BAND,
+) -> Calibration:
+    """The best calibration the observations allow (oldest first): exact > two_point > band > none.
+
+    Each observation is read in the configuration its boot ran with (`Observation.config`, else `cfg`);
+    the result is memory (`pre`, `post`), so it predicts for any other configuration: another KV dtype,
+    page size or TP size."""
+    for obs in reversed(observations):
+        if obs.pre_gib is not None and obs.post_gib is not None:
+            return Calibration(
+                kind="exact",
+                scenarios=(MemoryEstimate(pre_gib=obs.pre_gib, post_gib=obs.post_gib, label="measured"),),
+                assumptions=(
+                    f"pre={obs.pre_gib:.2f} GiB and post={obs.post_gib:.2f} GiB are the least free memory "
+                    "over the ranks at 'Load weight begin' and 'Load weight end'.",
+                ),
+                reference=obs,
+            )
+
+    usable = [o for o in observations if o.tokens and o.mem_fraction_static is not None and not o.capped]
+    fractions = {round(o.mem_fraction_static or 0, 6) for o in usable}
+    if len(fractions) >= 2:
+        # rest = post − pre·(1−f) = pre·f + (post − pre): a line in f whose slope is pre.
+        xs = [o.mem_fraction_static or 0.0 for o in usable]
+        ys = [_rest_gib(o, o.config or cfg) for o in usable]
+        n = len(xs)
+        mx, my = sum(xs) / n, sum(ys) / n
+        pre = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+        if pre <= 0:
+            raise CapacityError("the boots in the journal show a pool that shrinks as the fraction grows.")
+        post = my - pre * mx + pre
+        slope = pre * GIB / cfg.cell_bytes
+        return Calibration(
+            kind="two_point",
+            scenarios=(MemoryEstimate(pre_gib=pre, post_gib=post, label="fitted"),),
+            assumptions=(
+                f"fitted on {n} boots at fractions {', '.join(f'{x:g}' for x in sorted(set(xs)))}: "
+                f"pre={pre:.2f} GiB, post={post:.2f} GiB, so T = {slope:,.0f}·f "
+                f"− {slope * (1 - post / pre):,.0f} tokens at {cfg.cell_bytes:,} B/token.",
+            ),
+            reference=usable[-1],
+        )
+
+    if usable and gpu_mem_gib is not None:
+        obs = usable[-1]
+        f0 = obs.mem_fraction_static or 0.0
+        rest0 = _rest_gib(obs, obs.config or cfg)
+        lo, hi = band
+        scenarios = tuple(
+            MemoryEstimate(
+                pre_gib=share * gpu_mem_gib, post_gib=rest0 + share * gpu_mem_gib * (1 - f0), label=label
+            )
+            for share, label in ((lo, "pessimistic"), (hi, "optimistic"))
+        )
+        return Calibration(
+            kind="band",
+            scenarios=scenarios,
+            assumptions=(
+                f"one boot (f={f0:g}, {obs.tokens:,} tokens) and no weight-load lines: pre is assumed between "
+                f"{lo:.0%} and {hi:.0%} of the {gpu_mem_gib:.2f} GiB card; the plan takes the pessimistic end.",
+            ),
+            reference=obs,
+        )
+    return Calibration(kind="none")
+
+
+def observation_from_boot(
+    boot: Boot, mem_fraction_static: float | None = None, config: PoolConfig | None = None
+) -> Observation:
+    """What a boot tells the capacity model; `mem_fraction_static` stands in when the boot has no dump,
+    `config` is the configuration the boot ran with (its cell bytes, page size, speculative decoding)."""
+    f = boot.mem_fraction_static if boot.mem_fraction_static is not None else mem_fraction_static
+    tokens = boot.pool.tokens
+    cap = boot.arg("max_total_tokens")
+    page = boot.arg("page_size")
+    page = page if isinstance(page, int) and page > 0 else 1
+    capped = boot.pool.clamped_from is not None or (
+        isinstance(cap, int) and tokens is not None and tokens >= cap // page * page
+    )
+    return Observation(
+        tokens=tokens,
+        mem_fraction_static=f,
+        pre_gib=boot.pre_gib,
+        post_gib=boot.post_gib,
+        capped=capped,
+        available_gpu_mem_gb=boot.pool.available_gpu_mem_gb,
+        config=config,
+        label=f"boot {boot.index}",
+    )
+
+
+class Plan(BaseModel):
+    """The planner's answer; field names are the `plan --json` contract."""
+
+    target_context: int
+    model: str
+    cell_bytes: int
+    sizing_rule: str
+    calibration: CalibrationKind
+    pre_gib_range: tuple[float, float] | None = None
+    mem_fraction_static: float | None = None
+    predicted_max_total_num_tokens: int | None = None
+    headroom_gib: float | None = None
+    recommended_mem_fraction_static: float | None = None
+    predicted_tokens_at_recommended: int | None = None
+    headroom_gib_at_recommended: float | None = None
+    req_to_token_gib_at_recommended: float | None = None
+    max_running_requests_at_recommended: int | None = None
+    max_safe_mem_fraction_static: float | None = None
+    predicted_tokens_at_max_safe: int | None = None
+    min_headroom_gib: float
+    fits: bool
+    reasons: list[str] = Field(default_factory=list)
+    alternatives: list[str] = Field(default_factory=list)
+    assumptions: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+def fraction_grid(step: float = FRACTION_STEP) -> list[float]:
+    count = round(1 / step)
+    return [round(k * step, 6) for k in range(1, count)]
+
+
+def check_fraction(f: float) -> float:
+    if not math.isfinite(f) or not 0 < f < 1:
+        raise CapacityError(f"--mem-fraction-static must lie strictly between 0 and 1, not {f:g}.")
+    return f
+
+
+def plan(
+    target_context: int,
+    cfg: PoolConfig,
+    calibration: Calibration,
+    *,
+    mem_fraction_static: float | None = None,
+    min_headroom_gib: float = DEFAULT_MIN_HEADROOM_GIB,
+) -> Plan:
+    """The smallest `f` on the 0.005 grid whose (pessimistic) pool holds `target_context` with at least
+    `min_headroom_gib` of headroom; otherwise a refusal with reasons and alternatives."""
+    if target_context <= 0:
+        raise CapacityError(f"--target-context must be a positive number of tokens, not {target_context}.")
+    if mem_fraction_static is not None:
+        check_fraction(mem_fraction_static)
+    if cfg.context_length is None:
+        cfg = cfg.model_copy(update={"context_length": target_context})
+    cal = calibration
+    out = Plan(
+        target_context=target_context,
+        model=cfg.model.name,
+        cell_bytes=cfg.cell_bytes,
+        sizing_rule=cfg.rule.value,
+        calibration=cal.kind,
+        pre_gib_range=_round_pair(cal.pre_range_gib),
+        mem_fraction_static=mem_fraction_static,
+        min_headroom_gib=min_headroom_gib,
+        fits=False,
+        assumptions=list(cal.assumptions),
+    )
+    if cal.kind == "none":
+        out.reasons.append(
+            "the journal shows no boot whose pool or weight-load memory the model can calibrate on "
+            "(give --journal with a boot that sized its pool, and --gpu-mem-gib)."
+        )
+        out.notes.extend(knob_notes(cfg, None, None))
+        return out
+
+    if mem_fraction_static is not None:
+        out.predicted_max_total_num_tokens = cal.predict(mem_fraction_static, cfg)
+        out.headroom_gib = _round(cal.headroom(mem_fraction_static, cfg))
+
+    grid = fraction_grid()
+    rows = [(f, cal.predict(f, cfg) or 0, cal.headroom(f, cfg) or 0.0) for f in grid]
+    safe = [row for row in rows if row[2] >= min_headroom_gib]
+    if safe:
+        out.max_safe_mem_fraction_static = safe[-1][0]
+        out.predicted_tokens_at_max_safe = safe[-1][1]
+    needed = next((row for row in rows if row[1] >= target_context), None)
+
+    if needed is not None and needed[2] >= min_headroom_gib:
+        f, tokens, room = needed
+        out.fits = True
+        out.recommended_mem_fraction_static = f
+        out.predicted_tokens_at_recommended = tokens
+        out.headroom_gib_at_recommended = _round(room)
+        out.req_to_token_gib_at_recommended = _round(req_to_token_gib(tokens, cfg))
+        out.max_running_requests_at_recommended = resolve_max_running_requests(tokens, cfg)
+    else:
+        out.reasons.extend(_refusal_reasons(target_context, cfg, needed, safe, min_headroom_gib))
+        out.alternatives.extend(_alternatives(target_context, cfg, cal, min_headroom_gib))
+    out.notes.extend(_calibration_notes(cal, cfg))
+    rec = out.recommended_mem_fraction_static
+    out.notes.extend(knob_notes(cfg, cal, rec if rec is not None else mem_fraction_static))
+    return out
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _round_pair(pair: tuple[float, float] | None) -> tuple[float, float] | None:
+    return None if pair is None else (round(pair[0], 2), round(pair[1], 2))
+
+
+def _refusal_reasons(
+    target: int,
+    cfg: PoolConfig,
+    needed: tuple[float, int, float] | None,
+    safe: list[tuple[float, int, float]],
+    min_headroom: float,
+) -> list[str]:
+    reasons: list[str] = []
+    if cfg.max_total_tokens is not None and cfg.max_total_tokens < target:
+        reasons.append(
+            f"--max-total-tokens {cfg.max_total_tokens:,} caps the pool below the {target:,}-token target."
+        )
+    if needed is None:
+        reasons.append(f"no fraction below 1 gives a pool of {target:,} tokens on this memory.")
+    else:
+        f, _tokens, room = needed
+        reasons.append(
+            f"the pool first reaches {target:,} tokens at --mem-fraction-static {f:g}, which leaves only "
+            f"{room:.2f} GiB of headroom (at least {min_headroom:g} GiB is needed for CUDA graphs, "
+            "activations and the draft model)."
+        )
+    if safe:
+        f, tokens, _room = safe[-1]
+        reasons.append(
+            f"with {min_headroom:g} GiB of headroom kept, the most the pool can hold is {tokens:,} tokens (f={f:g})."
+        )
+    return reasons
+
+
+def _alternatives(target: int, cfg: PoolConfig, cal: Calibration, min_headroom: float) -> list[str]:
+    alts: list[str] = []
+    if cfg.model.kv_element_bytes(cfg.kv_cache_dtype) > 1:
+        fp8 = cfg.model_copy(update={"kv_cache_dtype": "fp8_e4m3"})
+        hit = next(
+            (
+                (f, cal.predict(f, fp8) or 0, cal.headroom(f, fp8) or 0.0)
+                for f in fraction_grid()
+                if (cal.predict(f, fp8) or 0) >= target
+            ),
+            None,
+        )
+        tail = (
+            f": the target would need f={hit[0]:g} with {hit[2]:.2f} GiB of headroom"
+            if hit is not None and hit[2] >= min_headroom
+            else ", though even that does not reach the target here"
+        )
+        alts.append(
+            f"--kv-cache-dtype fp8_e4m3 halves the KV bytes per token ({cfg.cell_bytes:,} → {fp8.cell_bytes:,} B){tail}."
+        )
+    if cfg.model.attention == "mha":
+        alts.append(
+            "more GPUs (a larger --tp-size) divide the KV heads per GPU and spread the weights, "
+            "so each GPU holds more tokens."
+        )
+    else:
+        alts.append(
+            "more GPUs (a larger --tp-size or more nodes) spread the weights and leave more memory per GPU "
+            "for the pool (MLA keeps the whole latent cache on every GPU, so the bytes per token stay the same)."
+        )
+    alts.append(
+        "fewer layers per GPU (pipeline parallelism, --pp-size 2 over twice the GPUs) halves the KV bytes per token."
+    )
+    if cfg.max_running_requests is None:
+        alts.append(
+            "a small --max-running-requests (e.g. 8) shrinks the req_to_token table and returns its memory to the headroom."
+        )
+    if cfg.max_total_tokens is not None and cfg.max_total_tokens < target:
+        alts.append("drop --max-total-tokens or raise it above the target.")
+    alts.append("a smaller --target-context.")
+    return alts
+
+
+def _calibration_notes(cal: Calibration, cfg: PoolConfig) -> list[str]:
+    notes: list[str] = []
+    ref = cal.reference
+    if ref is None or ref.mem_fraction_static is None:
+        return notes
+    f0 = ref.mem_fraction_static
+    cfg = ref.config or cfg
+    if cal.kind == "exact" and ref.tokens is not None:
+        predicted = cal.predict(f0, cfg) or 0
+        if ref.capped:
+            notes.append(
+                f"check: the boot's pool of {ref.tokens:,} tokens was capped by --max-total-tokens; "
+                "the memory would have allowed more."
+            )
+        else:
+            error = (predicted - ref.tokens) / ref.tokens
+            notes.append(
+                f"check: at the boot's f={f0:g} the model gives {predicted:,} tokens; the boot showed "
+                f"{ref.tokens:,} ({error:+.2%})."
+            )
+    if ref.available_gpu_mem_gb is not None and cal.kind in ("exact", "two_point"):
+        slack = cal.headroom(f0, cfg)
+        if slack is not None:
+            other = slack - ref.available_gpu_mem_gb
+            notes.append(
+                f"at f={f0:g} the boot had {ref.available_gpu_mem_gb:.2f} GiB free at ready against "
+                f"{slack:.2f} GiB of modelled headroom: CUDA graphs, the draft model and the rest took about "
+                f"{other:.2f} GiB of it."
+            )
+    return notes
+
+
+def knob_notes(cfg: PoolConfig, cal: Calibration | None, f: float | None) -> list[str]:
+    """One sentence per flag on what it does to the pool and the headroom."""
+    cell = cfg.cell_bytes
+    notes: list[str] = []
+    if cal is not None and cal.scenarios:
+        pre = min(m.pre_gib for m in cal.scenarios)
+        per_step = int(pre * 0.01 * GIB / cell)
+        notes.append(
+            f"--mem-fraction-static: every +0.01 gives the pool about {pre * 0.01:.2f} GiB "
+            f"(≈{per_step:,} tokens at {cell:,} B/token) and takes the same from the headroom."
+        )
+    notes.append(
+        "--context-length only sets the longest request the server accepts; raising it alone does not grow the pool."
+    )
+    if f is not None and cal is not None and cal.scenarios:
+        tokens = cal.predict(f, cfg) or 0
+        reqs = resolve_max_running_requests(max(tokens, 1), cfg)
+        table = req_to_token_gib(tokens, cfg)
+        how = "as set" if cfg.max_running_requests else "SGLang's default when the flag is not set"
+        notes.append(
+            f"--max-running-requests does not enter the pool size, but its req_to_token table "
+            f"((reqs+1)·(ctx+4+draft)·4 B) costs {table:.2f} GiB of headroom at {reqs:,} requests ({how})."
+        )
+    else:
+        notes.append(
+            "--max-running-requests does not enter the pool size, but its req_to_token table "
+            "((reqs+1)·(ctx+4+draft)·4 B) is paid from the headroom."
+        )
+    if cfg.model.kv_element_bytes(cfg.kv_cache_dtype) > 1:
+        notes.append(
+            "--kv-cache-dtype fp8_e4m3 halves the KV bytes per token, about doubling the pool at the same fraction."
+        )
+    cap = f" (set to {cfg.max_total_tokens:,} here)" if cfg.max_total_tokens else ""
+    notes.append(f"--max-total-tokens only caps the pool, it never grows it{cap}.")
+    notes.append(
+        "CUDA graphs, activations, the draft model's weights and KV pool are all paid from the headroom, "
+        "which is why the plan keeps a minimum of it."
+    )
+    return notes

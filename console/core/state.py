@@ -1,0 +1,365 @@
+"""Folding events into the host's state, starting with its boots.
+
+A *boot* is one life of the SGLang server: from its start to its stop (or to the end of what we have
+read). Every event belongs to exactly one boot, so "errors since this boot" and "the pool of this boot"
+are plain lookups. `HostState.apply(event)` is pure: it returns a new immutable state and never
+touches the old one, so a screen can keep a snapshot while the fold moves on.
+
+Boot boundaries (documented in docs/capacity-model.md, "Boots"):
+  * a systemd unit start (`starting` / `started`) opens a new boot, unless the current boot has just
+    been opened by the same start and holds nothing else yet;
+  * a new journal `invocation_id` (JSON journal) or a new machine `boot_id` opens a new boot;
+  * a new PID for a scheduler rank already seen in this boot (`TP0`, `DP1 TP1 EP1`, ...) opens a new
+    boot: a rank keeps its process for the whole life of the server;
+  * a `server_args=` dump opens a new boot once the current one holds any SGLang line (the dump is
+    the first line a server prints);
+  * a second pool summary (`max_total_num_tokens=...`) or a second "fired up" line restarts the
+    startup sequence: a new boot;
+  * once a boot has stopped or failed, the next SGLang line opens a new boot, except an error or a
+    line from a PID of the ended boot (a traceback the parser closes after the stop is still its own).
+A stop (`stopping` / `stopped`) does not end a boot that holds nothing but unit lines: systemd prints
+`Scheduled restart job` (a start) and then `Stopped` before the restart's `Starting` / `Started`.
+A journal with SGLang lines but no unit line at all (a pasted excerpt) is one boot, opened by its first
+event. Plain `log` lines never open a boot; they are counted in the current one. A line from a PID of the
+previous boot that the current boot has not seen is a straggler and goes to the previous boot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from console.core.events import (
+    CudaGraph,
+    DecodeBatch,
+    DistInit,
+    Error,
+    Event,
+    HttpAccess,
+    KvPoolAllocated,
+    Log,
+    MemoryPoolEnd,
+    PoolClamped,
+    PoolSummary,
+    PrefillBatch,
+    ServerArgs,
+    ServerReady,
+    Unit,
+    WeightsBegin,
+    WeightsLoaded,
+)
+
+BootPhase = Literal[
+    "starting",
+    "loading",
+    "pool",
+    "graphs",
+    "scheduler_ready",
+    "ready",
+    "stopping",
+    "stopped",
+    "failed",
+]
+_STARTUP_ORDER: dict[str, int] = {
+    "starting": 0,
+    "loading": 1,
+    "pool": 2,
+    "graphs": 3,
+    "scheduler_ready": 4,
+    "ready": 5,
+}
+_ENDED: frozenset[str] = frozenset({"stopped", "failed"})
+
+BootOpenedBy = Literal[
+    "first_event",
+    "unit_start",
+    "invocation",
+    "host_boot",
+    "pid",
+    "server_args",
+    "startup_repeated",
+    "after_stop",
+]
+
+_TRAFFIC = (PrefillBatch, DecodeBatch, HttpAccess)
+
+
+def rank_key(event: Event) -> str | None:
+    """`"TP0"`, `"DP1 TP1 EP1"`, ...: which scheduler process printed the line; None for the main process."""
+    parts = [
+        f"{label}{value}"
+        for label, value in (
+            ("DP", event.dp_rank),
+            ("PP", event.pp_rank),
+            ("ATTN_CP", event.attn_cp_rank),
+            ("MOE_DP", event.moe_dp_rank),
+            ("TP", event.tp_rank),
+            ("EP", event.ep_rank),
+        )
+        if value is not None
+    ]
+    return " ".join(parts) or None
+
+
+class Pool(BaseModel):
+    """What a boot showed about its KV pool."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_total_num_tokens: int | None = None
+    """From the scheduler's summary line; authoritative when present."""
+    kv_tokens: int | None = None
+    """`#tokens` of the first `KV Cache is allocated` line (the full-attention pool of hybrid models)."""
+    kv_lines: int = 0
+    clamped_from: int | None = None
+    """The profiled size when `--max-total-tokens` clamped the pool (`pool_clamped`)."""
+    context_len: int | None = None
+    max_running_requests: int | None = None
+    chunked_prefill_size: int | None = None
+    available_gpu_mem_gb: float | None = None
+    """Free GPU memory (GiB) when the scheduler was ready: the headroom left at ready."""
+
+    @property
+    def tokens(self) -> int | None:
+        return self.max_total_num_tokens if self.max_total_num_tokens is not None else self.kv_tokens
+
+
+class Boot(BaseModel):
+    """One life of the server, with the events that belong to it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    opened_by: BootOpenedBy
+    first_ts: str | None = None
+    last_ts: str | None = None
+    invocation_id: str | None = None
+    boot_id: str | None = None
+    unit: str | None = None
+    phase: BootPhase = "starting"
+    unit_result: str | None = None
+    pids: dict[str, int] = Field(default_factory=dict)
+    """Scheduler rank → PID seen in this boot."""
+    seen_pids: frozenset[int] = frozenset()
+    """Every PID that printed an SGLang line in this boot (ranks and the main process)."""
+    events: tuple[Event, ...] = ()
+    """Lifecycle, startup, pool and error events. Batch statistics, HTTP access lines and plain log
+    lines are counted (`traffic_events`, `log_lines`), not kept: they grow without bound."""
+    traffic_events: int = 0
+    log_lines: int = 0
+    server_args: dict[str, Any] | None = None
+    pool: Pool = Field(default_factory=Pool)
+    errors: tuple[Error, ...] = ()
+    weights_begin_gb: dict[str, float] = Field(default_factory=dict)
+    """Per rank: free GiB at the first `Load weight begin` (or `Load weight end` avail + usage)."""
+    weights_end_gb: dict[str, float] = Field(default_factory=dict)
+    """Per rank: free GiB at the last `Load weight end` before that rank's first KV pool."""
+    ranks_with_pool: frozenset[str] = frozenset()
+    summaries: int = 0
+    ready_lines: int = 0
+
+    @property
+    def ended(self) -> bool:
+        return self.phase in _ENDED
+
+    @property
+    def ready(self) -> bool:
+        """The scheduler printed its pool summary (it is serving) or the server said it is fired up."""
+        return self.phase in ("scheduler_ready", "ready")
+
+    @property
+    def pre_gib(self) -> float | None:
+        """Free GPU memory before weights, min over ranks (SGLang's `pre`)."""
+        return min(self.weights_begin_gb.values()) if self.weights_begin_gb else None
+
+    @property
+    def post_gib(self) -> float | None:
+        """Free GPU memory after weights, min over ranks (SGLang's `post`)."""
+        return min(self.weights_end_gb.values()) if self.weights_end_gb else None
+
+    @property
+    def mem_fraction_static(self) -> float | None:
+        value = (self.server_args or {}).get("mem_fraction_static")
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    def arg(self, name: str) -> Any:
+        """A server argument of this boot (`None` when the boot showed no `server_args` dump)."""
+        return (self.server_args or {}).get(name)
+
+    @property
+    def fresh(self) -> bool:
+        """Nothing but unit lines and log lines yet."""
+        return all(isinstance(e, Unit) for e in self.events)
+
+
+def _key(event: Event) -> str:
+    return rank_key(event) or "main"
+
+
+class HostState(BaseModel):
+    """The host's state as a fold of its events; `apply` returns a new state."""
+
+    model_config = ConfigDict(frozen=True)
+
+    boots: tuple[Boot, ...] = ()
+
+    @property
+    def latest(self) -> Boot | None:
+        return self.boots[-1] if self.boots else None
+
+    def apply(self, event: Event) -> HostState:
+        cur = self.latest
+        if cur is not None and len(self.boots) >= 2 and _straggler(self.boots[-2], cur, event):
+            prev = _add(self.boots[-2], event)
+            return self.model_copy(update={"boots": (*self.boots[:-2], prev, cur)})
+        opened = _opens_boot(cur, event)
+        if opened is None:
+            if cur is None:
+                return self
+            return self.model_copy(update={"boots": (*self.boots[:-1], _add(cur, event))})
+        boot = Boot(index=len(self.boots), opened_by=opened, first_ts=event.ts)
+        return self.model_copy(update={"boots": (*self.boots, _add(boot, event))})
+
+    def apply_all(self, events: Iterable[Event]) -> HostState:
+        state = self
+        for event in events:
+            state = state.apply(event)
+        return state
+
+
+def fold_boots(events: Iterable[Event]) -> list[Boot]:
+    """Every boot in a stream of events, oldest first."""
+    return list(HostState().apply_all(events).boots)
+
+
+def _straggler(prev: Boot, cur: Boot, event: Event) -> bool:
+    """A late line of the previous boot's processes (e.g. a traceback the parser closed after the restart)."""
+    if isinstance(event, Unit | Log) or event.pid is None:
+        return False
+    return event.pid in prev.seen_pids and event.pid not in cur.seen_pids
+
+
+def _opens_boot(cur: Boot | None, event: Event) -> BootOpenedBy | None:
+    """Why `event` starts a new boot, or None when it belongs to `cur` (or to nothing)."""
+    if isinstance(event, Log):
+        return None
+    if isinstance(event, Unit):
+        if event.state not in ("starting", "started"):
+            return None
+        if cur is not None and cur.opened_by == "unit_start" and cur.fresh and not cur.ended:
+            return None
+        return "unit_start"
+    if cur is None:
+        return "first_event"
+    if cur.ended:
+        # a dying process's last words (a traceback closed late) still belong to its boot
+        if isinstance(event, Error) or (event.pid is not None and event.pid in cur.seen_pids):
+            return None
+        return "after_stop"
+    if event.boot_id and cur.boot_id and event.boot_id != cur.boot_id:
+        return "host_boot"
+    if event.invocation_id and cur.invocation_id and event.invocation_id != cur.invocation_id:
+        return "invocation"
+    key = rank_key(event)
+    if key is not None and event.pid is not None and cur.pids.get(key, event.pid) != event.pid:
+        return "pid"
+    if isinstance(event, ServerArgs) and not cur.fresh:
+        return "server_args"
+    if (isinstance(event, PoolSummary) and cur.summaries) or (
+        isinstance(event, ServerReady) and cur.ready_lines
+    ):
+        return "startup_repeated"
+    return None
+
+
+def _advance(phase: BootPhase, to: BootPhase) -> BootPhase:
+    if phase in _ENDED or phase == "stopping":
+        return phase
+    return to if _STARTUP_ORDER[to] > _STARTUP_ORDER[phase] else phase
+
+
+def _add(boot: Boot, event: Event) -> Boot:
+    """`boot` with `event` folded in."""
+    upd: dict[str, Any] = {"last_ts": event.ts or boot.last_ts}
+    if boot.first_ts is None and event.ts:
+        upd["first_ts"] = event.ts
+    if isinstance(event, Log):
+        upd["log_lines"] = boot.log_lines + 1
+        return boot.model_copy(update=upd)
+    if isinstance(event, _TRAFFIC):
+        upd["traffic_events"] = boot.traffic_events + 1
+        return boot.model_copy(update=upd)
+
+    upd["events"] = (*boot.events, event)
+    if not isinstance(event, Unit):
+        for name in ("invocation_id", "boot_id"):
+            if getattr(boot, name) is None and getattr(event, name):
+                upd[name] = getattr(event, name)
+        key = rank_key(event)
+        if key is not None and event.pid is not None and key not in boot.pids:
+            upd["pids"] = {**boot.pids, key: event.pid}
+        if event.pid is not None and event.pid not in boot.seen_pids:
+            upd["seen_pids"] = boot.seen_pids | {event.pid}
+    if boot.unit is None and event.systemd_unit:
+        upd["unit"] = event.systemd_unit
+
+    phase = boot.phase
+    pool = boot.pool
+    if isinstance(event, Unit):
+        # systemd's `Scheduled restart job` (a start) is followed by `Stopped`: a boot that holds
+        # nothing but unit lines is not ended by a stop, only by a failure.
+        if event.state == "failed" or (event.state in ("stopping", "stopped") and not boot.fresh):
+            phase = event.state
+            upd["unit_result"] = event.result or boot.unit_result
+    elif isinstance(event, ServerArgs):
+        upd["server_args"] = dict(event.args)
+    elif isinstance(event, DistInit):
+        phase = _advance(phase, "loading")
+    elif isinstance(event, WeightsBegin):
+        phase = _advance(phase, "loading")
+        key = _key(event)
+        if event.avail_mem_gb is not None and key not in boot.weights_begin_gb:
+            upd["weights_begin_gb"] = {**boot.weights_begin_gb, key: event.avail_mem_gb}
+    elif isinstance(event, WeightsLoaded):
+        phase = _advance(phase, "loading")
+        key = _key(event)
+        if event.avail_mem_gb is not None and key not in boot.ranks_with_pool:
+            upd["weights_end_gb"] = {**boot.weights_end_gb, key: event.avail_mem_gb}
+            if key not in boot.weights_begin_gb and event.mem_usage_gb is not None:
+                # "mem usage" is (free at load begin) - (free at load end) on this rank.
+                begin = round(event.avail_mem_gb + event.mem_usage_gb, 2)
+                upd["weights_begin_gb"] = {**boot.weights_begin_gb, key: begin}
+    elif isinstance(event, KvPoolAllocated):
+        phase = _advance(phase, "pool")
+        upd["ranks_with_pool"] = boot.ranks_with_pool | {_key(event)}
+        if event.tokens is not None and event.label in (None, "Full") and pool.kv_tokens is None:
+            pool = pool.model_copy(update={"kv_tokens": event.tokens})
+        pool = pool.model_copy(update={"kv_lines": pool.kv_lines + 1})
+    elif isinstance(event, MemoryPoolEnd):
+        phase = _advance(phase, "pool")
+    elif isinstance(event, CudaGraph):
+        phase = _advance(phase, "graphs")
+    elif isinstance(event, PoolClamped):
+        pool = pool.model_copy(update={"clamped_from": event.profiled})
+    elif isinstance(event, PoolSummary):
+        phase = _advance(phase, "scheduler_ready")
+        upd["summaries"] = boot.summaries + 1
+        pool = pool.model_copy(
+            update={
+                "max_total_num_tokens": event.max_total_num_tokens,
+                "context_len": event.context_len,
+                "max_running_requests": event.max_running_requests,
+                "chunked_prefill_size": event.chunked_prefill_size,
+                "available_gpu_mem_gb": event.available_gpu_mem_gb,
+            }
+        )
+    elif isinstance(event, ServerReady):
+        phase = _advance(phase, "ready")
+        upd["ready_lines"] = boot.ready_lines + 1
+    elif isinstance(event, Error):
+        upd["errors"] = (*boot.errors, event)
+    upd["phase"] = phase
+    upd["pool"] = pool
+    return boot.model_copy(update=upd)
