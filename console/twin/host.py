@@ -1,0 +1,555 @@
+"""A twin host: state directory, unit file, stand-ins, journal writer, SSH endpoint and the running service.
+
+    async with TwinHost(state_dir, time_scale=0.01) as twin:
+        print(twin.ssh_command())          # ssh -i ... -p ... -o UserKnownHostsFile=... user@127.0.0.1
+        rc, out, err = await twin.sh("systemctl is-active sglang-k26-ddtree")
+
+or, without an event loop of one's own, `twin = TwinHost(...); twin.start_sync(); ...; twin.stop_sync()`.
+`stop` stops the service (its supervisor and the server's process group), the journal writer and the SSH
+server; nothing the twin started outlives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+import asyncssh
+import tomlkit
+
+from console.twin.layout import (
+    JOURNAL_REMOTE,
+    REAL_JOURNALCTL,
+    GpuInventory,
+    TwinConfig,
+    TwinLayout,
+    install_standins,
+    write_atomic,
+)
+from console.twin.ssh_server import TwinSSHServer
+from console.twin.unitfile import render_environment, render_exec
+from console.twin.units import ServiceManager, pid_alive
+
+DEFAULT_UNIT = "sglang-k26-ddtree"
+DEFAULT_SCENARIO = "kimi-k26-rtx6000"
+DESCRIPTION = "SGLang Kimi K2.6"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# The incident's first flags (TP 8, f=0.85, 64 running requests, 200k context).
+INITIAL_FLAGS = (
+    "--model-path",
+    "moonshotai/Kimi-K2.6",
+    "--tp-size",
+    "8",
+    "--mem-fraction-static",
+    "0.85",
+    "--max-running-requests",
+    "64",
+    "--context-length",
+    "200000",
+    "--chunked-prefill-size",
+    "8192",
+)
+
+
+class TwinError(Exception):
+    """A twin cannot be set up as asked (unknown scenario, port taken); one sentence for the operator."""
+
+
+def gpu_inventory(scenario: str) -> GpuInventory:
+    try:
+        from console.twin.scenarios import get_scenario
+    except ImportError as exc:
+        raise TwinError(
+            "the simulated server's scenarios (console.twin.scenarios) are not installed"
+        ) from exc
+    try:
+        sc = get_scenario(scenario)
+    except (KeyError, ValueError, LookupError) as exc:
+        raise TwinError(f"unknown twin scenario '{scenario}'") from exc
+    return GpuInventory(name=sc.gpu_name, count=sc.gpu_count, total_mib=sc.gpu_total_mib)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def machine_boot_id() -> str:
+    # Entries need this machine's boot ID or `journalctl -f` finds no current boot.
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")
+
+
+def native_journal_available() -> bool:
+    return os.access(JOURNAL_REMOTE, os.X_OK) and os.access(REAL_JOURNALCTL, os.X_OK)
+
+
+def health_wait_script(host: str, port: int) -> str:
+    """ExecStartPost=: `systemctl start` returns once /health answers 200, as a production unit that waits
+    for readiness does. Plain bash (/dev/tcp), so a fresh machine needs no curl."""
+    return (
+        "until { printf 'GET /health HTTP/1.0\\r\\nHost: %s\\r\\n\\r\\n' "
+        f'"{host}" >&3 && IFS= read -r line <&3 && [[ $line == *" 200 "* ]]; }} '
+        f"2>/dev/null 3<>/dev/tcp/{host}/{port}; do sleep 0.2; done"
+    )
+
+
+class TwinHost:
+    def __init__(
+        self,
+        state_dir: Path | str,
+        *,
+        name: str = "twin",
+        scenario: str = DEFAULT_SCENARIO,
+        time_scale: float | None = None,
+        ssh_host: str = "127.0.0.1",
+        ssh_port: int = 0,
+        ssh: bool = True,
+        unit: str = DEFAULT_UNIT,
+        journal: Literal["auto", "native", "fallback"] = "auto",
+        server_command: list[str] | None = None,
+        extra_environment: Mapping[str, str] | None = None,
+        start_service: bool = True,
+        wait_ready: bool = True,
+        gpus: GpuInventory | None = None,
+    ) -> None:
+        """`server_command` replaces `python -m sglang.launch_server` (tests use a small fake server);
+        `wait_ready=False` leaves out the ExecStartPost= readiness wait; `ssh=False` serves no SSH (a
+        test serving the twin through the real sshd uses `session_env()` instead); `gpus` overrides the
+        scenario's GPU inventory (for a fake server that has no scenario)."""
+        self.gpus = gpus
+        self.layout = TwinLayout(Path(state_dir))
+        self.name = name
+        self.scenario = scenario
+        self.time_scale = time_scale
+        self.ssh_host = ssh_host
+        self.ssh_port = ssh_port
+        self.serve_ssh = ssh
+        self.unit = unit if unit.endswith(".service") else f"{unit}.service"
+        self.journal_mode = journal
+        self.server_command = server_command
+        self.extra_environment = dict(extra_environment or {})
+        self.start_service = start_service
+        self.wait_ready = wait_ready
+        self.cfg: TwinConfig | None = None
+        self._journal_proc: subprocess.Popen[bytes] | None = None
+        self._ssh: TwinSSHServer | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # --- paths and facts -------------------------------------------------------------------------
+
+    @property
+    def unit_name(self) -> str:
+        return self.unit.removesuffix(".service")
+
+    @property
+    def client_key(self) -> Path:
+        return self.layout.ssh_dir / "client_ed25519"
+
+    @property
+    def host_key(self) -> Path:
+        return self.layout.ssh_dir / "host_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.layout.ssh_dir / "known_hosts"
+
+    @property
+    def hosts_toml(self) -> Path:
+        return self.layout.hosts_toml
+
+    @property
+    def user(self) -> str:
+        return getpass.getuser()
+
+    @property
+    def sglang_url(self) -> str:
+        assert self.cfg is not None
+        return f"http://{self.cfg.sglang_host}:{self.cfg.sglang_port}"
+
+    def session_env(self) -> dict[str, str]:
+        """The environment of a login on this twin: stand-ins first on PATH, a clean HOME."""
+        home = str(self.layout.home_dir)
+        return {
+            "PATH": f"{self.layout.bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": home,
+            "USER": self.user,
+            "LOGNAME": self.user,
+            "SHELL": "/bin/bash",
+            "LANG": "C.UTF-8",
+            "K26_TWIN_ROOT": str(self.layout.root),
+        }
+
+    def ssh_command(self) -> str:
+        port = f" -p {self.ssh_port}" if self.ssh_port != 22 else ""
+        return (
+            f"ssh -i {self.client_key}{port} -o UserKnownHostsFile={self.known_hosts} "
+            f"-o IdentitiesOnly=yes {self.user}@{self.ssh_host}"
+        )
+
+    # --- setup -----------------------------------------------------------------------------------
+
+    def _journal_choice(self) -> Literal["native", "fallback"]:
+        if self.journal_mode == "fallback":
+            return "fallback"
+        if native_journal_available():
+            return "native"
+        if self.journal_mode == "native":
+            raise TwinError(f"a native journal needs {JOURNAL_REMOTE} and {REAL_JOURNALCTL}")
+        sys.stderr.write(
+            "k26 twin: systemd-journal-remote or journalctl is missing (Debian packages "
+            "systemd-journal-remote, systemd); the twin keeps its own journal and serves it through its "
+            "journalctl stand-in.\n"
+        )
+        return "fallback"
+
+    def prepare(self) -> TwinConfig:
+        """Create or refresh the state directory; idempotent, keys are kept across runs."""
+        lay = self.layout
+        for d in (
+            lay.root,
+            lay.unit_dir,
+            lay.bin_dir,
+            lay.run_dir,
+            lay.gpu_dir,
+            lay.journal_dir,
+            lay.ssh_dir,
+            lay.home_dir,
+        ):
+            d.mkdir(parents=True, exist_ok=True)
+        lay.ssh_dir.chmod(0o700)
+        inventory = self.gpus or gpu_inventory(self.scenario)
+        previous = None
+        with contextlib.suppress(Exception):
+            previous = TwinConfig.model_validate_json(lay.config_path.read_text())
+        sglang_port = previous.sglang_port if previous else free_port()
+        if not _port_free(sglang_port):
+            sglang_port = free_port()
+        cfg = TwinConfig(
+            name=self.name,
+            hostname=previous.hostname if previous else self.name,
+            unit=self.unit,
+            scenario=self.scenario,
+            time_scale=self.time_scale,
+            python=sys.executable,
+            pythonpath=str(REPO_ROOT),
+            boot_id=machine_boot_id(),
+            machine_id=previous.machine_id if previous else uuid.uuid4().hex,
+            journal=self._journal_choice(),
+            sglang_port=sglang_port,
+            gpus=inventory,
+            user=self.user,
+            uid=os.getuid(),
+        )
+        write_atomic(lay.config_path, cfg.model_dump_json(indent=1) + "\n")
+        install_standins(lay, cfg)
+        self._write_keys()
+        self._write_unit(cfg)
+        self.cfg = cfg
+        return cfg
+
+    def _write_keys(self) -> None:
+        for path in (self.host_key, self.client_key):
+            if not path.exists():
+                key = asyncssh.generate_private_key("ssh-ed25519", comment=f"k26-twin-{self.name}")
+                key.write_private_key(str(path))
+                key.write_public_key(str(path) + ".pub")
+                path.chmod(0o600)
+        write_atomic(
+            self.layout.ssh_dir / "authorized_keys", Path(str(self.client_key) + ".pub").read_text(), 0o600
+        )
+
+    def _write_unit(self, cfg: TwinConfig) -> None:
+        # The fragment is the twin's "packaged" unit, rewritten at every start so that it names this run's
+        # port, scale and server; an operator's changes live in drop-ins, as on a real host.
+        path = self.layout.unit_dir / self.unit
+        python = cfg.python
+        command = self.server_command or [python, "-m", "sglang.launch_server"]
+        argv = [
+            *command,
+            *INITIAL_FLAGS,
+            "--host",
+            cfg.sglang_host,
+            "--port",
+            str(cfg.sglang_port),
+            "--enable-metrics",
+        ]
+        env = {
+            "PYTHONPATH": f"{self.layout.pylib_dir}:{cfg.pythonpath}",
+            "PYTHONUNBUFFERED": "1",
+            "K26_TWIN_SCENARIO": cfg.scenario,
+            "K26_TWIN_STATE_DIR": str(self.layout.gpu_dir),
+        }
+        if cfg.time_scale is not None:
+            env["K26_TWIN_TIME_SCALE"] = repr(cfg.time_scale)
+        env.update(self.extra_environment)
+        lines = [
+            "[Unit]",
+            f"Description={DESCRIPTION}",
+            "After=network-online.target",
+            "Wants=network-online.target",
+            "",
+            "[Service]",
+            "Type=simple",
+            f"Environment={render_environment(env)}",
+            f"WorkingDirectory={self.layout.home_dir}".replace("%", "%%"),
+            f"ExecStart={render_exec(argv)}",
+        ]
+        if self.wait_ready:
+            lines.append(
+                f"ExecStartPost={render_exec(['/bin/bash', '-c', health_wait_script(cfg.sglang_host, cfg.sglang_port)])}"
+            )
+        lines += [
+            "TimeoutStartSec=900",
+            "TimeoutStopSec=90",
+            "KillSignal=SIGTERM",
+            "",
+            "[Install]",
+            "WantedBy=multi-user.target",
+            "",
+        ]
+        write_atomic(path, "\n".join(lines))
+
+    def write_hosts_toml(self) -> None:
+        """This twin's entry in the console's hosts-file format (console.sources.hosts)."""
+        assert self.cfg is not None
+        doc = tomlkit.document()
+        doc.add(
+            tomlkit.comment(
+                f"k26 twin '{self.name}' (scenario {self.scenario}), written by `k26-console twin`."
+            )
+        )
+        hosts = tomlkit.table(is_super_table=True)
+        entry = tomlkit.table()
+        entry["ssh"] = f"{self.user}@{self.ssh_host}"
+        entry["port"] = self.ssh_port
+        entry["user"] = self.user
+        entry["unit"] = self.unit_name
+        entry["server_url"] = self.sglang_url
+        entry["identity_file"] = str(self.client_key)
+        entry["known_hosts"] = str(self.known_hosts)
+        hosts[self.name] = entry
+        doc["hosts"] = hosts
+        write_atomic(self.hosts_toml, tomlkit.dumps(doc))
+
+    def set_ssh_endpoint(self, host: str, port: int) -> None:
+        """Record where the twin is reached when something else serves its SSH (the real sshd in
+        tests/support/sshd.py, started with this twin's host key, client key and `session_env()`)."""
+        self.ssh_host, self.ssh_port = host, port
+        self.write_known_hosts(host, port)
+        if self.cfg is not None:
+            self.write_hosts_toml()
+
+    def write_known_hosts(self, host: str, port: int) -> None:
+        pub = Path(str(self.host_key) + ".pub").read_text().split()
+        who = host if port == 22 else f"[{host}]:{port}"
+        write_atomic(self.known_hosts, f"{who} {pub[0]} {pub[1]}\n")
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def _start_journal(self) -> None:
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "console.twin.journal", "serve", str(self.layout.root)],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if line.strip() != b"ready":
+            proc.kill()
+            proc.wait()
+            raise TwinError("the twin's journal writer did not start")
+        self._journal_proc = proc
+
+    def _stop_journal(self) -> None:
+        proc = self._journal_proc
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        self._journal_proc = None
+
+    def systemctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run the twin's systemctl locally (what a session would run)."""
+        res = subprocess.run(
+            [str(self.layout.bin_dir / "systemctl"), *args],
+            env=self.session_env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if check and res.returncode != 0:
+            raise TwinError(f"systemctl {' '.join(args)} failed: {res.stderr.strip() or res.stdout.strip()}")
+        return res
+
+    def start_blocking(self) -> None:
+        """Everything but the SSH server (which needs an event loop)."""
+        self.prepare()
+        self._start_journal()
+        try:
+            ServiceManager(self.layout, self._cfg()).daemon_reload()
+            if self.start_service:
+                self.systemctl("start", self.unit)
+        except BaseException:
+            self.stop_blocking()
+            raise
+
+    def _cfg(self) -> TwinConfig:
+        assert self.cfg is not None
+        return self.cfg
+
+    def stop_blocking(self) -> None:
+        if self.cfg is not None and self._journal_proc is not None:
+            self.systemctl("stop", self.unit, check=False)
+            self._reap_units()
+        self._stop_journal()
+
+    def _reap_units(self) -> None:
+        """A supervisor that did not end on `systemctl stop` is killed with its service's group."""
+        mgr = ServiceManager(self.layout, self._cfg())
+        for path in mgr.state_dir.glob("*.json"):
+            st = mgr.state(path.stem)
+            for pid in (st.main_pid, st.control_pid):
+                if pid_alive(pid):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(pid, signal.SIGKILL)
+            if pid_alive(st.supervisor_pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(st.supervisor_pid, signal.SIGKILL)
+                deadline = time.monotonic() + 5
+                while pid_alive(st.supervisor_pid) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+
+    async def start(self) -> TwinHost:
+        if self.serve_ssh:
+            # Keys and port first, so hosts.toml and known_hosts name the bound port.
+            await asyncio.to_thread(self.prepare)
+            self._ssh = TwinSSHServer(
+                host=self.ssh_host,
+                port=self.ssh_port,
+                host_key=self.host_key,
+                client_public_key=Path(str(self.client_key) + ".pub"),
+                user=self.user,
+                env=self.session_env(),
+                cwd=self.layout.home_dir,
+            )
+            try:
+                self.ssh_port = await self._ssh.start()
+            except OSError as exc:
+                raise TwinError(f"cannot listen on {self.ssh_host}:{self.ssh_port}: {exc.strerror}") from exc
+            self.write_known_hosts(self.ssh_host, self.ssh_port)
+        try:
+            await asyncio.to_thread(self.start_blocking)
+        except BaseException:
+            await self._close_ssh()
+            raise
+        self.write_hosts_toml()
+        return self
+
+    async def _close_ssh(self) -> None:
+        if self._ssh is not None:
+            await self._ssh.close()
+            self._ssh = None
+
+    async def stop(self) -> None:
+        await self._close_ssh()
+        await asyncio.to_thread(self.stop_blocking)
+
+    async def __aenter__(self) -> TwinHost:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def sh(self, command: str) -> tuple[int, str, str]:
+        """Run a command as a session on this twin would, without SSH."""
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/bash",
+            "-c",
+            command,
+            env=self.session_env(),
+            cwd=self.layout.home_dir,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        return proc.returncode or 0, out.decode(), err.decode()
+
+    # --- sync API (a loop in a thread serves SSH) ------------------------------------------------
+
+    def start_sync(self) -> TwinHost:
+        failure: list[BaseException] = []
+        started = threading.Event()
+        self._stop_event: asyncio.Event | None = None
+
+        async def main() -> None:
+            self._stop_event = asyncio.Event()
+            try:
+                await self.start()
+            except BaseException as exc:
+                failure.append(exc)
+                started.set()
+                return
+            started.set()
+            await self._stop_event.wait()
+            await self.stop()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(main())
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name=f"k26-twin-{self.name}", daemon=True)
+        self._thread.start()
+        started.wait()
+        if failure:
+            self._thread.join()
+            raise failure[0]
+        return self
+
+    def stop_sync(self) -> None:
+        if self._thread is None or self._loop is None or self._stop_event is None:
+            return
+        self._loop.call_soon_threadsafe(self._stop_event.set)
+        self._thread.join()
+        self._thread = None
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def remove_state(state_dir: Path) -> None:
+    shutil.rmtree(state_dir, ignore_errors=True)

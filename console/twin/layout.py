@@ -1,0 +1,192 @@
+"""Where a twin host keeps its things, and the settings every stand-in reads (`twin.json`).
+
+A twin is rooted in one state directory; the stand-ins on the twin's PATH receive that directory in
+`K26_TWIN_ROOT` (baked into their scripts), so they work from any shell, over SSH or not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+ROOT_ENV = "K26_TWIN_ROOT"
+REAL_JOURNALCTL = "/usr/bin/journalctl"
+JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"
+# systemd 252's default PATH for services (no /sbin:/bin on a merged-/usr system is added back here so
+# that ExecStart names resolve the same on unmerged machines).
+SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class GpuInventory(BaseModel):
+    name: str
+    count: int
+    total_mib: int
+
+
+class TwinConfig(BaseModel):
+    """The twin's identity and settings, written once by the host, read by every stand-in."""
+
+    name: str
+    hostname: str
+    unit: str
+    scenario: str
+    time_scale: float | None = None
+    python: str
+    pythonpath: str
+    boot_id: str
+    machine_id: str
+    journal: Literal["native", "fallback"]
+    sglang_host: str = "127.0.0.1"
+    sglang_port: int
+    gpus: GpuInventory
+    user: str
+    uid: int
+
+
+class TwinLayout:
+    """Paths inside a twin's state directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+
+    @classmethod
+    def from_env(cls) -> TwinLayout:
+        root = os.environ.get(ROOT_ENV)
+        if not root:
+            sys.stderr.write(f"{ROOT_ENV} is not set: this command runs inside a k26 twin host only.\n")
+            raise SystemExit(1)
+        return cls(Path(root))
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "twin.json"
+
+    @property
+    def unit_dir(self) -> Path:
+        return self.root / "etc" / "systemd" / "system"
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.root / "bin"
+
+    @property
+    def pylib_dir(self) -> Path:
+        return self.root / "lib" / "python"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def systemd_dir(self) -> Path:
+        return self.run_dir / "systemd"
+
+    @property
+    def gpu_dir(self) -> Path:
+        """K26_TWIN_STATE_DIR of the simulated server: it writes gpus.json here."""
+        return self.root / "gpu"
+
+    @property
+    def gpus_json(self) -> Path:
+        return self.gpu_dir / "gpus.json"
+
+    @property
+    def journal_dir(self) -> Path:
+        return self.root / "journal"
+
+    @property
+    def fallback_journal(self) -> Path:
+        return self.journal_dir / "journal.jsonl"
+
+    @property
+    def ssh_dir(self) -> Path:
+        return self.root / "ssh"
+
+    @property
+    def home_dir(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def hosts_toml(self) -> Path:
+        return self.root / "hosts.toml"
+
+    @property
+    def journal_socket(self) -> str:
+        """An abstract unix socket: state paths under pytest's tmp dirs overflow sun_path's 108 bytes."""
+        digest = hashlib.sha1(str(self.root).encode()).hexdigest()[:20]
+        return f"\0k26-twin-journal-{digest}"
+
+    def load_config(self) -> TwinConfig:
+        try:
+            return TwinConfig.model_validate_json(self.config_path.read_text())
+        except FileNotFoundError:
+            sys.stderr.write(f"{self.config_path} is missing: the twin host was not set up.\n")
+            raise SystemExit(1) from None
+
+
+def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
+    """Readers (stand-ins in other processes) never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, obj: object) -> None:
+    write_atomic(path, json.dumps(obj, indent=1) + "\n")
+
+
+def install_standins(layout: TwinLayout, cfg: TwinConfig) -> None:
+    """`<root>/bin/{systemctl,nvidia-smi,journalctl,k26-nvml-agent}` and the `sglang.launch_server` shim.
+
+    The shim lets the unit say `python3 -m sglang.launch_server ...` as production units do, so that what
+    `systemctl show -p ExecStart` prints cannot tell the twin from a real host.
+    """
+    layout.bin_dir.mkdir(parents=True, exist_ok=True)
+    root_q = shlex.quote(str(layout.root))
+    py_q = shlex.quote(cfg.python)
+    pypath_q = shlex.quote(cfg.pythonpath)
+    header = (
+        "#!/bin/sh\n"
+        "# k26 twin stand-in: generated, rewritten at every twin start.\n"
+        f"{ROOT_ENV}={root_q}\nexport {ROOT_ENV}\n"
+        f"PYTHONPATH={pypath_q}${{PYTHONPATH:+:$PYTHONPATH}}\nexport PYTHONPATH\n"
+    )
+    tools = {
+        "systemctl": "console.twin.systemctl",
+        "nvidia-smi": "console.twin.nvidia_smi",
+        "k26-nvml-agent": "console.twin.nvml_agent",
+    }
+    for name, module in tools.items():
+        write_atomic(layout.bin_dir / name, header + f'exec {py_q} -m {module} "$@"\n', mode=0o755)
+    if cfg.journal == "native":
+        journalctl = (
+            "#!/bin/sh\n# k26 twin stand-in: the real journalctl over the twin's journal files.\n"
+            f'exec {REAL_JOURNALCTL} --directory={shlex.quote(str(layout.journal_dir))} "$@"\n'
+        )
+    else:
+        journalctl = header + f'exec {py_q} -m console.twin.journalctl "$@"\n'
+    write_atomic(layout.bin_dir / "journalctl", journalctl, mode=0o755)
+
+    pkg = layout.pylib_dir / "sglang"
+    write_atomic(pkg / "__init__.py", '"""k26 twin: stands in for the sglang package."""\n')
+    write_atomic(
+        pkg / "launch_server.py",
+        '"""k26 twin: `python -m sglang.launch_server` runs the simulated server."""\n'
+        "import runpy\n\n"
+        'runpy.run_module("console.twin.sglang_server", run_name="__main__", alter_sys=True)\n',
+    )

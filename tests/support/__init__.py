@@ -1,0 +1,1 @@
+"""Helpers shared by tests (the real OpenSSH sshd launcher: tests.support.sshd)."""
