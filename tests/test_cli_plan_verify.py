@@ -121,7 +121,9 @@ def test_plan_reads_a_profile_and_a_model_config(
     tmp_path: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     profile = tmp_path / "ctx-200k.toml"
-    profile.write_text('name = "ctx-200k"\n[flags]\nmem-fraction-static = 0.94\nmax-running-requests = 8\n')
+    profile.write_text(
+        'name = "ctx-200k"\ntarget_context = 200000\n[flags]\nmem-fraction-static = 0.94\nmax-running-requests = 8\n'
+    )
     config = tmp_path / "config.json"
     config.write_text(
         json.dumps(
@@ -352,7 +354,8 @@ def test_a_proposal_does_not_change_how_the_old_boot_is_read(
     """The journal's boot ran bf16 at f=0.85; a profile proposing fp8 at the same f doubles the pool."""
     profile = tmp_path / "fp8.toml"
     profile.write_text(
-        '[flags]\nmodel-path = "moonshotai/Kimi-K2.6"\nkv-cache-dtype = "fp8_e4m3"\nmem-fraction-static = 0.85\n'
+        'target_context = 200000\n[flags]\nmodel-path = "moonshotai/Kimi-K2.6"\n'
+        'kv-cache-dtype = "fp8_e4m3"\nmem-fraction-static = 0.85\n'
     )
     argv = [
         "plan",

@@ -6,7 +6,6 @@ import argparse
 import json
 import math
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,8 @@ from console.core.models import (
     parse_hf_config,
 )
 from console.core.parser import parse_lines
+from console.core.profile_store import ProfileStore
+from console.core.profiles import ProfileError
 from console.core.state import Boot, fold_boots
 
 # ------------------------------------------------------------------ shared with `verify`
@@ -158,38 +159,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-_PROFILE_TABLES = ("flags", "args", "sglang", "server_args", "server")
-
-
-def read_profile(path: str) -> dict[str, Any]:
-    """Flags from a TOML profile: top-level keys or a `[flags]`/`[args]`/`[sglang]` table, or an `args`
-    list in argv form; keys with dashes or underscores."""
+def read_profile(ref: str) -> dict[str, Any]:
+    """The flags of a saved profile (a name from the profile directories, or a path to a .toml file),
+    keyed the way ServerArgs names them (underscores). Read by core.profiles, the one profile reader."""
     try:
-        data = tomllib.loads(read_text(path))
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"the profile {path} is not valid TOML ({exc}).") from None
-    flags: dict[str, Any] = {}
-
-    def take(table: dict[str, Any]) -> None:
-        for key, value in table.items():
-            if not isinstance(value, dict | list):
-                flags[key.lstrip("-").replace("-", "_")] = value
-
-    take(data)
-    for name in _PROFILE_TABLES:
-        table = data.get(name)
-        if isinstance(table, dict):
-            take(table)
-        elif isinstance(table, list) and all(isinstance(x, str) for x in table):
-            key: str | None = None
-            for item in table:
-                if item.startswith("--"):
-                    key = item[2:].replace("-", "_")
-                    flags[key] = True
-                elif key is not None:
-                    flags[key] = item
-                    key = None
-    return flags
+        profile = ProfileStore().load(ref)
+    except ProfileError as exc:
+        raise UsageError(str(exc)) from None
+    return {key.replace("-", "_"): value for key, value in profile.flags.items()}
 
 
 def _number(value: Any, kind: type, name: str) -> Any:
