@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from console.cli.errors import UsageError
 from console.core.events import EVENT_KINDS, EventBase
-from console.core.parser import parse_lines
+from console.core.parser import JournalParser
 
 _COMMON = frozenset(EventBase.model_fields) | {"kind"}
 _RANK_TAGS = (
@@ -82,6 +82,37 @@ def _lines(stream: IO[bytes]) -> Iterator[str]:
     # Split on b"\n" only: a "\r" inside a line is a tqdm frame, not a line break.
     for raw in stream:
         yield raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
+
+
+def _chunks(stream: IO[bytes], size: int = 1 << 16) -> Iterator[list[str]]:
+    """The stream's lines, a list at a time: whatever has arrived (`read1`), so a live pipe still streams.
+
+    The same lines as `_lines`: split on b"\n" only, each decoded on its own, one trailing "\r" cut.
+    """
+    read1 = getattr(stream, "read1", None)
+    if read1 is None:
+        for line in _lines(stream):
+            yield [line]
+        return
+    tail = b""
+    while True:
+        data = read1(size)
+        if not data:
+            break
+        parts = (tail + data).split(b"\n") if tail else data.split(b"\n")
+        tail = parts.pop()
+        if parts:
+            yield [raw.decode("utf-8", "replace").removesuffix("\r") for raw in parts]
+    if tail:
+        yield [tail.decode("utf-8", "replace").removesuffix("\r")]
+
+
+def _events(stream: IO[bytes]) -> Iterator[Any]:
+    """Events of a journal stream through the parser's batch path, flushed at the end."""
+    parser = JournalParser()
+    for chunk in _chunks(stream):
+        yield from parser.feed_many(chunk)
+    yield from parser.flush()
 
 
 def _ranks(event: Any) -> str:
@@ -189,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
         return _follow(args.file, args.hosts, args.json, kinds)
     stream = _open(args.file)
     try:
-        _write(parse_lines(_lines(stream)), args.json, kinds)
+        _write(_events(stream), args.json, kinds)
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             raise

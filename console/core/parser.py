@@ -936,6 +936,28 @@ def _jint(value: Any) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------------
+# The hot path (`JournalParser.feed_many`): one regex for a whole journald `short` line that carries
+# SGLang's bracket and one of the three lines that make up nearly all of a serving journal — decode
+# stats, prefill stats, uvicorn's access line. Its message parts are the handlers' own regexes, so a
+# match gives exactly the fields `_decode` / `_prefill` / `_info` would; the prefix is held to what
+# `JournalParser._text`'s own fast path accepts (`host ident[pid]` without `:` or brackets, a full
+# `YYYY-MM-DD hh:mm:ss` stamp, rank tags), and anything else takes the careful path.
+
+_HOT = re.compile(
+    r"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d)(:\d\d) "
+    r"([^\s:\[\]]+ [^\s:\[\]]+\[\d+\]): \[(\d{4}-\d\d)-\d\d \d\d:\d\d:\d\d((?: [A-Z_]+\d+)*)\] "
+    r"(?:" + _DECODE_FAST.pattern + "|" + _PREFILL_FAST.pattern + "|" + _ACCESS.pattern + ")",
+    re.ASCII,
+)
+# `m.lastindex` names the alternative that matched: its last group.
+_HOT_DECODE = 5 + _DECODE_FAST.groups
+_HOT_PREFILL = _HOT_DECODE + _PREFILL_FAST.groups
+_HOT_ACCESS = _HOT_PREFILL + _ACCESS.groups
+_HOT_CLASSES = {_HOT_DECODE: DecodeBatch, _HOT_PREFILL: PrefillBatch, _HOT_ACCESS: HttpAccess}
+_CHUNK = 1024
+
+
+# ---------------------------------------------------------------------------------------------------
 
 
 class JournalParser:
@@ -955,6 +977,9 @@ class JournalParser:
         self._ts_cache: dict[str, str | bool] = {}
         self._tag_cache: dict[str, dict[str, int] | bool] = {}
         self._second_cache: tuple[int, str] = (-1, "")
+        self._tmpl_cache: dict[int, dict[str, tuple[dict[str, Any] | None, str]]] = {
+            kind: {} for kind in _HOT_CLASSES
+        }
 
     # -- public -----------------------------------------------------------------------------------
 
@@ -971,6 +996,111 @@ class JournalParser:
         for key in list(self._held):
             self._close(key, out)
         return out
+
+    def feed_many(self, items: Iterable[str | bytes | dict[str, Any]]) -> list[Event]:
+        """`feed` for many items at once: the same events, in order, as feeding them one by one.
+
+        The bulk of a serving journal (decode/prefill stats and access lines in journald `short` text)
+        takes one regex match and one event build here; every other item goes through `feed`'s path.
+        """
+        out: list[Event] = []
+        append = out.append
+        held = self._held
+        feed = self._feed
+        hot = _HOT.match
+        tmpl_cache = self._tmpl_cache
+        new = _new
+        set_dict = _set_attr
+        set_fields = _set_fields_set
+        set_extra = _set_extra
+        set_private = _set_private
+        fields_dec = _FIELDS_SET[DecodeBatch]
+        fields_pre = _FIELDS_SET[PrefillBatch]
+        fields_acc = _FIELDS_SET[HttpAccess]
+        str_ = str
+        int_ = int
+        float_ = float
+        max_chars = MAX_PARSE_CHARS
+        for item in items:
+            if type(item) is str_ and not held:
+                m = hot(item)
+                # A trailing `:` may open a traceback, `\r`/`\n` are cut by `feed`: those go the careful way.
+                if m is not None and item[-1] not in ":\r" and "\n" not in item and len(item) <= max_chars:
+                    g = m.groups()
+                    last = m.lastindex
+                    # One entry per kind, process, rank tags and minute: a few hundred lines share it.
+                    key = g[0] + g[2] + g[3] + g[4]
+                    entry = tmpl_cache[last].get(key)
+                    if entry is None:
+                        entry = self._template(key, last, g[0], g[2], g[3], g[4])
+                    tmpl = entry[0]
+                    if tmpl is not None:
+                        d = tmpl.copy()
+                        d["ts"] = entry[1] + g[1]
+                        d["raw"] = item
+                        if last == _HOT_DECODE:
+                            d["running_req"] = int_(g[5])
+                            d["num_tokens"] = int_(g[6])
+                            d["token_usage"] = float_(g[7])
+                            d["accept_len"] = float_(g[8]) if g[8] else None
+                            d["accept_rate"] = float_(g[9]) if g[9] else None
+                            d["cuda_graph"] = g[10] == "True"
+                            d["gen_throughput"] = float_(g[11])
+                            d["queue_req"] = int_(g[12])
+                            obj = new(DecodeBatch)
+                            set_fields(obj, fields_dec)
+                        elif last == _HOT_PREFILL:
+                            d["new_seq"] = int_(g[13])
+                            d["new_token"] = int_(g[14])
+                            d["cached_token"] = int_(g[15])
+                            d["token_usage"] = float_(g[16])
+                            d["running_req"] = int_(g[17])
+                            d["queue_req"] = int_(g[18])
+                            d["cuda_graph"] = g[19] == "True"
+                            d["input_throughput"] = float_(g[20])
+                            obj = new(PrefillBatch)
+                            set_fields(obj, fields_pre)
+                        else:
+                            d["client"] = g[21]
+                            d["method"] = g[22]
+                            d["path"] = g[23]
+                            d["status"] = int_(g[24])
+                            obj = new(HttpAccess)
+                            set_fields(obj, fields_acc)
+                        set_dict(obj, "__dict__", d)
+                        set_extra(obj, None)
+                        set_private(obj, None)
+                        append(obj)
+                        self._seen += 1
+                        continue
+            try:
+                feed(item, out)
+            except Exception as exc:  # the parser never raises on input; keep the line instead
+                append(self._fallback(item, exc))
+        return out
+
+    def _template(
+        self, key: str, last: int, clock: str, who_text: str, year_month: str, tags: str
+    ) -> tuple[dict[str, Any] | None, str]:
+        """A hot line's event dict before its time, raw line and fields, with its minute's time.
+
+        (None, "") when `host ident[pid]` or the rank tags are not what `_text` accepts.
+        """
+        cache = self._tmpl_cache[last]
+        if len(cache) >= _CACHE_SIZE:
+            cache.clear()
+        who = _parse_who(who_text, {})
+        ranks = _parse_tags(tags[1:])
+        if who is False or ranks is False:
+            entry: tuple[dict[str, Any] | None, str] = (None, "")
+        else:
+            # `May 30 21:18` + `2026-05` → `2026-05-30T21:18`: journald's time, SGLang's year.
+            month = _MONTHS[clock[:3]]
+            head = f"{_year_for(month, year_month)}-{month}-{clock[4:6].replace(' ', '0')}T{clock[7:]}"
+            tmpl = {**_DEFAULTS[_HOT_CLASSES[last]], **who[0], **ranks}  # type: ignore[index, dict-item]
+            entry = (tmpl, head)
+        cache[key] = entry
+        return entry
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -1344,25 +1474,19 @@ class JournalParser:
 
 
 def parse_lines(lines: Iterable[str | bytes | dict[str, Any]], host: str | None = None) -> Iterator[Event]:
-    """Events from journal items (text lines, JSON text or dicts; detected per item), flushed at the end."""
+    """Events from journal items (text lines, JSON text or dicts; detected per item), flushed at the end.
+
+    A list or tuple is parsed in chunks through `JournalParser.feed_many`; any other iterable one item at
+    a time, so a live stream yields each line's events as soon as the line arrives.
+    """
     parser = JournalParser(host)
-    text = parser._text
-    feed = parser.feed
-    out: list[Event] = []
-    for item in lines:
-        # Plain text lines skip `feed`'s per-item checks; anything else goes through it.
-        if type(item) is str and "\n" not in item and item[:1] != "{":
-            try:
-                text(item, out)
-            except Exception as exc:  # never raise on input; keep the line
-                out.append(parser._fallback(item, exc))
-            if len(out) == 1:
-                yield out.pop()
-            elif out:
-                yield from out
-                out.clear()
-        else:
-            yield from feed(item)
+    feed_many = parser.feed_many
+    if isinstance(lines, list | tuple):
+        for start in range(0, len(lines), _CHUNK):
+            yield from feed_many(lines[start : start + _CHUNK])
+    else:
+        for item in lines:
+            yield from feed_many((item,))
     yield from parser.flush()
 
 
