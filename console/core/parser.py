@@ -1163,8 +1163,9 @@ class JournalParser:
                     inner = line[j + 3 : e]
                     if who is not False and inner[10:11] == " " and inner[19:20] in (" ", ""):
                         # The time is journald's; SGLang's stamp only lends its year (and month, to
-                        # tell a New Year apart), so only its first seven characters matter here.
-                        stamp = line[:15] + inner[:7]
+                        # tell a New Year apart). The key still holds the whole stamp: a malformed one
+                        # must be judged the same whether or not a good one came before it.
+                        stamp = line[:15] + inner[:19]
                         ts = self._ts_cache.get(stamp)
                         if ts is None:
                             if len(self._ts_cache) >= _CACHE_SIZE:
