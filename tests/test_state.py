@@ -235,3 +235,31 @@ def test_rank_keys() -> None:
     assert rank_key(WeightsBegin(tp_rank=3)) == "TP3"
     assert rank_key(WeightsBegin(dp_rank=1, tp_rank=1, ep_rank=1)) == "DP1 TP1 EP1"
     assert rank_key(WeightsBegin()) is None
+
+
+def test_started_after_a_readiness_wait_closes_the_start_instead_of_opening_a_boot() -> None:
+    """A unit with ExecStartPost= waiting for /health: systemd says "Started" only once the server is up."""
+    text = "\n".join(
+        [
+            systemd("Starting sglang.service - SGLang..."),
+            *startup(100, 192_406),
+            systemd("Started sglang.service - SGLang.", "22:05:00"),
+        ]
+    )
+    (boot,) = boots_of(text)
+    assert boot.opened_by == "unit_start" and boot.ready and boot.pool.tokens == 192_406
+
+
+def test_started_after_a_stop_still_opens_the_next_boot() -> None:
+    """Type=simple units log only "Started" for a start: after a stop it is the next boot."""
+    text = "\n".join(
+        [
+            *startup(100, 101_134),
+            systemd("Stopping sglang.service - SGLang...", "22:10:00"),
+            systemd("Stopped sglang.service - SGLang.", "22:10:01"),
+            systemd("Started sglang.service - SGLang.", "22:11:00"),
+            *startup(200, 218_484),
+        ]
+    )
+    first, second = boots_of(text)
+    assert first.ended and second.opened_by == "unit_start" and second.pool.tokens == 218_484

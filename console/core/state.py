@@ -248,6 +248,15 @@ def _opens_boot(cur: Boot | None, event: Event) -> BootOpenedBy | None:
     if isinstance(event, Unit):
         if event.state not in ("starting", "started"):
             return None
+        # With an ExecStartPost= readiness wait systemd says "Started" only once the server is ready:
+        # that line closes the start of the running boot, it does not open another.
+        if (
+            event.state == "started"
+            and cur is not None
+            and not cur.ended
+            and (event.invocation_id is None or cur.invocation_id in (None, event.invocation_id))
+        ):
+            return None
         if cur is not None and cur.opened_by == "unit_start" and cur.fresh and not cur.ended:
             return None
         return "unit_start"

@@ -1,0 +1,244 @@
+"""SGLang's Prometheus `/metrics` text → numbers.
+
+A small reader of the Prometheus text exposition format (what `prometheus_client` writes for SGLang's
+multiprocess registry), and `SglangMetrics`, the handful of `sglang:*` figures the console shows.
+
+SGLang labels each series with `model_name`, `engine_type`, `tp_rank`, `pp_rank`, `moe_ep_rank` (and
+`dp_rank` with data-parallel attention). Only the first rank of each DP group reports scheduler figures,
+so series of one metric are replicas' figures: counts add up across series, ratios average.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_SAMPLE = re.compile(
+    rf"^(?P<name>{_NAME})(?:\{{(?P<labels>.*)\}})?\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$"
+)
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+class MetricSample(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    value: float
+
+
+class MetricsText(BaseModel):
+    """Every sample of one scrape, with the declared types."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    samples: tuple[MetricSample, ...] = ()
+    types: dict[str, str] = Field(default_factory=dict)
+    skipped_lines: int = 0
+    """Lines that were neither a comment nor a sample (kept as a count: a scrape is never an error)."""
+
+    def series(self, name: str, **labels: str) -> list[MetricSample]:
+        return [
+            s for s in self.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        ]
+
+    def total(self, name: str, **labels: str) -> float | None:
+        values = [s.value for s in self.series(name, **labels) if not math.isnan(s.value)]
+        return sum(values) if values else None
+
+    def mean(self, name: str, **labels: str) -> float | None:
+        values = [s.value for s in self.series(name, **labels) if not math.isnan(s.value)]
+        return sum(values) / len(values) if values else None
+
+    def maximum(self, name: str, **labels: str) -> float | None:
+        values = [s.value for s in self.series(name, **labels) if not math.isnan(s.value)]
+        return max(values) if values else None
+
+    def histogram(self, name: str, **labels: str) -> Histogram | None:
+        """Buckets summed across series (the `le` label kept apart); None when the metric is absent."""
+        count = self.total(f"{name}_count", **labels)
+        if count is None:
+            return None
+        buckets: dict[float, float] = {}
+        for s in self.series(f"{name}_bucket", **labels):
+            le = _float(s.labels.get("le", ""))
+            if le is not None:
+                buckets[le] = buckets.get(le, 0.0) + s.value
+        return Histogram(
+            count=count,
+            sum=self.total(f"{name}_sum", **labels) or 0.0,
+            buckets=tuple(sorted(buckets.items())),
+        )
+
+
+class Histogram(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    count: float
+    sum: float
+    buckets: tuple[tuple[float, float], ...] = ()
+    """(upper bound, cumulative count), ascending; the last bound is +inf."""
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count else None
+
+    def quantile(self, q: float) -> float | None:
+        """Upper bound of the bucket holding the q-quantile (what a dashboard's bucket bar shows)."""
+        if not self.count or not self.buckets:
+            return None
+        rank = q * self.count
+        for bound, cumulative in self.buckets:
+            if cumulative >= rank:
+                return bound
+        return self.buckets[-1][0]
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)  # float() reads "+Inf", "-Inf", "NaN" and "1.5e+06" as Prometheus writes them
+    except ValueError:
+        return None
+
+
+def _labels(text: str) -> dict[str, str] | None:
+    labels: dict[str, str] = {}
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        match = _LABEL.match(text, pos)
+        if match is None:
+            return None
+        value = re.sub(r"\\[\\\"n]", lambda m: _ESCAPES[m.group(0)], match.group(2))
+        labels[match.group(1)] = value
+        pos = match.end()
+    return labels
+
+
+def parse_prometheus(text: str) -> MetricsText:
+    samples: list[MetricSample] = []
+    types: dict[str, str] = {}
+    skipped = 0
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 4 and parts[1] == "TYPE":
+                types[parts[2]] = parts[3].strip()
+            continue
+        match = _SAMPLE.match(line)
+        value = _float(match.group("value")) if match else None
+        labels = _labels(match.group("labels") or "") if match else None
+        if match is None or value is None or labels is None:
+            skipped += 1
+            continue
+        samples.append(MetricSample(name=match.group("name"), labels=labels, value=value))
+    return MetricsText(samples=tuple(samples), types=types, skipped_lines=skipped)
+
+
+# How each figure combines across series: replicas' counts add up, ratios average, limits take the max.
+_SUMMED = {
+    "num_running_reqs": "sglang:num_running_reqs",
+    "num_queue_reqs": "sglang:num_queue_reqs",
+    "num_used_tokens": "sglang:num_used_tokens",
+    "gen_throughput": "sglang:gen_throughput",
+    "max_total_num_tokens": "sglang:max_total_num_tokens",
+    "kv_used_tokens": "sglang:kv_used_tokens",
+    "kv_available_tokens": "sglang:kv_available_tokens",
+    "prompt_tokens_total": "sglang:prompt_tokens_total",
+    "generation_tokens_total": "sglang:generation_tokens_total",
+    "cached_tokens_total": "sglang:cached_tokens_total",
+    "num_requests_total": "sglang:num_requests_total",
+    "num_retracted_reqs": "sglang:num_retracted_reqs",
+}
+_AVERAGED = {
+    "token_usage": "sglang:token_usage",
+    "cache_hit_rate": "sglang:cache_hit_rate",
+    "spec_accept_length": "sglang:spec_accept_length",
+    "utilization": "sglang:utilization",
+}
+_MAXED = {
+    "context_len": "sglang:context_len",
+    "weight_memory_usage_gb": "sglang:weight_memory_usage_gb",
+    "kv_cache_memory_usage_gb": "sglang:kv_cache_memory_usage_gb",
+    "graph_memory_usage_gb": "sglang:graph_memory_usage_gb",
+}
+_HISTOGRAMS = {
+    "time_to_first_token": "sglang:time_to_first_token_seconds",
+    "inter_token_latency": "sglang:inter_token_latency_seconds",
+    "time_per_output_token": "sglang:time_per_output_token_seconds",
+    "e2e_request_latency": "sglang:e2e_request_latency_seconds",
+}
+
+
+class SglangMetrics(BaseModel):
+    """The `sglang:*` figures the console shows; None where this SGLang version does not export one."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_running_reqs: float | None = None
+    num_queue_reqs: float | None = None
+    num_used_tokens: float | None = None
+    gen_throughput: float | None = None
+    """Tokens per second, as SGLang's scheduler last measured it."""
+    max_total_num_tokens: float | None = None
+    kv_used_tokens: float | None = None
+    kv_available_tokens: float | None = None
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    cached_tokens_total: float | None = None
+    num_requests_total: float | None = None
+    num_retracted_reqs: float | None = None
+    token_usage: float | None = None
+    cache_hit_rate: float | None = None
+    spec_accept_length: float | None = None
+    utilization: float | None = None
+    context_len: float | None = None
+    weight_memory_usage_gb: float | None = None
+    kv_cache_memory_usage_gb: float | None = None
+    graph_memory_usage_gb: float | None = None
+    time_to_first_token: Histogram | None = None
+    inter_token_latency: Histogram | None = None
+    time_per_output_token: Histogram | None = None
+    e2e_request_latency: Histogram | None = None
+    model_names: tuple[str, ...] = ()
+    series: int = 0
+    """How many `sglang:` samples the scrape held (0: metrics off, or not SGLang)."""
+
+    @classmethod
+    def from_metrics(cls, metrics: MetricsText) -> SglangMetrics:
+        fields: dict[str, object] = {}
+        for field, name in _SUMMED.items():
+            fields[field] = metrics.total(name)
+        for field, name in _AVERAGED.items():
+            fields[field] = metrics.mean(name)
+        for field, name in _MAXED.items():
+            fields[field] = metrics.maximum(name)
+        for field, name in _HISTOGRAMS.items():
+            fields[field] = metrics.histogram(name)
+        sglang = [s for s in metrics.samples if s.name.startswith("sglang:")]
+        fields["model_names"] = tuple(
+            sorted({s.labels["model_name"] for s in sglang if "model_name" in s.labels})
+        )
+        fields["series"] = len(sglang)
+        return cls.model_validate(fields)
+
+    @classmethod
+    def from_text(cls, text: str) -> SglangMetrics:
+        return cls.from_metrics(parse_prometheus(text))
+
+
+def as_numbers(metrics: MetricsText, prefix: str = "sglang:") -> Mapping[str, float]:
+    """Every series under `prefix`, summed per name: a flat view for `--json` output and debugging."""
+    out: dict[str, float] = {}
+    for s in metrics.samples:
+        if s.name.startswith(prefix) and not math.isnan(s.value):
+            out[s.name] = out.get(s.name, 0.0) + s.value
+    return out

@@ -1,0 +1,486 @@
+"""GPU samplers: one batched `HostGpuSample` per tick, from whichever back-end the host allows.
+
+Three back-ends, one interface (`GpuSampler.sample()`), chosen automatically by `open_sampler`:
+
+- `NvmlSampler` — local NVML through nvidia-ml-py, when the console runs on the GPU host itself. NVML
+  calls block (a GPU in trouble can take seconds to answer), so they run in a worker thread.
+- `AgentSampler` — the same NVML reading, run on the remote host as `python3 -c SCRIPT` over SSH; the
+  script prints one JSON sample per tick (nvidia-ml-py ships with SGLang, so the host's python3 usually
+  has it). One long-lived channel instead of a command per tick.
+- `NvidiaSmiSampler` — `nvidia-smi --query-gpu=... --format=csv,noheader,nounits` and
+  `--query-compute-apps=...`, the fallback that needs nothing but the driver.
+
+The NVML reading code exists once (`_nvml_start`, `_nvml_sample` below): the local sampler calls it, and
+the agent script is built from its source text, so both back-ends report the same fields the same way.
+A missing NVML (`NVMLError_LibraryNotFound`) is the state `nvml_missing`, never an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal, Protocol
+
+from console.core.gpus import (
+    APPS_QUERY_FIELDS,
+    GPU_QUERY_FIELDS,
+    HostGpuSample,
+    SamplerState,
+    parse_nvidia_smi_gpus,
+    sample_from_agent_line,
+)
+from console.sources.transport import CommandResult, RemoteStream, Transport, TransportError
+
+MIN_INTERVAL_S = 0.25
+DEFAULT_INTERVAL_S = 1.0
+
+BackendChoice = Literal["auto", "nvml", "agent", "nvidia-smi"]
+
+
+# ---- NVML reading, shared by the local sampler and the agent script -----------------------------------
+# These two functions are sent to remote hosts as source text: they use only their `nvml` argument and
+# builtins, and Python 3.6-compatible syntax (the host's python3 is whatever SGLang runs on).
+
+
+def _nvml_start(nvml):  # type: ignore[no-untyped-def]
+    """Initialise NVML; None when ready, else the sample that says why not."""
+    missing = getattr(nvml, "NVMLError_LibraryNotFound", None)
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:
+        if missing is not None and isinstance(exc, missing):
+            return {"state": "nvml_missing", "detail": "the NVML library is not installed on this host."}
+        return {"state": "error", "detail": "NVML did not start: " + str(exc) + "."}
+    return None
+
+
+def _nvml_sample(nvml):  # type: ignore[no-untyped-def]
+    """One sample of every GPU, as a plain dict of the `HostGpuSample` fields."""
+
+    def text(value):  # type: ignore[no-untyped-def]
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+    def call(fn, *args):  # type: ignore[no-untyped-def]
+        # Each field on its own: a card that cannot report one thing still reports the rest.
+        try:
+            return fn(*args)
+        except Exception:
+            return None
+
+    mib = 1024.0 * 1024.0
+    try:
+        count = nvml.nvmlDeviceGetCount()
+    except Exception as exc:
+        return {"state": "error", "detail": "NVML could not count the GPUs: " + str(exc) + "."}
+    gpus = []
+    for index in range(count):
+        handle = call(nvml.nvmlDeviceGetHandleByIndex, index)
+        if handle is None:
+            gpus.append({"index": index})
+            continue
+        memory = call(nvml.nvmlDeviceGetMemoryInfo, handle)
+        rates = call(nvml.nvmlDeviceGetUtilizationRates, handle)
+        processes = []
+        for proc in call(nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []:
+            pid = getattr(proc, "pid", None)
+            used = getattr(proc, "usedGpuMemory", None)
+            name = call(nvml.nvmlSystemGetProcessName, pid) if pid is not None else None
+            processes.append(
+                {
+                    "pid": pid,
+                    "name": text(name),
+                    "used_memory_mib": used / mib if isinstance(used, int) else None,
+                }
+            )
+        gpus.append(
+            {
+                "index": index,
+                "name": text(call(nvml.nvmlDeviceGetName, handle)),
+                "uuid": text(call(nvml.nvmlDeviceGetUUID, handle)),
+                "utilization_pct": getattr(rates, "gpu", None),
+                "memory_used_mib": memory.used / mib if memory is not None else None,
+                "memory_total_mib": memory.total / mib if memory is not None else None,
+                "processes": processes,
+            }
+        )
+    return {"state": "ok" if gpus else "no_gpus", "gpus": gpus}
+
+
+_AGENT_MAIN = """
+def _agent(interval):
+    import json, os, sys, threading, time
+
+    def emit(obj):
+        sys.stdout.write(json.dumps(obj) + "\\n")
+        sys.stdout.flush()
+
+    def watch_stdin():
+        # The console stops the agent by closing the channel. Root sessions ignore SSH signals, so
+        # the end of stdin is the one stop signal that always arrives.
+        try:
+            while sys.stdin.buffer.read(4096):
+                pass
+        finally:
+            os._exit(0)
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    try:
+        import pynvml as nvml
+    except ImportError:
+        emit({"state": "nvml_missing", "detail": "python3 on this host has no pynvml (nvidia-ml-py)."})
+        return
+    failed = _nvml_start(nvml)
+    if failed is not None:
+        emit(failed)
+        return
+    while True:
+        started = time.time()
+        try:
+            emit(_nvml_sample(nvml))
+        except (BrokenPipeError, OSError):
+            os._exit(0)
+        time.sleep(max(0.0, interval - (time.time() - started)))
+
+
+try:
+    _agent(float(sys.argv[1]))
+finally:
+    # os._exit: a normal exit would wait a second for the stdin thread's lock at shutdown.
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    os._exit(0)
+"""
+
+
+def agent_script() -> str:
+    """The self-contained NVML agent sent as `python3 -c SCRIPT INTERVAL`."""
+    parts = ["import os, sys", inspect.getsource(_nvml_start), inspect.getsource(_nvml_sample), _AGENT_MAIN]
+    return "\n".join(p.replace("  # type: ignore[no-untyped-def]", "") for p in parts)
+
+
+def agent_argv(interval_s: float, python: str = "python3") -> list[str]:
+    return [python, "-c", agent_script(), f"{interval_s:g}"]
+
+
+def nvidia_smi_argv() -> list[str]:
+    return ["nvidia-smi", f"--query-gpu={','.join(GPU_QUERY_FIELDS)}", "--format=csv,noheader,nounits"]
+
+
+def nvidia_smi_apps_argv() -> list[str]:
+    return [
+        "nvidia-smi",
+        f"--query-compute-apps={','.join(APPS_QUERY_FIELDS)}",
+        "--format=csv,noheader,nounits",
+    ]
+
+
+# ---- samplers -----------------------------------------------------------------------------------------
+
+
+class GpuSampler(Protocol):
+    backend: Literal["nvml", "agent", "nvidia-smi"]
+
+    async def sample(self) -> HostGpuSample: ...
+
+    async def close(self) -> None: ...
+
+
+class Runner(Protocol):
+    async def run(self, argv: Sequence[str], *, timeout: float | None = ...) -> CommandResult: ...
+
+
+class LocalRunner:
+    """Runs a command on this machine with the same result type as `Transport.run`."""
+
+    async def run(self, argv: Sequence[str], *, timeout: float | None = 30.0) -> CommandResult:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except FileNotFoundError:
+            return CommandResult(argv=tuple(argv), exit_status=127, stdout="", stderr=f"{argv[0]}: not found")
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise TransportError(f"{argv[0]} did not finish within {timeout:g} s") from None
+        return CommandResult(
+            argv=tuple(argv),
+            exit_status=proc.returncode,
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+        )
+
+
+def _stamp(sample: HostGpuSample, host: str | None) -> HostGpuSample:
+    # Receipt time on the console's clock: remote clocks drift, and a sample is "now" when it arrives.
+    return sample.model_copy(update={"ts": time.time(), "host": host})
+
+
+class NvmlSampler:
+    """Local NVML. `nvml` is the pynvml module, or a stand-in object with the same functions (tests)."""
+
+    backend: Literal["nvml"] = "nvml"
+
+    def __init__(self, nvml: Any = None, *, host: str | None = None) -> None:
+        self._nvml = nvml
+        self._host = host
+        self._failed: dict[str, Any] | None = None
+        self._started = False
+
+    def _read(self) -> dict[str, Any]:
+        if not self._started:
+            if self._nvml is None:
+                try:
+                    import pynvml
+                except ImportError:
+                    return {"state": "nvml_missing", "detail": "nvidia-ml-py is not installed."}
+                self._nvml = pynvml
+            self._failed = _nvml_start(self._nvml)
+            self._started = True
+        if self._failed is not None:
+            return self._failed
+        return _nvml_sample(self._nvml)
+
+    async def sample(self) -> HostGpuSample:
+        data = await asyncio.to_thread(self._read)
+        return HostGpuSample.model_validate(
+            {**data, "backend": "nvml", "host": self._host, "ts": time.time()}
+        )
+
+    async def close(self) -> None:
+        if self._started and self._failed is None and self._nvml is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self._nvml.nvmlShutdown)
+        self._started = False
+
+
+class NvidiaSmiSampler:
+    """`nvidia-smi` run per tick (both queries at once), locally or over SSH."""
+
+    backend: Literal["nvidia-smi"] = "nvidia-smi"
+
+    def __init__(self, runner: Runner, *, host: str | None = None, timeout_s: float = 10.0) -> None:
+        self._runner = runner
+        self._host = host
+        self.timeout_s = timeout_s
+
+    def _sample(self, state: SamplerState, detail: str | None = None, **fields: Any) -> HostGpuSample:
+        return HostGpuSample(
+            state=state, backend="nvidia-smi", detail=detail, host=self._host, ts=time.time(), **fields
+        )
+
+    async def sample(self) -> HostGpuSample:
+        try:
+            gpus, apps = await asyncio.gather(
+                self._runner.run(nvidia_smi_argv(), timeout=self.timeout_s),
+                self._runner.run(nvidia_smi_apps_argv(), timeout=self.timeout_s),
+            )
+        except TransportError as exc:
+            return self._sample(SamplerState.ERROR, f"{exc}.")
+        if not gpus.ok:
+            return self._failure(gpus)
+        parsed = parse_nvidia_smi_gpus(gpus.stdout, apps.stdout if apps.ok else "")
+        if not parsed:
+            return self._sample(SamplerState.NO_GPUS, "nvidia-smi lists no GPUs.")
+        return self._sample(SamplerState.OK, gpus=tuple(parsed))
+
+    def _failure(self, result: CommandResult) -> HostGpuSample:
+        said = result.first_error_line()
+        lower = said.lower()
+        if result.exit_status == 127 or "not found" in lower:
+            return self._sample(SamplerState.NVML_MISSING, "nvidia-smi is not installed on the host.")
+        if "no devices were found" in lower:
+            return self._sample(SamplerState.NO_GPUS, "nvidia-smi found no GPUs.")
+        if "couldn't communicate with the nvidia driver" in lower or "nvml" in lower:
+            return self._sample(SamplerState.NVML_MISSING, f"nvidia-smi cannot reach the driver: {said}.")
+        return self._sample(SamplerState.ERROR, f"nvidia-smi failed: {said}.")
+
+    async def close(self) -> None:
+        return None
+
+
+class AgentSampler:
+    """The NVML agent over SSH: one `python3 -c SCRIPT` channel printing one JSON sample per tick.
+
+    `sample()` waits for the agent's next line; when none comes within the patience window (a hung
+    host) it returns an error sample on time instead of blocking the tick. A dropped channel is
+    restarted on the next call once the transport is up again.
+    """
+
+    backend: Literal["agent"] = "agent"
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        python: str = "python3",
+        patience_s: float | None = None,
+    ) -> None:
+        self.transport = transport
+        self.interval_s = max(MIN_INTERVAL_S, interval_s)
+        self.python = python
+        self.patience_s = patience_s if patience_s is not None else max(3.0, 3 * self.interval_s)
+        self._lines: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=4)
+        self._reader: asyncio.Task[None] | None = None
+        self._last_exit: str | None = None
+
+    def _error(self, detail: str) -> HostGpuSample:
+        return HostGpuSample(
+            state=SamplerState.ERROR,
+            backend="agent",
+            detail=detail,
+            host=self.transport.host.name,
+            ts=time.time(),
+        )
+
+    async def _read(self) -> None:
+        try:
+            async with self.transport.stream(agent_argv(self.interval_s, self.python), timeout=10) as stream:
+                async for line in stream.lines():
+                    if self._lines.full():
+                        # Keep only the newest samples: an old GPU sample has no value.
+                        with contextlib.suppress(asyncio.QueueEmpty):
+                            self._lines.get_nowait()
+                    self._lines.put_nowait(line)
+                status = await stream.wait(2.0)
+                text = (await self._stderr(stream)).strip().splitlines()
+                self._last_exit = f"the GPU agent ended (exit status {status})" + (
+                    f": {text[-1]}" if text else ""
+                )
+        except TransportError as exc:
+            self._last_exit = str(exc)
+        finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                self._lines.put_nowait(None)
+
+    @staticmethod
+    async def _stderr(stream: RemoteStream) -> str:
+        return await stream.stderr_text()
+
+    async def sample(self) -> HostGpuSample:
+        if self._reader is None or self._reader.done():
+            if self._reader is not None and self._lines.empty():
+                self._reader = None
+            if self._reader is None:
+                self._reader = asyncio.get_running_loop().create_task(
+                    self._read(), name=f"gpu-agent-{self.transport.host.name}"
+                )
+        try:
+            line = await asyncio.wait_for(self._lines.get(), self.patience_s)
+        except TimeoutError:
+            return self._error(f"no sample from the GPU agent for {self.patience_s:g} s.")
+        if line is None:
+            return self._error(f"{self._last_exit or 'the GPU agent ended'}.")
+        return _stamp(sample_from_agent_line(line, host=self.transport.host.name), self.transport.host.name)
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+            self._reader = None
+
+
+async def open_sampler(
+    transport: Transport | None,
+    *,
+    backend: BackendChoice = "auto",
+    interval_s: float = DEFAULT_INTERVAL_S,
+    nvml: Any = None,
+    host: str | None = None,
+) -> tuple[GpuSampler, HostGpuSample]:
+    """Pick the back-end for a host and take its first sample.
+
+    `transport=None` means this machine: local NVML, then local nvidia-smi. Over SSH: the NVML agent,
+    then nvidia-smi. A back-end is kept when its first sample is `ok` or `no_gpus`; when none works
+    the last one tried is kept, and its first sample says why.
+    """
+    name = host or (transport.host.name if transport is not None else None)
+    candidates: list[GpuSampler] = []
+    if transport is None:
+        if backend in ("auto", "nvml"):
+            candidates.append(NvmlSampler(nvml, host=name))
+        if backend in ("auto", "nvidia-smi"):
+            candidates.append(NvidiaSmiSampler(LocalRunner(), host=name))
+    else:
+        if backend in ("auto", "agent"):
+            candidates.append(AgentSampler(transport, interval_s=interval_s))
+        if backend in ("auto", "nvidia-smi"):
+            # A tick's commands may take a few ticks, never longer: a hung host reports an error on time.
+            candidates.append(NvidiaSmiSampler(transport, host=name, timeout_s=max(3.0, 3 * interval_s)))
+        if backend == "nvml":
+            raise ValueError("local NVML samples this machine only; use 'agent' for a remote host")
+    if not candidates:
+        raise ValueError(f"unknown GPU sampler back-end {backend!r}")
+    first: HostGpuSample | None = None
+    for sampler in candidates:
+        first = await sampler.sample()
+        if first.state in (SamplerState.OK, SamplerState.NO_GPUS) or sampler is candidates[-1]:
+            for other in candidates:
+                if other is not sampler:
+                    await other.close()
+            return sampler, first
+        await sampler.close()
+    raise AssertionError("unreachable: the loop returns on its last candidate")
+
+
+class GpuPoller:
+    """One `HostGpuSample` per tick (default 1 s, at least 0.25 s), on a fixed schedule.
+
+    The sampler is chosen on the first tick. A tick that takes longer than the interval is not
+    repeated to catch up: the schedule skips ahead, so samples stay current rather than queued.
+    """
+
+    def __init__(
+        self,
+        transport: Transport | None,
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        backend: BackendChoice = "auto",
+        nvml: Any = None,
+        host: str | None = None,
+    ) -> None:
+        self.transport = transport
+        self.interval_s = max(MIN_INTERVAL_S, interval_s)
+        self.backend: BackendChoice = backend
+        self._nvml = nvml
+        self._host = host
+        self.sampler: GpuSampler | None = None
+
+    async def samples(self) -> AsyncIterator[HostGpuSample]:
+        loop = asyncio.get_running_loop()
+        try:
+            self.sampler, first = await open_sampler(
+                self.transport,
+                backend=self.backend,
+                interval_s=self.interval_s,
+                nvml=self._nvml,
+                host=self._host,
+            )
+            yield first
+            next_at = loop.time() + self.interval_s
+            while True:
+                delay = next_at - loop.time()
+                if delay > 0 and self.sampler.backend != "agent":
+                    # The agent keeps its own schedule on the host; waiting for its line is the tick.
+                    await asyncio.sleep(delay)
+                yield await self.sampler.sample()
+                next_at = max(next_at + self.interval_s, loop.time())
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        if self.sampler is not None:
+            await self.sampler.close()
+            self.sampler = None

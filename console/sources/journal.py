@@ -1,0 +1,293 @@
+"""Follow a unit's journal over SSH, resuming from the last cursor after any drop.
+
+The command is the one an operator would type:
+
+    journalctl -u UNIT -o json --all --no-pager -f -n all --after-cursor CURSOR
+
+Two flags go beyond the obvious form, both for completeness of the stream:
+- `-n all`: with `-f`, journalctl shows only the last 10 entries after `--cursor`/`--after-cursor`
+  unless told otherwise (systemd 252, measured), which would silently skip lines after a drop.
+- `--all`: `-o json` prints fields over 4 KiB as null unless `--all` is given; SGLang's `server_args=`
+  line is longer than that.
+
+First start (no cursor yet): the current invocation of the unit, bounded to its last `backlog` entries
+(`systemctl show --property=InvocationID` then `journalctl _SYSTEMD_INVOCATION_ID=ID + INVOCATION_ID=ID`
+to find where it begins); when the unit has no current invocation (stopped, failed) or systemctl cannot
+say, the unit's last `backlog` entries — which show how the last run ended.
+
+The follower keeps the cursor of the last entry it read and restarts journalctl with `--after-cursor`
+after a drop, so no entry is lost or read twice. Entries go into a bounded queue; when the consumer lags
+the queue fills and the follower stops reading, which stops the SSH channel's window and, in turn, the
+remote journalctl: memory stays bounded and nothing is dropped. The consumer takes everything waiting at
+once (`next_batch`), so a slow consumer gets big batches rather than a growing backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from console.core.events import Event
+from console.core.parser import JournalParser
+from console.core.snapshot import FollowerStatus, FollowState
+from console.sources.transport import Transport, TransportError
+
+JournalEntry = dict[str, Any]
+
+_INVOCATION_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def follow_argv(
+    unit: str,
+    *,
+    cursor: str | None = None,
+    start_cursor: str | None = None,
+    backlog: int = 5000,
+    journalctl: Sequence[str] = ("journalctl",),
+) -> list[str]:
+    argv = [*journalctl, "-u", unit, "-o", "json", "--all", "--no-pager", "-f"]
+    if cursor is not None:
+        return [*argv, "-n", "all", "--after-cursor", cursor]
+    if start_cursor is not None:
+        return [*argv, "-n", "all", "--cursor", start_cursor]
+    return [*argv, "-n", str(backlog)]
+
+
+class JournalFollower:
+    """`journalctl -f` for one unit over a `Transport`, as a stream of entry batches.
+
+    `start()` runs the follower in the background; `next_batch()` / `batches()` hand out the entries
+    (the dicts journalctl printed, `__CURSOR` included) in journal order, each exactly once.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        unit: str,
+        *,
+        cursor: str | None = None,
+        backlog: int = 5000,
+        queue_max: int = 4096,
+        batch_max: int = 4096,
+        journalctl: Sequence[str] = ("journalctl",),
+        systemctl: Sequence[str] = ("systemctl",),
+        scope_to_invocation: bool = True,
+        restart_delay_s: float = 1.0,
+    ) -> None:
+        self.transport = transport
+        self.unit = unit
+        self.backlog = backlog
+        self.batch_max = batch_max
+        self.journalctl = tuple(journalctl)
+        self.systemctl = tuple(systemctl)
+        self.scope_to_invocation = scope_to_invocation
+        self.restart_delay_s = restart_delay_s
+        self._queue: asyncio.Queue[JournalEntry] = asyncio.Queue(maxsize=queue_max)
+        self._status = FollowerStatus(cursor=cursor)
+        self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+
+    # ---- state -------------------------------------------------------------------------------------
+
+    @property
+    def status(self) -> FollowerStatus:
+        return self._status
+
+    @property
+    def cursor(self) -> str | None:
+        return self._status.cursor
+
+    def _update(self, **fields: Any) -> None:
+        self._status = self._status.model_copy(update=fields)
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def changed(self) -> FollowerStatus:
+        """Wait for the next status change (state, detail, restarts — not every entry)."""
+        await self._changed.wait()
+        return self._status
+
+    # ---- consumer side -------------------------------------------------------------------------------
+
+    async def next_batch(self, max_items: int | None = None) -> list[JournalEntry]:
+        """Every entry waiting (at least one; waits for it), oldest first."""
+        limit = max_items or self.batch_max
+        batch = [await self._queue.get()]
+        while len(batch) < limit:
+            try:
+                batch.append(self._queue.get_nowait())
+            except asyncio.QueueEmpty:
+                break
+        return batch
+
+    async def batches(self) -> AsyncIterator[list[JournalEntry]]:
+        while True:
+            yield await self.next_batch()
+
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    # ---- producer side -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"journal-{self.transport.host.name}"
+            )
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        self._update(state=FollowState.STOPPED)
+
+    async def _invocation_start(self) -> str | None:
+        """The cursor where the unit's current invocation begins (within the backlog), or None."""
+        result = await self.transport.run(
+            [*self.systemctl, "show", "--property=InvocationID", "--value", self.unit], timeout=15
+        )
+        invocation = result.stdout.strip()
+        if not result.ok or not _INVOCATION_ID.match(invocation):
+            return None
+        argv = [
+            *self.journalctl,
+            f"_SYSTEMD_INVOCATION_ID={invocation}",
+            "+",
+            f"INVOCATION_ID={invocation}",
+            "-o",
+            "json",
+            "--no-pager",
+            "-n",
+            str(self.backlog),
+        ]
+        # Only the first line is needed; closing the channel after it stops journalctl.
+        async with self.transport.stream(argv, timeout=15) as stream:
+            line = await asyncio.wait_for(stream.readline(), 15)
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            cursor = entry.get("__CURSOR") if isinstance(entry, dict) else None
+            if isinstance(cursor, str) and cursor:
+                return cursor
+        return None
+
+    async def _run(self) -> None:
+        first = True
+        while True:
+            try:
+                await self.transport.wait_up()
+            except TransportError as exc:
+                # The transport gave up (a refused host key, bad credentials): nothing to resume.
+                self._update(state=FollowState.FAILED, detail=str(exc))
+                return
+            try:
+                start_cursor = None
+                if self.cursor is None and self.scope_to_invocation:
+                    with contextlib.suppress(TransportError, TimeoutError):
+                        start_cursor = await self._invocation_start()
+                argv = follow_argv(
+                    self.unit,
+                    cursor=self.cursor,
+                    start_cursor=start_cursor,
+                    backlog=self.backlog,
+                    journalctl=self.journalctl,
+                )
+                if not first:
+                    self._update(restarts=self._status.restarts + 1)
+                first = False
+                ended = await self._follow(argv)
+            except TransportError as exc:
+                self._update(state=FollowState.WAITING, detail=str(exc))
+                # The transport's supervisor is reconnecting; wait_up() above waits for it.
+                await asyncio.sleep(0.05)
+                continue
+            # journalctl ended on its own (a drop that closed the channel cleanly, or an error such as
+            # a missing journal): say why, pause, and resume from the cursor.
+            self._update(state=FollowState.WAITING, detail=ended)
+            await asyncio.sleep(self.restart_delay_s if ended else 0.05)
+
+    async def _follow(self, argv: list[str]) -> str | None:
+        """Read one journalctl run to its end; returns why it ended when that was an error."""
+        async with self.transport.stream(argv) as stream:
+            self._update(state=FollowState.FOLLOWING, detail=None)
+            entries = self._status.entries
+            skipped = self._status.skipped
+            async for line in stream.lines():
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    entry = None
+                cursor = entry.get("__CURSOR") if isinstance(entry, dict) else None
+                if not isinstance(cursor, str):
+                    skipped += 1
+                    self._status = self._status.model_copy(update={"skipped": skipped})
+                    continue
+                await self._queue.put(entry)
+                entries += 1
+                # The cursor moves only once the entry is safely queued: a drop before this point
+                # makes the next run print the entry again, a drop after it does not.
+                self._status = self._status.model_copy(update={"cursor": cursor, "entries": entries})
+            status = await stream.wait(2.0)
+            if status not in (0, None):
+                text = (await stream.stderr_text()).strip().splitlines()
+                return f"journalctl exited with status {status}" + (f": {text[0]}" if text else "")
+            return None
+
+
+async def read_unit_journal(
+    transport: Transport,
+    unit: str,
+    *,
+    lines: int = 50_000,
+    journalctl: Sequence[str] = ("journalctl",),
+    timeout: float = 120.0,
+) -> list[str]:
+    """The unit's last `lines` journal entries as `journalctl -o json` lines (what `journalctl -u UNIT
+    -o json > saved.journal` would hold, bounded), for one-shot commands such as `verify HOST`."""
+    argv = [*journalctl, "-u", unit, "-o", "json", "--all", "--no-pager", "-n", str(lines)]
+    result = await transport.run(argv, timeout=timeout)
+    if not result.ok:
+        raise TransportError(
+            f"journalctl on {transport.host.name} failed with status {result.exit_status}: "
+            f"{result.first_error_line()}"
+        )
+    return [line for line in result.stdout.splitlines() if line.strip()]
+
+
+async def follow_unit_events(
+    transport: Transport,
+    unit: str,
+    *,
+    backlog: int = 5000,
+    host: str | None = None,
+    idle_flush_s: float = 1.0,
+) -> AsyncIterator[list[Event]]:
+    """Parsed events of a unit's journal, live, batch by batch (`parse HOST --follow`). Resumes from its
+    cursor across drops like the session does; ends only when the transport fails for good."""
+    follower = JournalFollower(transport, unit, backlog=backlog)
+    parser = JournalParser(host=host)
+    follower.start()
+    try:
+        while True:
+            if follower.status.state is FollowState.FAILED:
+                raise TransportError(follower.status.detail or f"cannot follow the journal of {unit}")
+            try:
+                batch = await asyncio.wait_for(follower.next_batch(), idle_flush_s)
+            except TimeoutError:
+                held = parser.flush()
+                if held:
+                    yield held
+                continue
+            events: list[Event] = []
+            for entry in batch:
+                events.extend(parser.feed(entry))
+            if events:
+                yield events
+    finally:
+        await follower.close()

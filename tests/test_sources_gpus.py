@@ -1,0 +1,328 @@
+"""GPU samplers: the three back-ends give the same `HostGpuSample` for the same GPUs.
+
+NVML is played by a stand-in module (`pynvml.py` written to a temp dir) with the functions the samplers
+call: the local sampler imports it, and the agent script finds it on the PYTHONPATH of a real `python3`.
+nvidia-smi is played by a script on PATH printing what the real one prints for the same GPUs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import itertools
+import json
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from console.core.gpus import (
+    GpuProcess,
+    GpuSample,
+    SamplerState,
+    parse_nvidia_smi_gpus,
+    sample_from_agent_line,
+)
+from console.sources.gpus import (
+    GpuPoller,
+    LocalRunner,
+    NvidiaSmiSampler,
+    NvmlSampler,
+    agent_argv,
+    agent_script,
+    open_sampler,
+)
+
+MIB = 1024 * 1024
+
+# Two H100s; GPU 1 cannot report its utilization ("[N/A]" / NVMLError_NotSupported).
+STANDIN = """
+class NVMLError(Exception):
+    pass
+
+
+class NVMLError_LibraryNotFound(NVMLError):
+    pass
+
+
+class NVMLError_NotSupported(NVMLError):
+    pass
+
+
+MISSING = False
+COUNT = 2
+CALLS = []
+
+
+class _Mem:
+    def __init__(self, used, total):
+        self.used, self.total, self.free = used, total, total - used
+
+
+class _Util:
+    gpu = 37
+    memory = 12
+
+
+class _Proc:
+    def __init__(self, pid, used):
+        self.pid, self.usedGpuMemory = pid, used
+
+
+def nvmlInit():
+    CALLS.append("init")
+    if MISSING:
+        raise NVMLError_LibraryNotFound("NVML Shared Library Not Found")
+
+
+def nvmlShutdown():
+    CALLS.append("shutdown")
+
+
+def nvmlDeviceGetCount():
+    return COUNT
+
+
+def nvmlDeviceGetHandleByIndex(i):
+    return i
+
+
+def nvmlDeviceGetName(h):
+    return b"NVIDIA H100 80GB HBM3"  # older nvidia-ml-py returns bytes
+
+
+def nvmlDeviceGetUUID(h):
+    return "GPU-%08d-aaaa-bbbb-cccc-000000000000" % h
+
+
+def nvmlDeviceGetMemoryInfo(h):
+    return _Mem((40123 + h) * 1048576, 81559 * 1048576)
+
+
+def nvmlDeviceGetUtilizationRates(h):
+    if h == 1:
+        raise NVMLError_NotSupported("Not Supported")
+    return _Util()
+
+
+def nvmlDeviceGetComputeRunningProcesses(h):
+    return [_Proc(7400 + h, 39000 * 1048576)]
+
+
+def nvmlSystemGetProcessName(pid):
+    return "sglang::scheduler_TP%d" % (pid - 7400)
+"""
+
+SMI_GPUS = """\
+0, NVIDIA H100 80GB HBM3, GPU-00000000-aaaa-bbbb-cccc-000000000000, 37, 40123, 81559
+1, NVIDIA H100 80GB HBM3, GPU-00000001-aaaa-bbbb-cccc-000000000000, [N/A], 40124, 81559
+"""
+SMI_APPS = """\
+GPU-00000000-aaaa-bbbb-cccc-000000000000, 7400, sglang::scheduler_TP0, 39000
+GPU-00000001-aaaa-bbbb-cccc-000000000000, 7401, sglang::scheduler_TP1, 39000
+"""
+
+EXPECTED = tuple(
+    GpuSample(
+        index=i,
+        name="NVIDIA H100 80GB HBM3",
+        uuid=f"GPU-{i:08d}-aaaa-bbbb-cccc-000000000000",
+        utilization_pct=37.0 if i == 0 else None,
+        memory_used_mib=40123.0 + i,
+        memory_total_mib=81559.0,
+        processes=(GpuProcess(pid=7400 + i, name=f"sglang::scheduler_TP{i}", used_memory_mib=39000.0),),
+    )
+    for i in range(2)
+)
+
+
+@pytest.fixture
+def standin_dir(tmp_path: Path) -> Path:
+    (tmp_path / "pynvml.py").write_text(STANDIN)
+    return tmp_path
+
+
+def _load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("pynvml_standin", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "gpus.csv").write_text(SMI_GPUS)
+    (bindir / "apps.csv").write_text(SMI_APPS)
+    script = bindir / "nvidia-smi"
+    script.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        f'  --query-gpu=index,name,uuid,utilization.gpu,memory.used,memory.total) cat "{bindir}/gpus.csv";;\n'
+        f'  --query-compute-apps=gpu_uuid,pid,process_name,used_memory) cat "{bindir}/apps.csv";;\n'
+        '  *) echo "unexpected: $*" >&2; exit 2;;\n'
+        "esac\n"
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    return bindir
+
+
+async def test_local_nvml_through_a_standin(standin_dir: Path) -> None:
+    nvml = _load(standin_dir / "pynvml.py")
+    sampler = NvmlSampler(nvml, host="gpu1")
+    sample = await sampler.sample()
+    assert sample.state is SamplerState.OK and sample.backend == "nvml" and sample.host == "gpu1"
+    assert sample.gpus == EXPECTED
+    assert sample.memory_used_mib == 80247.0
+    await sampler.sample()
+    await sampler.close()
+    assert nvml.CALLS == ["init", "shutdown"]  # initialised once, not per tick
+
+
+async def test_missing_nvml_library_is_a_state(standin_dir: Path) -> None:
+    nvml = _load(standin_dir / "pynvml.py")
+    nvml.MISSING = True
+    sample = await NvmlSampler(nvml).sample()
+    assert sample.state is SamplerState.NVML_MISSING and sample.gpus == ()
+    assert sample.detail and "NVML" in sample.detail
+    nvml.MISSING, nvml.COUNT = False, 0
+    assert (await NvmlSampler(nvml).sample()).state is SamplerState.NO_GPUS
+
+
+async def test_nvidia_smi_back_end(fake_smi: Path) -> None:
+    sample = await NvidiaSmiSampler(LocalRunner(), host="gpu1").sample()
+    assert sample.state is SamplerState.OK and sample.backend == "nvidia-smi"
+    assert sample.gpus == EXPECTED
+
+
+async def test_agent_script_runs_on_a_real_python_with_the_standin(standin_dir: Path) -> None:
+    """The script as sent over SSH, run by a real python3: one JSON sample per tick, then it exits
+    when its stdin closes (the channel closing)."""
+    argv = agent_argv(0.25, python=sys.executable)
+    env = {**os.environ, "PYTHONPATH": str(standin_dir)}
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    lines = [await asyncio.wait_for(proc.stdout.readline(), 5) for _ in range(3)]
+    elapsed = loop.time() - started
+    proc.stdin.close()
+    assert await asyncio.wait_for(proc.wait(), 5) == 0
+    samples = [sample_from_agent_line(line, host="gpu1") for line in lines]
+    assert all(s.state is SamplerState.OK and s.backend == "agent" for s in samples)
+    assert samples[0].gpus == EXPECTED
+    assert 0.4 <= elapsed < 2.0  # three ticks 0.25 s apart
+
+
+async def test_agent_without_pynvml_or_library_says_so(tmp_path: Path, standin_dir: Path) -> None:
+    for pythonpath, marker in ((str(tmp_path / "empty"), "pynvml"), (str(standin_dir), "NVML")):
+        if marker == "NVML":
+            (standin_dir / "pynvml.py").write_text(STANDIN.replace("MISSING = False", "MISSING = True"))
+        env = {**os.environ, "PYTHONPATH": pythonpath}
+        if marker == "pynvml":
+            # Hide any real nvidia-ml-py of this interpreter: -S drops site-packages.
+            argv = [sys.executable, "-S", *agent_argv(1.0)[1:]]
+        else:
+            argv = agent_argv(1.0, python=sys.executable)
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 5)
+        sample = sample_from_agent_line(out.splitlines()[0])
+        assert sample.state is SamplerState.NVML_MISSING, out
+        assert marker in (sample.detail or "")
+
+
+def test_agent_script_is_self_contained_python() -> None:
+    script = agent_script()
+    compile(script, "<agent>", "exec")
+    assert "from console" not in script and "import console" not in script  # not installed on the host
+    assert "type: ignore" not in script
+
+
+def test_nvidia_smi_odd_rows() -> None:
+    gpus = parse_nvidia_smi_gpus(
+        "0, NVIDIA RTX PRO 6000 Blackwell Server Edition, GPU-x, [Not Supported], 12, 97887\n"
+        "\n"
+        "1, [N/A], [N/A], 5 %, 13 MiB, 97887 MiB\n"
+        "2, short row\n",
+        "GPU-x, 42, /usr/bin/python3 -m sglang.launch_server --a, --b, 12000\nGPU-y, nope, x, y\n",
+    )
+    assert [g.index for g in gpus] == [0, 1, 2]
+    assert gpus[0].utilization_pct is None and gpus[0].memory_total_mib == 97887.0
+    assert gpus[0].processes == (
+        GpuProcess(pid=42, name="/usr/bin/python3 -m sglang.launch_server --a,--b", used_memory_mib=12000.0),
+    )
+    assert gpus[1].name is None and gpus[1].utilization_pct == 5.0 and gpus[1].memory_used_mib == 13.0
+    assert gpus[2].name == "short row" and gpus[2].memory_total_mib is None
+
+
+def test_agent_garbage_is_an_error_sample() -> None:
+    for line in (b"Traceback (most recent call last):", b"[1, 2]", json.dumps({"state": "weird"})):
+        sample = sample_from_agent_line(line, host="h")
+        assert sample.state is SamplerState.ERROR and sample.host == "h" and sample.detail
+
+
+async def test_auto_choice_falls_back_to_nvidia_smi_when_nvml_is_missing(
+    standin_dir: Path, fake_smi: Path
+) -> None:
+    nvml = _load(standin_dir / "pynvml.py")
+    nvml.MISSING = True
+    sampler, first = await open_sampler(None, nvml=nvml, host="local")
+    assert sampler.backend == "nvidia-smi" and first.gpus == EXPECTED
+    nvml.MISSING = False
+    sampler, first = await open_sampler(None, nvml=_load(standin_dir / "pynvml.py"), host="local")
+    assert sampler.backend == "nvml" and first.gpus == EXPECTED
+    await sampler.close()
+
+
+async def test_no_nvml_and_no_nvidia_smi_is_a_state(
+    standin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(standin_dir))  # nothing called nvidia-smi here
+    nvml = _load(standin_dir / "pynvml.py")
+    nvml.MISSING = True
+    _, first = await open_sampler(None, nvml=nvml)
+    assert first.state is SamplerState.NVML_MISSING
+    assert first.detail == "nvidia-smi is not installed on the host."
+
+
+async def test_poller_ticks_on_schedule(standin_dir: Path) -> None:
+    poller = GpuPoller(None, interval_s=0.1, nvml=_load(standin_dir / "pynvml.py"))
+    assert poller.interval_s == 0.25  # the minimum
+    loop = asyncio.get_running_loop()
+    stamps = []
+    async for sample in poller.samples():
+        stamps.append(loop.time())
+        assert sample.gpus == EXPECTED
+        if len(stamps) == 5:
+            break
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert all(0.2 <= g <= 0.4 for g in gaps), gaps
+
+
+@pytest.mark.gpu
+async def test_real_nvml_on_a_gpu_host() -> None:
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        pytest.skip("no NVIDIA GPU on this machine")
+    if count == 0:
+        pytest.skip("NVML sees no GPU")
+    sampler = NvmlSampler()
+    sample = await sampler.sample()
+    await sampler.close()
+    assert sample.state is SamplerState.OK and len(sample.gpus) == count
+    for gpu in sample.gpus:
+        assert gpu.name and gpu.memory_total_mib and gpu.memory_total_mib > 1024
+        assert gpu.memory_used_mib is not None and 0 <= gpu.memory_used_mib <= gpu.memory_total_mib

@@ -1,0 +1,117 @@
+"""A `HostSession` against the simulated SGLang twin over SSH (the twin's in-process asyncssh endpoint):
+the journal folds into boots, GPUs come from the twin's nvidia-smi, the server's health and metrics
+come through the port forward, and the streaming /generate helper yields parsed events."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from console.core.gpus import SamplerState
+from console.core.snapshot import ConnState, FollowState, HealthState, HostSnapshot
+from console.sources.hosts import HostConfig, load_hosts
+from console.sources.server import ServerClient, ServerError
+from console.sources.session import HostSession
+from console.sources.transport import Transport
+from console.twin.host import TwinHost
+
+POOL_AT_085 = 101_134  # the twin's pool for the incident's first flags
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
+    # The twin serves SSH from a loop in its own thread, so it outlives each test's event loop.
+    host = TwinHost(tmp_path_factory.mktemp("session-twin") / "state", time_scale=0.002)
+    host.start_sync()
+    try:
+        yield host
+    finally:
+        host.stop_sync()
+
+
+def _config(twin: TwinHost) -> HostConfig:
+    return load_hosts(twin.hosts_toml).hosts[twin.name]
+
+
+def _ready(snap: HostSnapshot) -> bool:
+    return (
+        snap.server is not None
+        and snap.server.health is HealthState.OK
+        and snap.server.metrics is not None
+        and snap.gpus is not None
+        and snap.gpus.state is SamplerState.OK
+        and any(b.pool.max_total_num_tokens for b in snap.state.boots)
+    )
+
+
+async def test_session_snapshots_hold_journal_gpus_and_server(twin: TwinHost) -> None:
+    session = HostSession(_config(twin), ssh_config=[], gpu_interval_s=0.25, server_interval_s=0.25)
+    async with session:
+        snap = await session.wait_for(_ready, 30)
+        assert snap.connection is not None and snap.connection.state is ConnState.UP
+        assert snap.follower.state is FollowState.FOLLOWING and snap.follower.entries > 50
+        assert [b.pool.max_total_num_tokens for b in snap.state.boots if b.pool.max_total_num_tokens] == [
+            POOL_AT_085
+        ]
+        assert snap.events_total == len(snap.recent)
+        assert snap.gpus is not None and snap.gpus.backend == "nvidia-smi" and len(snap.gpus.gpus) == 8
+        metrics = snap.server.metrics if snap.server else None
+        assert metrics is not None and metrics.series > 0
+        assert metrics.max_total_num_tokens == POOL_AT_085
+        seqs = []
+        async for later in session.snapshots():
+            seqs.append(later.seq)
+            if len(seqs) == 3:
+                break
+        assert seqs == sorted(set(seqs))  # every reader sees increasing, never repeated snapshots
+    assert session.snapshot.connection is not None
+    assert session.snapshot.connection.state is ConnState.CLOSED
+
+
+async def test_server_client_info_and_streaming_generate(twin: TwinHost) -> None:
+    transport = Transport(_config(twin), ssh_config=[])
+    client = await ServerClient.through(transport)
+    try:
+        health = await client.health()
+        assert health.health is HealthState.OK and health.status_code == 200
+        info = await client.server_info()
+        assert info.get("max_total_num_tokens") == POOL_AT_085 or "internal_states" in info
+        model = await client.model_info()
+        assert "model_path" in model
+        payload = {
+            "input_ids": list(range(1, 65)),
+            "sampling_params": {
+                "max_new_tokens": 8,
+                "min_new_tokens": 8,
+                "ignore_eos": True,
+                "temperature": 0,
+            },
+        }
+        events = [event async for event in client.generate_stream(payload, timeout_s=30)]
+        assert events and events[-1]["meta_info"]["completion_tokens"] == 8
+        assert events[-1]["meta_info"]["prompt_tokens"] == 64
+        too_long = {"input_ids": [1] * 300_000, "sampling_params": {"max_new_tokens": 1}}
+        with pytest.raises(ServerError) as err:
+            async for _ in client.generate_stream(too_long, timeout_s=30):
+                pass
+        assert "\n" not in str(err.value)
+    finally:
+        await client.aclose()
+        await transport.close()
+
+
+async def test_a_dead_server_port_is_down_not_a_crash(twin: TwinHost) -> None:
+    config = _config(twin).model_copy(update={"server_url": "http://127.0.0.1:1"})
+    transport = Transport(config, ssh_config=[])
+    client = await ServerClient.through(transport)
+    try:
+        sample = await client.sample()
+        assert sample.health is HealthState.DOWN and sample.detail
+        with pytest.raises(ServerError, match="not reachable"):
+            await client.metrics()
+    finally:
+        await client.aclose()
+        await transport.close()
+    await asyncio.sleep(0)

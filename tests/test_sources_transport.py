@@ -1,0 +1,297 @@
+"""`sources.transport` against real SSH on loopback (the twin's in-process asyncssh server).
+
+Host keys are refused with the fingerprint, a dead or silent host ends in a clear failed state while the
+process carries on, reconnects go through visible states, commands are quoted, and the local forward
+keeps one port across reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncssh
+import httpx
+import pytest
+
+from console.sources.hosts import HostConfig
+from console.sources.transport import (
+    Backoff,
+    ConnState,
+    HostKeyRefused,
+    LocalForward,
+    Transport,
+    TransportError,
+)
+from console.twin.ssh_server import TwinSSHServer
+
+FAST = Backoff(initial_s=0.05, max_s=0.2, stable_s=0)
+
+
+@dataclass
+class Endpoint:
+    server: TwinSSHServer
+    host: HostConfig
+    host_key: asyncssh.SSHKey
+    dir: Path
+
+
+async def _endpoint(tmp_path: Path, address: str = "127.0.0.1") -> Endpoint:
+    host_key = asyncssh.generate_private_key("ssh-ed25519")
+    client_key = asyncssh.generate_private_key("ssh-ed25519")
+    host_key.write_private_key(tmp_path / "host_key")
+    client_key.write_private_key(tmp_path / "id_ed25519")
+    client_key.write_public_key(tmp_path / "id_ed25519.pub")
+    server = TwinSSHServer(
+        host=address,
+        port=0,
+        host_key=tmp_path / "host_key",
+        client_public_key=tmp_path / "id_ed25519.pub",
+        user=os.environ.get("USER") or "root",
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LANG": "C.UTF-8"},
+        cwd=tmp_path,
+    )
+    port = await server.start()
+    (tmp_path / "known_hosts").write_text(f"[{address}]:{port} {host_key.export_public_key().decode()}")
+    host = HostConfig(
+        name="twin",
+        ssh=f"{server.user}@{address}",
+        port=port,
+        identity_file=tmp_path / "id_ed25519",
+        known_hosts=tmp_path / "known_hosts",
+    )
+    return Endpoint(server, host, host_key, tmp_path)
+
+
+@pytest.fixture
+async def endpoint(tmp_path: Path) -> AsyncIterator[Endpoint]:
+    ep = await _endpoint(tmp_path)
+    try:
+        yield ep
+    finally:
+        await ep.server.close()
+
+
+@contextlib.asynccontextmanager
+async def transport(host: HostConfig, **kwargs: object) -> AsyncIterator[Transport]:
+    t = Transport(host, ssh_config=[], **kwargs)  # type: ignore[arg-type]
+    try:
+        yield t
+    finally:
+        await t.close()
+
+
+async def test_connects_runs_quoted_commands_and_streams(endpoint: Endpoint) -> None:
+    async with transport(endpoint.host) as t:
+        started = time.monotonic()
+        await t.wait_up(5)
+        assert t.status.state is ConnState.UP and t.status.describe() == "up"
+        assert t.status.connect_s is not None and time.monotonic() - started < 2
+        hostile = ["a b", "$(touch pwned)", "; touch pwned2", "'", '"', "*", "\\n"]
+        result = await t.run(["printf", "%s\\n", *hostile])
+        assert result.ok and result.stdout.splitlines() == hostile
+        assert not (endpoint.dir / "pwned").exists() and not (endpoint.dir / "pwned2").exists()
+        failed = await t.run(["sh", "-c", "echo oops >&2; exit 3"])
+        assert failed.exit_status == 3 and failed.first_error_line() == "oops"
+        async with t.stream(["sh", "-c", "for i in 1 2 3; do echo line$i; sleep 0.05; done"]) as s:
+            lines = [line async for line in s.lines()]
+        assert lines == [b"line1\n", b"line2\n", b"line3\n"]
+
+
+async def test_changed_host_key_is_refused_with_its_fingerprint(endpoint: Endpoint) -> None:
+    impostor = asyncssh.generate_private_key("ssh-ed25519")
+    known = endpoint.dir / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{endpoint.host.port} {impostor.export_public_key().decode()}")
+    async with transport(endpoint.host, backoff=FAST) as t:
+        with pytest.raises(HostKeyRefused) as err:
+            await t.wait_up(5)
+        fingerprint = endpoint.host_key.get_fingerprint("sha256")
+        assert err.value.changed and err.value.fingerprint == fingerprint
+        sentence = str(err.value)
+        assert "CHANGED" in sentence and fingerprint in sentence and str(known) in sentence
+        assert "\n" not in sentence
+        # Refused for good: no retry can make a wrong key right.
+        await asyncio.sleep(0.3)
+        assert t.status.state is ConnState.FAILED and t.status.attempt == 1
+        assert t.status.fingerprint == fingerprint
+        assert t.status.describe().startswith("failed: the host key of twin")
+
+
+async def test_unknown_host_key_is_refused(endpoint: Endpoint) -> None:
+    (endpoint.dir / "known_hosts").write_text("")
+    async with transport(endpoint.host, backoff=FAST) as t:
+        with pytest.raises(HostKeyRefused) as err:
+            await t.wait_up(5)
+        assert not err.value.changed
+        assert "is unknown" in str(err.value)
+        assert endpoint.host_key.get_fingerprint("sha256") in str(err.value)
+    # A key listed for another host or port does not count either.
+    other = endpoint.host_key.export_public_key().decode()
+    (endpoint.dir / "known_hosts").write_text(f"[127.0.0.1]:1 {other}")
+    async with transport(endpoint.host, backoff=FAST) as t:
+        with pytest.raises(HostKeyRefused):
+            await t.wait_up(5)
+
+
+async def test_ssh_config_turning_checks_off_is_not_obeyed(endpoint: Endpoint, tmp_path: Path) -> None:
+    """`UserKnownHostsFile none` would make asyncssh accept any key; the console checks anyway."""
+    config = tmp_path / "ssh_config"
+    config.write_text("Host *\n  UserKnownHostsFile none\n  StrictHostKeyChecking no\n")
+    host = endpoint.host.model_copy(update={"known_hosts": None})
+    t = Transport(host, ssh_config=[config], backoff=FAST)
+    try:
+        with pytest.raises(HostKeyRefused):
+            await t.wait_up(5)
+    finally:
+        await t.close()
+
+
+async def test_an_ssh_config_alias_works_as_is(endpoint: Endpoint, tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host twin-alias\n  HostName 127.0.0.1\n  Port {endpoint.host.port}\n  User {endpoint.server.user}\n"
+        f"  IdentityFile {endpoint.dir / 'id_ed25519'}\n  UserKnownHostsFile {endpoint.dir / 'known_hosts'}\n"
+    )
+    t = Transport(HostConfig(name="twin", ssh="twin-alias"), ssh_config=[config])
+    try:
+        result = await t.run(["echo", "via alias"], timeout=5)
+        assert result.stdout == "via alias\n"
+    finally:
+        await t.close()
+
+
+async def test_silent_host_fails_clearly_and_the_process_stays_healthy(endpoint: Endpoint) -> None:
+    """A host that accepts TCP but never speaks SSH (a hung sshd) ends in `failed: no answer ...`;
+    meanwhile a healthy host on the same loop keeps working."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    dead = HostConfig(name="hung", ssh="127.0.0.1", port=port, known_hosts=endpoint.dir / "known_hosts")
+    try:
+        async with transport(dead, backoff=Backoff(initial_s=0.05, max_attempts=2), connect_timeout=0.4) as t:
+            async with transport(endpoint.host) as healthy:
+                waiting = asyncio.ensure_future(t.wait_up())
+                for _ in range(3):
+                    assert (await healthy.run(["true"], timeout=5)).ok
+                with pytest.raises(TransportError) as err:
+                    await waiting
+            assert str(err.value) == f"no answer from 127.0.0.1:{port} within 0.4 s"
+            assert t.status.state is ConnState.FAILED and t.status.attempt == 2
+            assert t.status.describe() == f"failed: no answer from 127.0.0.1:{port} within 0.4 s"
+            with pytest.raises(TransportError):
+                await t.run(["true"])
+    finally:
+        for writer in accepted:
+            writer.close()
+        server.close()
+
+
+async def test_refused_port_retries_with_backoff_then_fails() -> None:
+    with contextlib.closing(__import__("socket").socket()) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # bound, never listening: connections are refused
+        host = HostConfig(name="down", ssh="127.0.0.1", port=port)
+        backoff = Backoff(initial_s=0.05, factor=2, max_s=1, jitter=0, max_attempts=3)
+        async with transport(host, backoff=backoff) as t:
+            seen = []
+
+            async def record() -> None:
+                async for status in t.watch():
+                    seen.append(status)
+
+            watcher = asyncio.ensure_future(record())
+            with pytest.raises(TransportError, match="refused the connection"):
+                await t.wait_up(5)
+            await asyncio.sleep(0)
+            watcher.cancel()
+    states = [(s.state, s.attempt, s.retry_in_s) for s in seen]
+    assert states[:6] == [
+        (ConnState.CONNECTING, 0, None),
+        (ConnState.RETRYING, 1, 0.05),
+        (ConnState.CONNECTING, 1, None),
+        (ConnState.RETRYING, 2, 0.1),
+        (ConnState.CONNECTING, 2, None),
+        (ConnState.FAILED, 3, None),
+    ]
+    assert (
+        seen[1].describe()
+        == f"retrying in 0s: 127.0.0.1:{port} refused the connection (is sshd running there?)"
+    )
+
+
+async def test_drop_and_reconnect_go_through_visible_states(endpoint: Endpoint) -> None:
+    async with transport(endpoint.host, backoff=Backoff(initial_s=0.2, stable_s=0)) as t:
+        await t.wait_up(5)
+        seen: list[ConnState] = []
+
+        async def record() -> None:
+            async for status in t.watch():
+                seen.append(status.state)
+
+        watcher = asyncio.ensure_future(record())
+        await asyncio.sleep(0)
+        started = time.monotonic()
+        t.drop()
+        await asyncio.sleep(0.01)
+        await t.wait_up(5)
+        reconnect_s = time.monotonic() - started
+        watcher.cancel()
+        assert seen == [ConnState.UP, ConnState.RETRYING, ConnState.CONNECTING, ConnState.UP]
+        assert t.status.drops == 1 and reconnect_s < 1.0
+        assert (await t.run(["echo", "back"])).stdout == "back\n"
+
+
+async def test_server_side_loss_is_noticed_and_repaired(endpoint: Endpoint) -> None:
+    async with transport(endpoint.host, backoff=FAST) as t:
+        await t.wait_up(5)
+        for conn in list(endpoint.server._live):
+            conn.abort()
+        await asyncio.sleep(0.05)
+        await t.wait_up(5)
+        assert t.status.drops == 1
+        assert (await t.run(["true"])).ok
+
+
+async def test_local_forward_keeps_its_port_across_reconnects(endpoint: Endpoint) -> None:
+    async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    web = await asyncio.start_server(http, "127.0.0.1", 0)
+    web_port = web.sockets[0].getsockname()[1]
+    try:
+        async with (
+            transport(endpoint.host, backoff=FAST) as t,
+            LocalForward(t, "127.0.0.1", web_port) as forward,
+            httpx.AsyncClient() as client,
+        ):
+            assert (await client.get(f"{forward.url}/health")).text == "ok"
+            port = forward.port
+            t.drop()
+            await asyncio.sleep(0.05)
+            response = await client.get(f"{forward.url}/health")
+            assert response.text == "ok" and forward.port == port
+    finally:
+        web.close()
+
+
+def test_backoff_grows_with_jitter_and_is_capped() -> None:
+    backoff = Backoff(initial_s=0.5, factor=2, max_s=4, jitter=0.3)
+    rng = random.Random(7)
+    for failures, base in [(1, 0.5), (2, 1.0), (3, 2.0), (4, 4.0), (9, 4.0)]:
+        draws = [backoff.delay(failures, rng) for _ in range(200)]
+        assert all(base * 0.7 <= d <= base for d in draws)
+        assert max(draws) - min(draws) > base * 0.2  # jitter actually spreads them
+    assert all(0 <= backoff.delay(0, rng) <= 0.15 for _ in range(100))
