@@ -23,6 +23,8 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "verify",
     "profiles",
     "twin",
+    "demo",
+    "console",
 )
 
 
@@ -48,8 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subcommands(parser: argparse.ArgumentParser) -> set[str]:
+    return {name for a in parser._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `k26-console HOST` is `k26-console open HOST`: a first word that is no subcommand names a host.
+    if argv and not argv[0].startswith("-") and argv[0] not in _subcommands(parser):
+        argv.insert(0, "open")
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:

@@ -1,0 +1,103 @@
+"""`k26-console demo`: the console on a simulated 8-GPU host (a twin) started in this process."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from console.cli.cmd_console import add_target_options, resolve_target
+from console.cli.errors import UsageError
+
+DEMO_TARGET = 200_000
+"""The incident's goal: a 200k-token context (the twin boots with the first, too small, flags)."""
+DEMO_TIME_SCALE = 0.02
+"""A five-minute restart plays in about six seconds."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "demo",
+        help="the console on a simulated 8-GPU SGLang host (no GPU, no network: loopback only)",
+        description=(
+            "Start a twin host on a free loopback port with scaled timing and open the console on it. "
+            "Everything shown comes from the twin through the same SSH, journal and GPU sources as a "
+            "real host."
+        ),
+    )
+    p.add_argument(
+        "--time-scale", type=float, default=DEMO_TIME_SCALE, help="startup time multiplier (1.0 is real time)"
+    )
+    p.add_argument("--scenario", default=None, help="simulated deployment (default: the twin's default)")
+    p.add_argument(
+        "--state-dir", type=Path, help="where the twin keeps its files (default: a temporary directory)"
+    )
+    add_target_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from console.sources.hosts import load_hosts
+    from console.tui.app import ConsoleApp, HostEntry
+    from console.twin.host import DEFAULT_SCENARIO, TwinError, TwinHost
+
+    if not 0 < args.time_scale <= 100:
+        raise UsageError(f"--time-scale must be a positive number up to 100, not {args.time_scale}.")
+    target, source = resolve_target(args)
+    if target is None:
+        target, source = DEMO_TARGET, "demo goal"
+    with contextlib.ExitStack() as stack:
+        if args.state_dir is not None:
+            state_dir = args.state_dir
+        else:
+            state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="k26-demo-"))) / "twin"
+        twin = TwinHost(
+            state_dir,
+            name="twin",
+            scenario=args.scenario or DEFAULT_SCENARIO,
+            time_scale=args.time_scale,
+            ssh_port=0,
+            start_service=False,
+        )
+
+        def prepare():
+            try:
+                twin.start_sync()
+            except TwinError as exc:
+                raise RuntimeError(f"the simulated host did not start: {exc}") from None
+            config = load_hosts(twin.hosts_toml).get(twin.name)
+            if config is None:
+                raise RuntimeError("the simulated host wrote no hosts entry")
+            return config
+
+        def start_service() -> None:
+            # Started once the console follows the journal, so the boot plays on the timeline.
+            twin.systemctl("start", twin.unit, check=False)
+
+        entry = HostEntry(
+            name="twin",
+            simulated=True,
+            prepare=prepare,
+            after_start=start_service,
+            session_options={"gpu_interval_s": 1.0},
+        )
+        app = ConsoleApp([entry], read_only=args.read_only, target=target, target_source=source)
+
+        def _leave(signum: int, _frame: object) -> None:
+            # A closed terminal (SIGHUP: tmux kill-server, a dropped SSH) or a kill must still stop the
+            # twin's supervisor and server below, as `q` does, rather than leave them running.
+            app.exit(128 + signum)
+
+        for sig in (signal.SIGHUP, signal.SIGTERM):
+            signal.signal(sig, _leave)
+        try:
+            code = app.run()
+        finally:
+            with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+                sys.stderr.write("k26-console demo: stopping the simulated host.\n")
+            twin.stop_sync()
+        return int(code or 0)
+    return 0

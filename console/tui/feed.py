@@ -1,0 +1,245 @@
+"""The event feed: this boot's parsed events, coloured by kind, with errors pinned above until
+acknowledged and earlier boots folded into one line each."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import Input, RichLog, Static
+
+from console.core.events import Error, Event
+from console.core.snapshot import HostSnapshot
+from console.core.state import Boot
+from console.tui.view import KIND_STYLES, clock_text, display_boot, event_text, feed_line, rank_label
+
+HISTORY = 5000
+"""Events kept per host (all boots together); older ones fall off."""
+PINS_SHOWN = 3
+
+
+@dataclass(frozen=True)
+class FeedFilter:
+    pattern: re.Pattern[str] | None = None
+    invert: bool = False
+    text: str = ""
+
+    def matches(self, line: str) -> bool:
+        if self.pattern is None:
+            return True
+        return (self.pattern.search(line) is not None) != self.invert
+
+
+def parse_filter(text: str) -> FeedFilter:
+    """`regex`, or `!regex` for the lines that do not match; case-insensitive. Raises `re.error`."""
+    invert = text.startswith("!")
+    body = text[1:] if invert else text
+    if not body:
+        return FeedFilter(text=text)
+    return FeedFilter(re.compile(body, re.IGNORECASE), invert, text)
+
+
+def error_key(e: Error) -> str:
+    return e.cursor or f"{e.ts}|{e.pid}|{e.category}|{e.message}"
+
+
+class FeedLog(RichLog):
+    HELP = """\
+[b]Event feed[/b] — what the server said in this boot, parsed, one line per event:
+time, rank, kind, text. Colours: [bold red]errors[/], [cyan]systemd[/], [blue]start-up[/],
+[green]KV pool[/], [magenta]CUDA graphs[/], [grey62]batch statistics and access lines[/].
+Errors of this boot are pinned above the feed until acknowledged (a). Earlier boots are folded
+into one line each (z shows them). / filters with a regular expression (case-insensitive);
+start it with ! to show the lines that do NOT match; Esc clears it. f follows the tail."""
+
+
+class EventFeed(Vertical):
+    BINDINGS = [  # noqa: RUF012 - Textual reads it as a class attribute
+        Binding("slash", "filter", "Filter"),
+        Binding("f", "follow", "Follow"),
+        Binding("a", "ack", "Ack errors"),
+        Binding("z", "fold", "Fold boots"),
+    ]
+
+    def __init__(self, *, history: int = HISTORY, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.history = history
+        self._events: deque[tuple[int, Event]] = deque(maxlen=history)
+        self._seen_total = 0
+        self._boot_index: int | None = None
+        self._boots: tuple[Boot, ...] = ()
+        self._acked: set[str] = set()
+        self._errors: tuple[Error, ...] = ()
+        self.filter = FeedFilter()
+        self.follow = True
+        self.folded = True
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="pins", classes="pins")
+        yield Static(id="folded", classes="folded")
+        yield FeedLog(max_lines=self.history, wrap=False, auto_scroll=True, id="log")
+        yield Input(placeholder="regex (start with ! to invert), Enter keeps, Esc clears", id="filter")
+
+    @property
+    def log_widget(self) -> FeedLog:
+        return self.query_one(FeedLog)
+
+    # ---- data --------------------------------------------------------------------------------------
+
+    def show(self, snap: HostSnapshot) -> None:
+        boot = display_boot(snap.state)
+        index = boot.index if boot is not None else 0
+        new = snap.events_total - self._seen_total
+        fresh: list[tuple[int, Event]] = []
+        if new > 0:
+            recent = snap.recent[-new:] if new <= len(snap.recent) else snap.recent
+            ids = {id(e): b.index for b in snap.state.boots[-3:] for e in b.events}
+            for e in recent:
+                fresh.append((ids.get(id(e), index), e))
+            self._seen_total = snap.events_total
+        self._boots = snap.state.boots
+        self._errors = boot.errors if boot is not None else ()
+        rebuilt = index != self._boot_index
+        self._boot_index = index
+        self._events.extend(fresh)
+        if rebuilt:
+            self._rebuild()
+        else:
+            log = self.log_widget
+            for b, e in fresh:
+                if self._visible(b, e):
+                    log.write(self._line(e), scroll_end=self.follow, expand=True)
+        self._update_pins()
+        self._update_folded()
+
+    def _visible(self, boot_index: int, event: Event) -> bool:
+        if self.folded and boot_index != self._boot_index:
+            return False
+        return self.filter.matches(feed_line(event))
+
+    @staticmethod
+    def _line(event: Event) -> Text:
+        style = KIND_STYLES.get(event.kind, "")
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append(clock_text(event), "grey50")
+        line.append(f" {rank_label(event):4} ", "grey50")
+        line.append(f"{event.kind:17} ", style)
+        line.append(event_text(event), style if event.kind in ("error", "server_ready") else "")
+        return line
+
+    def _rebuild(self) -> None:
+        log = self.log_widget
+        log.clear()
+        for b, e in self._events:
+            if self._visible(b, e):
+                log.write(self._line(e), scroll_end=False, expand=True)
+        if self.follow:
+            log.scroll_end(animate=False)
+
+    def _update_pins(self) -> None:
+        pins = self.query_one("#pins", Static)
+        open_errors = [e for e in self._errors if error_key(e) not in self._acked]
+        pins.display = bool(open_errors)
+        if not open_errors:
+            return
+        text = Text()
+        text.append(
+            f"⚠ {len(open_errors)} error{'s' if len(open_errors) > 1 else ''} in this boot", "bold red"
+        )
+        text.append("  (a acknowledges)\n", "grey62")
+        for e in open_errors[-PINS_SHOWN:]:
+            text.append(f"{clock_text(e)} {rank_label(e):4} {e.category}: ", "bold red")
+            text.append(e.message[:300] + "\n")
+        if len(open_errors) > PINS_SHOWN:
+            text.append(f"… and {len(open_errors) - PINS_SHOWN} earlier\n", "grey62")
+        text.rstrip()
+        pins.update(text)
+
+    def _update_folded(self) -> None:
+        folded = self.query_one("#folded", Static)
+        earlier = [b for b in self._boots if self._boot_index is not None and b.index < self._boot_index]
+        folded.display = bool(earlier)
+        if not earlier:
+            return
+        text = Text()
+        verb = "folded" if self.folded else "shown"
+        text.append(f"▸ {len(earlier)} earlier boot{'s' if len(earlier) > 1 else ''} {verb} (z): ", "grey62")
+        parts = []
+        for b in earlier[-4:]:
+            errs = f", {len(b.errors)} errors" if b.errors else ""
+            parts.append(f"#{b.index} {b.phase} {len(b.events) + b.traffic_events + b.log_lines} lines{errs}")
+        text.append(" · ".join(parts), "grey62")
+        folded.update(text)
+
+    @property
+    def open_errors(self) -> list[Error]:
+        return [e for e in self._errors if error_key(e) not in self._acked]
+
+    def visible_lines(self) -> list[str]:
+        """The feed's lines as shown (for tests and for the status line)."""
+        return [feed_line(e) for b, e in self._events if self._visible(b, e)]
+
+    # ---- actions -----------------------------------------------------------------------------------
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.value = self.filter.text
+        box.focus()
+
+    def action_follow(self) -> None:
+        self.follow = not self.follow
+        log = self.log_widget
+        log.auto_scroll = self.follow
+        if self.follow:
+            log.scroll_end(animate=False)
+        self.notify("following the tail" if self.follow else "tail not followed", timeout=2)
+
+    def action_ack(self) -> None:
+        n = len(self.open_errors)
+        self._acked.update(error_key(e) for e in self._errors)
+        self._update_pins()
+        if n:
+            self.notify(f"{n} error{'s' if n > 1 else ''} acknowledged", timeout=2)
+
+    def action_fold(self) -> None:
+        self.folded = not self.folded
+        self._rebuild()
+        self._update_folded()
+
+    def set_filter(self, text: str) -> bool:
+        """Apply a filter; False (and the previous filter kept) when the regex does not compile."""
+        try:
+            flt = parse_filter(text)
+        except re.error:
+            return False
+        self.filter = flt
+        self._rebuild()
+        return True
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id != "filter":
+            return
+        ok = self.set_filter(event.value)
+        event.input.set_class(not ok, "invalid")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "filter":
+            return
+        event.input.display = False
+        self.log_widget.focus()
+
+    def on_key(self, event: object) -> None:
+        key = getattr(event, "key", None)
+        box = self.query_one("#filter", Input)
+        if key == "escape" and box.has_focus:
+            box.value = ""
+            self.set_filter("")
+            box.display = False
+            self.log_widget.focus()
+            getattr(event, "stop", lambda: None)()

@@ -1,0 +1,301 @@
+"""The dashboard's panels. Each keeps the last snapshot it was shown and draws from it in `render`, so a
+burst of snapshots costs one repaint and nothing here waits on the host."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.console import Group, RenderableType
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+from textual.widget import Widget
+from textual.widgets import Static
+
+from console.core.snapshot import ConnState, HealthState, HostSnapshot
+from console.core.state import Boot
+from console.tui.bars import stacked_bar
+from console.tui.view import (
+    SEGMENT_LABELS,
+    display_boot,
+    fmt_duration,
+    fmt_tokens,
+    freshest,
+    gpu_rows,
+    kv_gauge,
+    model_name,
+    restart_timeline,
+    unit_state,
+)
+
+SEGMENT_COLOURS: dict[str, str] = {
+    "weights": "dodger_blue2",
+    "kv": "green3",
+    "graphs": "medium_purple2",
+    "other": "orange3",
+    "procs": "red3",
+    "used": "steel_blue",
+}
+LEVEL_STYLES: dict[str, str] = {
+    "ok": "green3",
+    "warn": "yellow3",
+    "critical": "bold red",
+    "unknown": "grey62",
+}
+
+
+class Panel(Static, can_focus=True):
+    """A focusable panel; `HELP` is what F1 shows while it has focus."""
+
+    HELP = ""
+    snap: HostSnapshot | None = None
+
+    def show(self, snap: HostSnapshot) -> None:
+        self.snap = snap
+        # Auto-height panels grow when the host says more (the first GPU sample, a new phase).
+        self.refresh(layout=True)
+
+
+class HeaderBar(Widget):
+    """Host, service, link, server and model, and how old the newest sample is."""
+
+    DEFAULT_CLASSES = "header-bar"
+
+    def __init__(self, host: str, *, simulated: bool, read_only: bool, clock: Callable[[], float]) -> None:
+        super().__init__()
+        self.host = host
+        self.simulated = simulated
+        self.read_only = read_only
+        self.clock = clock
+        self.snap: HostSnapshot | None = None
+        self.note: str | None = None
+
+    def show(self, snap: HostSnapshot) -> None:
+        self.snap = snap
+        self.refresh()
+
+    def on_mount(self) -> None:
+        # The age of the freshest sample moves with the clock even when the host is quiet.
+        self.set_interval(1.0, self.refresh)
+
+    def render(self) -> RenderableType:
+        snap = self.snap
+        line1 = Text()
+        line1.append(f" {self.host} ", "bold reverse")
+        if self.simulated:
+            line1.append(" SIMULATED HOST ", "bold black on yellow")
+        if self.read_only:
+            line1.append(" READ-ONLY ", "bold white on dark_blue")
+        boot = display_boot(snap.state) if snap is not None else None
+        line1.append("  service ", "grey62")
+        state = unit_state(snap, boot) if snap is not None else "—"
+        style = "bold green3" if state == "ready" else "bold red" if state.startswith("failed") else "bold"
+        line1.append(state, style)
+        line1.append("  link ", "grey62")
+        conn = snap.connection if snap is not None else None
+        if conn is None:
+            line1.append(self.note or "not connected", "yellow3")
+        else:
+            cstyle = {ConnState.UP: "green3", ConnState.FAILED: "bold red"}.get(conn.state, "yellow3")
+            line1.append(conn.describe(), cstyle)
+        if snap is not None and snap.server is not None:
+            line1.append("  http ", "grey62")
+            health = snap.server.health
+            line1.append(
+                health.value,
+                "green3"
+                if health is HealthState.OK
+                else "yellow3"
+                if health is HealthState.STARTING
+                else "red",
+            )
+
+        line2 = Text(" ")
+        line2.append("SGLang ", "grey62")
+        line2.append(_version(boot) or "version not reported", "bold" if _version(boot) else "grey50")
+        line2.append("  model ", "grey62")
+        line2.append(model_name(boot) or "—", "bold")
+        if boot is not None:
+            line2.append(f"  boot #{boot.index}", "grey62")
+        line2.append("  freshest sample ", "grey62")
+        stamp = freshest(snap) if snap is not None else None
+        if stamp is None:
+            line2.append("none yet", "grey50")
+        else:
+            age = max(0.0, self.clock() - stamp)
+            line2.append(
+                f"{fmt_duration(age)} ago", "green3" if age < 5 else "yellow3" if age < 30 else "red"
+            )
+        return Group(line1, line2)
+
+
+def _version(boot: Boot | None) -> str | None:
+    # SGLang does not print its version in the journal; some builds put it in the args dump.
+    if boot is None:
+        return None
+    value = boot.arg("version") or boot.arg("sglang_version")
+    return str(value) if value else None
+
+
+class GpuPanel(Panel):
+    HELP = """\
+[b]GPU memory[/b] — one bar per GPU, in eighths of a cell.
+
+When this boot's journal said how much each tensor-parallel rank loaded, the bar is split into
+[dodger_blue2]weights[/] (Load weight end: mem usage), [green3]KV pool[/] (KV Cache is allocated: size),
+[medium_purple2]CUDA graphs[/] (Capture cuda graph end: mem usage), [orange3]other[/] (the rest of the
+server's own memory: activations, NCCL buffers, the CUDA context) and [red3]other processes[/]
+(memory of processes that are not this server). Grey is free.
+GPU i is taken to hold TP rank i. Without those journal lines the bar is plain used/total.
+Right of each bar: used / total GiB and the utilization the sampler reported."""
+
+    def render(self) -> RenderableType:
+        snap = self.snap
+        if snap is None or snap.gpus is None:
+            return Text("GPUs: waiting for the first sample…", "grey62")
+        sample = snap.gpus
+        if sample.state.value != "ok":
+            return Text(f"GPUs: {sample.detail or sample.state.value}", "yellow3")
+        rows = gpu_rows(snap)
+        width = max(10, self.content_region.width - 34)
+        legend = Text(" ")
+        shown = {name for r in rows for name, v in r.parts if v > 0} or {"used"}
+        for name in ("weights", "kv", "graphs", "other", "procs", "used"):
+            if name in shown:
+                legend.append("█", SEGMENT_COLOURS[name])
+                legend.append(f" {SEGMENT_LABELS[name]}  ")
+        legend.append(" ", Style(bgcolor="grey19"))
+        legend.append(" free")
+        lines: list[RenderableType] = [legend]
+        for r in rows:
+            line = Text()
+            line.append(f"GPU{r.index:<2}", "bold")
+            line.append(" ")
+            total = r.total_gib or 0.0
+            if r.detailed:
+                parts = [(v, SEGMENT_COLOURS[n]) for n, v in r.parts]
+            else:
+                parts = [(r.used_gib or 0.0, SEGMENT_COLOURS["used"])]
+            line.append_text(stacked_bar(parts, total, width))
+            used = "—" if r.used_gib is None else f"{r.used_gib:5.1f}"
+            tot = "—" if r.total_gib is None else f"{r.total_gib:.1f}"
+            line.append(f" {used}/{tot} GiB ")
+            util = "  —" if r.util_pct is None else f"{r.util_pct:3.0f}%"
+            line.append(util, "bold" if (r.util_pct or 0) >= 50 else "grey62")
+            lines.append(line)
+        if rows and not any(r.detailed for r in rows):
+            lines.append(
+                Text(" used/total only: this boot's journal has not reported per-rank memory", "grey50")
+            )
+        return Group(*lines)
+
+
+class KvPanel(Panel):
+    HELP = """\
+[b]KV capacity[/b] — the KV pool (max_total_num_tokens) of this boot against the context you aim for.
+
+[b]target[/b] comes from the active profile (--profile) or --target-context; [b]--context-length[/b] is the
+longest request the server accepts now: a pool smaller than either cannot hold one request that long.
+[b]headroom[/b] is the free GPU memory the scheduler reported when it became ready
+(available_gpu_mem); under 3 GiB is a warning, under 1.5 GiB critical (CUDA OOM under load).
+[b]in use[/b] is live token usage from /metrics, else from the last decode batch line."""
+
+    def __init__(self, *, target: int | None, target_source: str | None, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.target = target
+        self.target_source = target_source
+
+    def render(self) -> RenderableType:
+        snap = self.snap
+        if snap is None:
+            return Text("KV pool: no data yet", "grey62")
+        g = kv_gauge(snap, target=self.target, target_source=self.target_source)
+        colour = LEVEL_STYLES[g.level]
+        width = max(10, self.content_region.width - 2)
+        lines: list[RenderableType] = []
+        head = Text()
+        head.append("pool ", "grey62")
+        head.append(f"{g.pool_tokens:,} tokens" if g.pool_tokens is not None else "not allocated yet", colour)
+        if g.level != "unknown":
+            head.append(f"  [{g.level}]", colour)
+        lines.append(head)
+        scale = max(v for v in (g.pool_tokens, g.target, g.context_length, 1) if v is not None)
+        if g.pool_tokens is not None:
+            bar_colour = {"ok": "green3", "warn": "yellow3", "critical": "red3"}.get(g.level, "grey62")
+            lines.append(stacked_bar([(g.pool_tokens, bar_colour)], scale, width))
+            marks = Text(" " * width)
+            for value, ch in ((g.context_length, "c"), (g.target, "T")):
+                if value is not None:
+                    pos = min(
+                        width - 1,
+                        int(value / scale * width) - 1 if value >= scale else int(value / scale * width),
+                    )
+                    marks = marks[:pos] + Text(ch, "bold") + marks[pos + 1 :]
+            lines.append(marks)
+        tbl = Table.grid(padding=(0, 2))
+        tbl.add_column(style="grey62")
+        tbl.add_column()
+        if g.target is not None:
+            src = f" ({g.target_source})" if g.target_source else ""
+            ok = g.pool_tokens is not None and g.pool_tokens >= g.target
+            tbl.add_row("T target", Text(f"{g.target:,}{src}", "green3" if ok else "bold red"))
+        else:
+            tbl.add_row("T target", Text("none (pass --profile or --target-context)", "grey50"))
+        if g.context_length is not None:
+            ok = g.pool_tokens is not None and g.pool_tokens >= g.context_length
+            tbl.add_row("c --context-length", Text(f"{g.context_length:,}", "green3" if ok else "yellow3"))
+        if g.headroom_gib is not None:
+            tbl.add_row(
+                "headroom",
+                Text(f"{g.headroom_gib:.2f} GiB", colour if "headroom" in " ".join(g.reasons) else ""),
+            )
+        if g.usage is not None or g.used_tokens is not None:
+            pct = f"{g.usage:.1%}" if g.usage is not None else "—"
+            tbl.add_row("in use", f"{fmt_tokens(g.used_tokens)} tokens ({pct}, {g.usage_source})")
+        lines.append(tbl)
+        for why in g.reasons:
+            lines.append(Text(f"⚠ {why}", colour))
+        return Group(*lines)
+
+
+class TimelinePanel(Panel):
+    HELP = """\
+[b]Restart timeline[/b] — the phases of the current (or last) boot of the service, followed from the
+journal: stopping, launching, loading weights, KV pool, CUDA graphs, ready (or failed).
+Each phase shows how long it took (the running one counts up). The ETA is the median of the same
+phases in earlier boots seen by this console; it appears from the second restart on."""
+
+    def render(self) -> RenderableType:
+        snap = self.snap
+        if snap is None:
+            return Text("restart: no boot seen", "grey62")
+        tl = restart_timeline(snap.state, snap.ts)
+        if tl is None:
+            return Text("restart: no boot with timestamps yet", "grey62")
+        colour = {"ready": "green3", "failed": "bold red", "running": "yellow3", "stopped": "grey62"}[
+            tl.outcome
+        ]
+        head = Text()
+        head.append(f"boot #{tl.boot_index} ", "bold")
+        head.append(tl.outcome, colour)
+        head.append(f"  elapsed {fmt_duration(tl.elapsed)}", "grey62")
+        if tl.eta is not None:
+            head.append(f"  ETA {fmt_duration(tl.eta)}", "bold yellow3")
+        lines: list[RenderableType] = [head]
+        marks = {
+            "done": ("✔", "green3"),
+            "active": ("▶", "bold yellow3"),
+            "pending": ("·", "grey50"),
+            "failed": ("✘", "bold red"),
+        }
+        for step in tl.steps:
+            mark, style = marks[step.state]
+            line = Text()
+            line.append(f" {mark} ", style)
+            line.append(f"{step.label:<16}", style if step.state != "done" else "")
+            if step.seconds is not None:
+                line.append(fmt_duration(step.seconds), "grey62" if step.state == "done" else style)
+            lines.append(line)
+        if tl.reason:
+            lines.append(Text(tl.reason, "red"))
+        return Group(*lines)

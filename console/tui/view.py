@@ -1,0 +1,493 @@
+"""What the dashboard shows, computed from a `HostSnapshot` without Textual, clocks or I/O.
+
+The widgets only lay these figures out; keeping the arithmetic here lets the tests check the numbers
+without a terminal, and lets a snapshot test pin every figure by pinning the snapshot.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
+from console.core.events import (
+    CudaGraph,
+    DecodeBatch,
+    Event,
+    KvPoolAllocated,
+    Unit,
+    WeightsLoaded,
+)
+from console.core.restart import BOOT, PHASE_LABELS, Phase, RestartMachine
+from console.core.snapshot import HostSnapshot
+from console.core.state import Boot, HostState
+
+MIB_PER_GIB = 1024.0
+
+
+# ---- boots -----------------------------------------------------------------------------------------
+
+
+def display_boot(state: HostState) -> Boot | None:
+    """The boot the dashboard describes.
+
+    A unit whose start waits for readiness (`ExecStartPost=` polling /health) logs `Started` after the
+    server is up; the fold then opens a boot that holds nothing but that line. Showing that empty boot
+    would blank the pool and the GPU breakdown of a healthy server, so it is skipped while the boot before
+    it is still alive.
+    """
+    boots = state.boots
+    if not boots:
+        return None
+    latest = boots[-1]
+    if len(boots) >= 2 and not boots[-2].ended and latest.fresh:  # noqa: SIM102
+        if all(isinstance(e, Unit) and e.state == "started" for e in latest.events):
+            return boots[-2]
+    return latest
+
+
+# ---- time ------------------------------------------------------------------------------------------
+
+
+def event_time(event: Event) -> float | None:
+    """Seconds of an event's time (journal realtime when known, else its printed ISO time)."""
+    if event.realtime_us is not None:
+        return event.realtime_us / 1e6
+    if not event.ts or event.ts.startswith("--") or "T" not in event.ts:
+        return None
+    try:
+        stamp = datetime.fromisoformat(event.ts)
+    except ValueError:
+        return None
+    if stamp.tzinfo is None:
+        # Printed host-local time without an offset: only differences between events are used.
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()
+
+
+def clock_text(event: Event) -> str:
+    """`HH:MM:SS` of an event, in the host's own printed time when there is one."""
+    if event.ts and "T" in event.ts:
+        return event.ts.split("T", 1)[1][:8]
+    if event.ts and len(event.ts) >= 8 and event.ts[2] == ":":
+        return event.ts[:8]
+    if event.realtime_us is not None:
+        return datetime.fromtimestamp(event.realtime_us / 1e6, UTC).strftime("%H:%M:%S")
+    return "--:--:--"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        m, s = divmod(round(seconds), 60)
+        return f"{m}m{s:02d}s" if m else f"{s}s"
+    h, rest = divmod(int(seconds), 3600)
+    return f"{h}h{rest // 60:02d}m"
+
+
+def fmt_tokens(n: float | None) -> str:
+    if n is None:
+        return "—"
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.2f}M"
+    if n >= 10_000:
+        return f"{n / 1000:.0f}k"
+    if n >= 1000:
+        return f"{n / 1000:.1f}k"
+    return f"{n:.0f}"
+
+
+# ---- GPUs ------------------------------------------------------------------------------------------
+
+SEGMENTS: tuple[str, ...] = ("weights", "kv", "graphs", "other", "procs")
+SEGMENT_LABELS: dict[str, str] = {
+    "weights": "weights",
+    "kv": "KV pool",
+    "graphs": "CUDA graphs",
+    "other": "other (SGLang)",
+    "procs": "other processes",
+    "used": "used",
+}
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    index: int
+    name: str | None
+    total_gib: float | None
+    used_gib: float | None
+    util_pct: float | None
+    parts: tuple[tuple[str, float], ...] = ()
+    """(segment, GiB) in bar order; empty when the journal has not said enough (plain used/total)."""
+
+    @property
+    def free_gib(self) -> float | None:
+        if self.total_gib is None or self.used_gib is None:
+            return None
+        return max(0.0, self.total_gib - self.used_gib)
+
+    @property
+    def detailed(self) -> bool:
+        return bool(self.parts)
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    weights: float | None = None
+    kv: float | None = None
+    graphs: float | None = None
+
+
+def rank_memory(boot: Boot | None) -> dict[int, RankMemory]:
+    """What SGLang said each TP rank holds, in GiB (SGLang prints GB for GiB): the weights' `mem usage`,
+    the KV pool's sizes, the CUDA graphs' `mem usage` (summed: speculative decoding captures twice)."""
+    if boot is None:
+        return {}
+    weights: dict[int, float] = {}
+    kv: dict[int, float] = {}
+    graphs: dict[int, float] = {}
+    for e in boot.events:
+        rank = e.tp_rank if e.tp_rank is not None else (0 if e.dp_rank is None else None)
+        if rank is None:
+            continue
+        if isinstance(e, WeightsLoaded) and e.mem_usage_gb is not None:
+            weights[rank] = weights.get(rank, 0.0) + e.mem_usage_gb
+        elif isinstance(e, KvPoolAllocated):
+            size = e.kv_size_gb
+            if size is None and (e.k_size_gb is not None or e.v_size_gb is not None):
+                size = (e.k_size_gb or 0.0) + (e.v_size_gb or 0.0)
+            if size is not None:
+                kv[rank] = kv.get(rank, 0.0) + size
+        elif isinstance(e, CudaGraph) and e.phase == "end" and e.mem_usage_gb is not None:
+            graphs[rank] = graphs.get(rank, 0.0) + e.mem_usage_gb
+    ranks = set(weights) | set(kv) | set(graphs)
+    return {r: RankMemory(weights.get(r), kv.get(r), graphs.get(r)) for r in ranks}
+
+
+def gpu_rows(snap: HostSnapshot, boot: Boot | None = None) -> list[GpuRow]:
+    """One row per GPU. GPU *i* is taken to hold TP rank *i* (how SGLang places ranks on the visible
+    GPUs); the split is shown only while the boot that reported it is alive."""
+    sample = snap.gpus
+    if sample is None or not sample.gpus:
+        return []
+    boot = boot if boot is not None else display_boot(snap.state)
+    per_rank = rank_memory(boot) if boot is not None and not boot.ended else {}
+    pids = boot.seen_pids if boot is not None else frozenset()
+    rows = []
+    for pos, g in enumerate(sample.gpus):
+        index = g.index if g.index is not None else pos
+        total = g.memory_total_mib / MIB_PER_GIB if g.memory_total_mib is not None else None
+        used = g.memory_used_mib / MIB_PER_GIB if g.memory_used_mib is not None else None
+        parts: tuple[tuple[str, float], ...] = ()
+        mem = per_rank.get(index)
+        if mem is not None and mem.weights is not None and used is not None and total is not None:
+            ours = used
+            procs = 0.0
+            known = [p for p in g.processes if p.used_memory_mib is not None]
+            if known and any(p.pid in pids for p in known):
+                ours = sum(p.used_memory_mib or 0.0 for p in known if p.pid in pids) / MIB_PER_GIB
+                procs = max(0.0, used - ours)
+            left = ours
+            split: list[tuple[str, float]] = []
+            for name, value in (("weights", mem.weights), ("kv", mem.kv), ("graphs", mem.graphs)):
+                take = min(max(0.0, value or 0.0), left)
+                split.append((name, take))
+                left -= take
+            split.append(("other", max(0.0, left)))
+            split.append(("procs", procs))
+            parts = tuple(split)
+        rows.append(GpuRow(index, g.name, total, used, g.utilization_pct, parts))
+    return rows
+
+
+# ---- KV capacity -----------------------------------------------------------------------------------
+
+Level = str  # "ok" | "warn" | "critical" | "unknown"
+
+
+@dataclass(frozen=True)
+class KvGauge:
+    pool_tokens: int | None
+    target: int | None
+    target_source: str | None
+    """Where the target came from: a profile name, `--target-context`, or None."""
+    context_length: int | None
+    headroom_gib: float | None
+    used_tokens: float | None
+    usage: float | None
+    """Fraction of the pool in use now (0..1)."""
+    usage_source: str | None
+    level: Level
+    reasons: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def kv_gauge(
+    snap: HostSnapshot,
+    *,
+    target: int | None = None,
+    target_source: str | None = None,
+    min_headroom_gib: float = DEFAULT_MIN_HEADROOM_GIB,
+) -> KvGauge:
+    boot = display_boot(snap.state)
+    metrics = snap.server.metrics if snap.server is not None else None
+    pool = boot.pool.tokens if boot is not None else None
+    if pool is None and metrics is not None and metrics.max_total_num_tokens:
+        pool = int(metrics.max_total_num_tokens)
+    ctx = None
+    if boot is not None:
+        ctx = boot.pool.context_len or _int(boot.arg("context_length"))
+    if ctx is None and metrics is not None and metrics.context_len:
+        ctx = int(metrics.context_len)
+    headroom = boot.pool.available_gpu_mem_gb if boot is not None else None
+
+    used: float | None = None
+    usage: float | None = None
+    source: str | None = None
+    if metrics is not None and metrics.kv_used_tokens is not None and snap.server is not None:
+        used = metrics.kv_used_tokens
+        usage = metrics.token_usage if metrics.token_usage is not None else None
+        source = "/metrics"
+    else:
+        for e in reversed(snap.recent):
+            if isinstance(e, DecodeBatch) and e.token_usage is not None:
+                usage = e.token_usage
+                used = e.num_tokens
+                source = "decode stats"
+                break
+    if usage is None and used is not None and pool:
+        usage = used / pool
+    if used is None and usage is not None and pool:
+        used = usage * pool
+
+    reasons: list[str] = []
+    level = "ok"
+
+    def worse(to: str, why: str) -> None:
+        nonlocal level
+        reasons.append(why)
+        if to == "critical" or level == "ok":
+            level = to
+
+    if pool is None:
+        level = "unknown"
+    else:
+        if target is not None and pool < target:
+            worse("critical", f"pool {fmt_tokens(pool)} < target {fmt_tokens(target)}")
+        if ctx is not None and pool < ctx:
+            worse("warn", f"pool {fmt_tokens(pool)} < --context-length {fmt_tokens(ctx)}")
+        if headroom is not None and headroom < min_headroom_gib:
+            worse(
+                "critical" if headroom < min_headroom_gib / 2 else "warn",
+                f"headroom {headroom:.2f} GiB < {min_headroom_gib:g} GiB",
+            )
+        if usage is not None and usage >= 0.9:
+            worse("critical" if usage >= 0.98 else "warn", f"pool {usage:.0%} in use")
+    return KvGauge(pool, target, target_source, ctx, headroom, used, usage, source, level, tuple(reasons))
+
+
+# ---- restart timeline ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimelineStep:
+    phase: Phase
+    label: str
+    seconds: float | None
+    state: str
+    """`done`, `active`, `pending`, `failed`."""
+
+
+@dataclass(frozen=True)
+class Timeline:
+    boot_index: int
+    steps: tuple[TimelineStep, ...]
+    elapsed: float | None
+    eta: float | None
+    outcome: str
+    """`running`, `ready`, `failed`, `stopped`."""
+    reason: str | None = None
+
+
+def _machine(boot: Boot, stop_at: float | None, history: list[dict[Phase, float]]) -> RestartMachine | None:
+    times = [t for t in (event_time(e) for e in boot.events) if t is not None]
+    if not times:
+        return None
+    start = stop_at if stop_at is not None and stop_at <= times[0] else times[0]
+    m = RestartMachine("observed", now=start, history=history)
+    # The boot was observed, not commanded: the controller's own steps took no time here.
+    for step in (Phase.VALIDATE, Phase.DIFF, Phase.WRITE_DROPIN, Phase.DAEMON_RELOAD):
+        m.step_done(step, start)
+    m.step_done(Phase.RESTART, start)
+    last = start
+    for e in boot.events:
+        t = event_time(e)
+        last = max(last, t) if t is not None else last
+        m.feed(e, last)
+    return m
+
+
+def _stop_time(prev: Boot | None) -> float | None:
+    """When the previous boot was asked to stop: the start of this restart."""
+    if prev is None:
+        return None
+    for e in prev.events:
+        if isinstance(e, Unit) and e.state in ("stopping", "stopped"):
+            return event_time(e)
+    return None
+
+
+def restart_timeline(state: HostState, now: float) -> Timeline | None:
+    """The phases of the current (or last) boot with their durations, and an ETA from earlier boots.
+    `now` is the snapshot's time, so a pinned snapshot renders a pinned timeline."""
+    boot = display_boot(state)
+    if boot is None:
+        return None
+    idx = state.boots.index(boot)
+    history: list[dict[Phase, float]] = []
+    for i, earlier in enumerate(state.boots[:idx]):
+        m = _machine(earlier, _stop_time(state.boots[i - 1]) if i else None, [])
+        if m is not None and m.phase == Phase.READY:
+            history.append({p: s for p, s in m.durations().items() if p in BOOT})
+    m = _machine(boot, _stop_time(state.boots[idx - 1]) if idx else None, history)
+    if m is None:
+        return None
+    last_seen = max((t for t in (event_time(e) for e in boot.events) if t is not None), default=now)
+    live = not boot.ended and m.phase not in (Phase.READY, Phase.FAILED)
+    # Journal realtime stamps share our clock; a pasted log's host-local times do not, so a running
+    # phase of such a boot counts up to its last line only.
+    same_clock = any(e.realtime_us is not None for e in boot.events)
+    clock = max(now, last_seen) if live and same_clock else last_seen
+    spent = m.durations(clock if live else None)
+    ready_at = next((s.start for s in m.spans if s.phase in (Phase.READY, Phase.FAILED)), None)
+    steps = []
+    order = [*BOOT, Phase.READY]
+    current = m.phase
+    for phase in order:
+        if phase == Phase.READY and current == Phase.FAILED:
+            steps.append(TimelineStep(Phase.FAILED, PHASE_LABELS[Phase.FAILED], None, "failed"))
+            continue
+        seen = phase in spent
+        if phase == current and phase != Phase.READY:
+            st = "active"
+        elif (phase == Phase.READY and current == Phase.READY) or seen:
+            st = "done"
+        else:
+            st = "pending"
+        secs = spent.get(phase) if phase != Phase.READY else None
+        steps.append(TimelineStep(phase, PHASE_LABELS[phase], secs, st))
+    if boot.ended and current not in (Phase.READY, Phase.FAILED):
+        outcome = "failed" if boot.phase == "failed" else "stopped"
+    elif current == Phase.FAILED:
+        outcome = "failed"
+    elif current == Phase.READY:
+        outcome = "stopped" if boot.ended else "ready"
+    else:
+        outcome = "running"
+    elapsed = (ready_at if ready_at is not None else clock) - m.started
+    eta = m.eta(clock) if outcome == "running" else None
+    return Timeline(boot.index, tuple(steps), elapsed, eta, outcome, m.reason)
+
+
+# ---- event feed ------------------------------------------------------------------------------------
+
+KIND_STYLES: dict[str, str] = {
+    "error": "bold red",
+    "unit": "cyan",
+    "server_args": "blue",
+    "dist_init": "blue",
+    "weights_begin": "blue",
+    "weights_loaded": "bold blue",
+    "kv_pool_allocated": "bold green",
+    "memory_pool_end": "green",
+    "pool_summary": "bold green",
+    "pool_clamped": "yellow",
+    "cuda_graph": "magenta",
+    "server_ready": "bold green",
+    "prefill_batch": "grey62",
+    "decode_batch": "grey62",
+    "http_access": "grey50",
+    "log": "grey58",
+}
+
+_PREFIX = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?(?: [^\]]*)?\]\s*")
+
+
+def event_text(event: Event) -> str:
+    """The line without SGLang's `[date time TPn]` prefix (the feed prints time and rank itself)."""
+    if event.kind == "error":
+        return getattr(event, "message", "") or event.raw
+    text = event.raw or getattr(event, "message", "")
+    return _PREFIX.sub("", text, count=1)
+
+
+def rank_label(event: Event) -> str:
+    if event.tp_rank is not None:
+        return f"TP{event.tp_rank}"
+    if event.dp_rank is not None:
+        return f"DP{event.dp_rank}"
+    return ""
+
+
+def feed_line(event: Event) -> str:
+    """The searchable text of a feed line (the filter matches on what the operator reads)."""
+    return f"{clock_text(event)} {rank_label(event):4} {event.kind:17} {event_text(event)}"
+
+
+def unit_state(snap: HostSnapshot, boot: Boot | None) -> str:
+    """Words for the service: the boot's phase, or what systemd said last."""
+    if boot is None:
+        return "no boot seen"
+    words = {
+        "starting": "starting",
+        "loading": "loading weights",
+        "pool": "allocating KV pool",
+        "graphs": "capturing CUDA graphs",
+        "scheduler_ready": "serving (scheduler ready)",
+        "ready": "ready",
+        "stopping": "stopping",
+        "stopped": "stopped",
+        "failed": "failed",
+    }
+    text = words.get(boot.phase, boot.phase)
+    if boot.unit_result and boot.phase in ("failed", "stopped"):
+        text += f" ({boot.unit_result})"
+    return text
+
+
+def model_name(boot: Boot | None) -> str | None:
+    if boot is None:
+        return None
+    for key in ("served_model_name", "model_path"):
+        value = boot.arg(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def freshest(snap: HostSnapshot) -> float | None:
+    """Unix time of the newest thing heard from the host (a GPU sample, a server poll, a journal line)."""
+    stamps = []
+    if snap.gpus is not None and snap.gpus.ts is not None:
+        stamps.append(snap.gpus.ts)
+    if snap.server is not None and snap.server.ts is not None:
+        stamps.append(snap.server.ts)
+    if snap.recent and snap.recent[-1].realtime_us is not None:
+        stamps.append(snap.recent[-1].realtime_us / 1e6)
+    return max(stamps) if stamps else None

@@ -1,0 +1,167 @@
+"""The dashboard fed recorded corpus events and pinned GPU samples (no host, no clock)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from console.core.events import Unit
+from console.tui.bars import stacked_bar
+from console.tui.view import gpu_rows, kv_gauge, restart_timeline
+from tests.tui_support import NOW, corpus_events, gpu_sample, make_app, snapshot
+
+GIB = 1024.0
+
+
+def plain(renderable: object) -> str:
+    console = Console(width=150, file=io.StringIO(), record=True)
+    console.print(renderable)
+    return console.export_text()
+
+
+@pytest.fixture(scope="module")
+def kimi_events():
+    # Kimi K2.5 on 8x MI355X: weights 73.58 GiB and a 160.63 GiB KV pool per rank, then a traceback.
+    return corpus_events("case-01")
+
+
+def test_stacked_bar_eighths() -> None:
+    bar = stacked_bar([(1.0, "red"), (1.0, "blue")], 4.0, 2)
+    # 16 eighths: red 0-3, blue 4-7 → cell 0 is ▌ red on blue; cell 1 is free.
+    assert bar.plain == "▌ "
+    assert bar.spans[0].style.color.name == "red" and bar.spans[0].style.bgcolor.name == "blue"
+    assert stacked_bar([(3.0, "red")], 8.0, 1).plain == "▍"
+    assert stacked_bar([], 8.0, 3).plain == "   "
+
+
+def test_gpu_split_from_journal(kimi_events) -> None:
+    used = [250.0 * GIB] * 8
+    snap = snapshot(kimi_events, gpu_sample(used, 288 * GIB))
+    rows = gpu_rows(snap)
+    assert len(rows) == 8
+    parts = dict(rows[0].parts)
+    assert parts["weights"] == pytest.approx(73.58)
+    assert parts["kv"] == pytest.approx(160.63)
+    assert parts["graphs"] == 0.0
+    assert parts["other"] == pytest.approx(250 - 73.58 - 160.63)
+    assert rows[0].free_gib == pytest.approx(38.0)
+
+
+def test_gpu_degrades_to_used_total() -> None:
+    snap = snapshot(corpus_events("case-26"), gpu_sample([1000.0, 2000.0], 8192.0))
+    rows = gpu_rows(snap)
+    assert [r.detailed for r in rows] == [False, False]
+    assert rows[1].used_gib == pytest.approx(2000 / GIB)
+
+
+def test_kv_gauge_against_target_and_context() -> None:
+    events = corpus_events("case-31")  # Qwen3-0.6B: pool 15387, context 40960, 0.00 GB left at ready
+    g = kv_gauge(snapshot(events, None), target=32_768, target_source="profile ctx-32k")
+    assert g.pool_tokens == 15387
+    assert g.context_length == 40960
+    assert g.level == "critical"
+    assert any("target" in r for r in g.reasons) and any("--context-length" in r for r in g.reasons)
+
+
+def test_timeline_phases_and_eta() -> None:
+    events = corpus_events("case-31")
+    tl = restart_timeline(snapshot(events, None).state, NOW)
+    assert tl is not None and tl.outcome == "ready"
+    by = {s.label: s for s in tl.steps}
+    assert by["loading weights"].seconds == pytest.approx(51.0)  # 16:13:42 → 16:14:33
+    # The machine has no phase between the capture and "fired up" (warm-up): 16:14:33 → 16:15:37.
+    assert by["CUDA graphs"].seconds == pytest.approx(64.0)
+    assert tl.elapsed == pytest.approx(122.0)
+
+
+async def test_dashboard_shows_numbers(kimi_events) -> None:
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.post_snapshot(snapshot(kimi_events, gpu_sample([250.0 * GIB] * 8, 288 * GIB)))
+        await pilot.pause()
+        dash = app.dashboards["gpu1"]
+        gpus = plain(dash.gpus.render())
+        assert "GPU7" in gpus and "250.0/288.0 GiB" in gpus and "KV pool" in gpus
+        kv = plain(dash.kv.render())
+        assert "2,454,421" in kv and "200,000 (--target-context)" in kv
+        # Two errors of this boot are pinned until acknowledged.
+        assert [e.category for e in dash.feed.open_errors] == ["scheduler_exception", "sigquit"]
+        assert dash.feed.query_one("#pins").display
+        await pilot.press("a")
+        assert dash.feed.open_errors == []
+        assert not dash.feed.query_one("#pins").display
+
+
+async def test_filter_regex_and_invert(kimi_events) -> None:
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.post_snapshot(snapshot(kimi_events, None))
+        await pilot.pause()
+        feed = app.dashboards["gpu1"].feed
+        total = len(feed.visible_lines())
+        await pilot.press("slash")
+        await pilot.press(*"kv_pool")
+        await pilot.press("enter")
+        lines = feed.visible_lines()
+        assert len(lines) == 8 and all("kv_pool_allocated" in line for line in lines)
+        assert feed.set_filter("!kv_pool")
+        assert len(feed.visible_lines()) == total - 8
+        assert not feed.set_filter("([")  # a broken regex keeps the previous filter
+        assert len(feed.visible_lines()) == total - 8
+
+
+async def test_new_boot_folds_the_previous_one(kimi_events) -> None:
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.post_snapshot(snapshot(kimi_events, None))
+        await pilot.pause()
+        restart = [
+            Unit(state="stopping", message="Stopping sglang.service", ts="2026-02-20T10:00:00", pid=1),
+            Unit(state="stopped", message="Stopped sglang.service", ts="2026-02-20T10:00:05", pid=1),
+            Unit(state="starting", message="Starting sglang.service", ts="2026-02-20T10:00:06", pid=1),
+        ]
+        events = [*kimi_events, *restart]
+        app.post_snapshot(snapshot(events, None, seq=2))
+        await pilot.pause()
+        feed = app.dashboards["gpu1"].feed
+        assert feed.open_errors == []  # errors of the earlier boot are not this boot's
+        assert all("unit" in line for line in feed.visible_lines())
+        assert "1 earlier boot folded" in plain(feed.query_one("#folded").render())
+
+
+async def test_read_only_refuses_restart() -> None:
+    app = make_app(read_only=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("r")
+        await pilot.pause()
+        assert len(app.screen_stack) == 1  # no confirmation opened
+        app.request_restart("gpu1")  # as the palette would call it
+        await pilot.pause()
+        assert len(app.screen_stack) == 1
+        assert "r" not in {k for k, b in app.active_bindings.items() if b.enabled}
+
+
+async def test_restart_asks_first() -> None:
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("r")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "ConfirmScreen"
+        await pilot.press("n")
+        await pilot.pause()
+        assert len(app.screen_stack) == 1
+
+
+async def test_help_follows_focus() -> None:
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.dashboards["gpu1"].gpus.focus()
+        await pilot.press("f1")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "HelpScreen"
+        assert "GPU memory" in app.screen.panel_help
+        await pilot.press("escape")
+        await pilot.press("q")
+    assert app.return_code == 0
