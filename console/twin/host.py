@@ -257,6 +257,7 @@ class TwinHost:
             uid=os.getuid(),
         )
         write_atomic(lay.config_path, cfg.model_dump_json(indent=1) + "\n")
+        write_atomic(lay.owner_path, f"{os.getpid()}\n")
         install_standins(lay, cfg)
         self._write_keys()
         self._write_unit(cfg)

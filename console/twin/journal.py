@@ -29,6 +29,7 @@ import uuid
 from pathlib import Path
 
 from console.twin.layout import JOURNAL_REMOTE, TwinConfig, TwinLayout
+from console.twin.units import stop_when_owner_gone
 
 # Fields journald puts first in `-o json` output; the rest follow in the order they were written.
 _LEADING = ("__CURSOR", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_ID")
@@ -182,7 +183,14 @@ async def serve(layout: TwinLayout) -> None:
         loop.add_signal_handler(sig, stop.set)
     sys.stdout.write("ready\n")
     sys.stdout.flush()
+
+    def owner_gone() -> None:
+        # the supervisor notices the same and writes its last systemd lines first: give it that time
+        loop.call_later(5.0, stop.set)
+
+    watchdog = asyncio.ensure_future(stop_when_owner_gone(layout, owner_gone))
     await stop.wait()
+    watchdog.cancel()
     server.close()
     # Let producers that are still connected (a supervisor writing its last lines) finish.
     with contextlib.suppress(TimeoutError):

@@ -70,6 +70,12 @@ class TwinLayout:
         return self.root / "twin.json"
 
     @property
+    def owner_path(self) -> Path:
+        """The pid of the process that runs this twin (`k26-console twin`/`demo`, a test); its service
+        and journal writer end when it is gone, however it ended (a closed terminal, SIGKILL)."""
+        return self.root / "owner.pid"
+
+    @property
     def unit_dir(self) -> Path:
         return self.root / "etc" / "systemd" / "system"
 

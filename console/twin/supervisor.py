@@ -22,7 +22,7 @@ from pathlib import Path
 from console.twin.journal import JournalClient
 from console.twin.layout import SERVICE_PATH, TwinLayout
 from console.twin.unitfile import ExecCommand, ServiceConfig
-from console.twin.units import EXIT_STATUS_NAMES, MESSAGE_IDS, ServiceManager
+from console.twin.units import EXIT_STATUS_NAMES, MESSAGE_IDS, ServiceManager, stop_when_owner_gone
 
 _CLEAN_SIGNALS = {signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE}
 
@@ -314,6 +314,13 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self.stop_requested.set)
         loop.add_signal_handler(signal.SIGINT, self.stop_requested.set)
+        watchdog = asyncio.ensure_future(stop_when_owner_gone(self.layout, self.stop_requested.set))
+        try:
+            return await self._run()
+        finally:
+            watchdog.cancel()
+
+    async def _run(self) -> int:
         env = self.environment()
         main_cmd = self.svc.exec_start[0]
         self.set_state(

@@ -6,11 +6,12 @@ only writer of that unit's runtime state, `systemctl` only reads it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import getpass
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, TypeAdapter
@@ -164,3 +165,21 @@ class ServiceManager:
                 yield
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def owner_alive(layout: TwinLayout) -> bool:
+    """False once the twin's owning process has gone; True when there is none on record."""
+    if not layout.root.is_dir():
+        return False  # the owner removed the whole twin (a demo's temporary directory)
+    try:
+        pid = int(layout.owner_path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return True
+    return pid_alive(pid)
+
+
+async def stop_when_owner_gone(layout: TwinLayout, stop: Callable[[], None], interval_s: float = 1.0) -> None:
+    """Call `stop` once the owner is gone, so an owner killed without cleanup leaves no process behind."""
+    while owner_alive(layout):
+        await asyncio.sleep(interval_s)
+    stop()
