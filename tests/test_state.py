@@ -263,3 +263,13 @@ def test_started_after_a_stop_still_opens_the_next_boot() -> None:
     )
     first, second = boots_of(text)
     assert first.ended and second.opened_by == "unit_start" and second.pool.tokens == 218_484
+
+
+def test_an_audit_entry_belongs_to_no_boot() -> None:
+    from console.core.events import Audit
+
+    audit = Audit(action="apply", user="alice", outcome="ok", message="alice applied ctx-200k", host="gpu1")
+    assert HostState().apply(audit).boots == ()
+    unit = parse_lines(["Nov 30 10:00:00 gpu1 systemd[1]: Started sglang.service - SGLang."], host="gpu1")
+    state = HostState().apply_all(unit)
+    assert state.apply(audit) is state

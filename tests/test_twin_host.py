@@ -498,6 +498,7 @@ def test_cli_prints_hosts_toml_and_a_working_ssh_command(tmp_path: Path) -> None
             str(tmp_path / "s"),
             "--time-scale",
             str(TIME_SCALE),
+            "--no-register",  # never into the hosts.toml of whoever runs the tests
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

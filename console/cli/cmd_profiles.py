@@ -3,8 +3,9 @@
 - `list`: every profile (user profiles shadow the shipped examples), with target and last verified pool;
 - `show NAME`: the profile, its argv and the systemd drop-in it would write;
 - `diff A B`: what changes going from A to B, flags compared as SGLang reads them;
-- `validate NAME [--sglang-version V]`: the profile against that version's real flag list; exit 1 when
-  it would not start, 0 otherwise (warnings are printed, not fatal).
+- `validate NAME [--sglang-version V] [--host HOST | --journal FILE]`: the profile against that version's
+  real flag list and, calibrated on a journal's boots, the capacity planner (fits, headroom); exit 1 when
+  it would not start or the planner refuses it, 0 otherwise (warnings are printed, not fatal).
 
 A profile that is not there or does not parse is one sentence (with the TOML line number) and exit 2.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from console.core.apply import PlannerVerdict
 from console.core.flags import FlagList, UnknownVersion, available_versions, load_flag_list
 from console.core.profile_store import ProfileStore
 from console.core.profiles import (
@@ -63,6 +65,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     val = actions.add_parser("validate", help="check a profile against SGLang's real flag list")
     val.add_argument("name", metavar="NAME")
     val.add_argument("--sglang-version", metavar="V", help="override the profile's sglang_version")
+    planner = val.add_mutually_exclusive_group()
+    planner.add_argument(
+        "--journal", metavar="FILE", help="calibrate the capacity planner on this journal's boots"
+    )
+    planner.add_argument(
+        "--host", metavar="HOST", help="calibrate the capacity planner on HOST's unit journal (over SSH)"
+    )
+    val.add_argument("--hosts", metavar="FILE", help="the hosts file for --host")
+    val.add_argument(
+        "--min-headroom-gib",
+        type=float,
+        default=None,
+        metavar="G",
+        help="least headroom the planner keeps (default 3)",
+    )
     val.add_argument("--json", action="store_true")
 
     for q in (p, ls, show, diff, val):
@@ -199,14 +216,19 @@ def _validate(store: ProfileStore, args: argparse.Namespace) -> int:
     version = args.sglang_version or prof.sglang_version
     fl = _flag_list(version)
     result = validate_profile(prof, fl)
+    verdict = _planner(prof, fl, args)
+    refused = verdict.checked and verdict.fits is False
     if args.json:
         data = result.model_dump(mode="json")
-        data["ok"] = result.ok
+        data["ok"] = result.ok and not refused
         data["known_versions"] = available_versions()
+        data["planner"] = verdict.model_dump(mode="json")
         _json(data)
     else:
         for issue in result.issues:
             _out(f"{issue.level}: {issue.message}")
+        if args.journal or args.host:
+            _out(verdict.summary() if refused or verdict.checked else f"note: {verdict.summary()}")
         n_err, n_warn = len(result.errors), len(result.warnings)
         if result.ok:
             extra = f" ({n_warn} warning{'s' if n_warn != 1 else ''})" if n_warn else ""
@@ -215,4 +237,34 @@ def _validate(store: ProfileStore, args: argparse.Namespace) -> int:
             _out(
                 f"{prof.name} would not start on SGLang {fl.sglang_version}: {n_err} error{'s' if n_err != 1 else ''}."
             )
-    return EXIT_OK if result.ok else EXIT_CHECK_FAILED
+    return EXIT_OK if result.ok and not refused else EXIT_CHECK_FAILED
+
+
+def _planner(prof: Profile, fl: FlagList, args: argparse.Namespace) -> PlannerVerdict:
+    """The planner's verdict, calibrated on a journal (a file or a host's); without one it says so."""
+    from console.core.apply import planner_verdict
+    from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
+
+    floor = DEFAULT_MIN_HEADROOM_GIB if args.min_headroom_gib is None else args.min_headroom_gib
+    model = None
+    if args.journal:
+        from console.cli.cmd_plan import read_boots
+
+        boots = read_boots(args.journal)
+    elif args.host:
+        from console.cli.cmd_verify import _remote_boots
+        from console.sources.hosts import HostsError, load_hosts, resolve_host
+
+        try:
+            model = resolve_host(args.host, load_hosts(args.hosts)).model
+        except HostsError as exc:
+            raise UsageError(f"{str(exc).rstrip('.')}.") from None
+        boots = _remote_boots(args.host, args.hosts)
+    else:
+        return PlannerVerdict(
+            checked=False,
+            target_context=prof.target_context,
+            min_headroom_gib=floor,
+            reasons=["give --host HOST or --journal FILE to calibrate the capacity planner on real boots"],
+        )
+    return planner_verdict(prof, fl, boots, model=model, min_headroom_gib=floor)

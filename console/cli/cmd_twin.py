@@ -32,7 +32,44 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--time-scale", type=float, default=None, help="startup time multiplier (1.0 is real time)"
     )
+    p.add_argument(
+        "--no-register",
+        action="store_true",
+        help="do not add the twin to your hosts.toml (by default it is added or updated under its --name, "
+        "so `k26-console apply twin PROFILE` works without --hosts)",
+    )
     p.set_defaults(func=run)
+
+
+def register_host(twin_hosts: Path, name: str, target: Path | None = None) -> Path:
+    """Merge the twin's entry into the operator's hosts.toml (default: the config dir's): the other hosts,
+    comments and order stay; the file is replaced atomically. Raises UsageError when it is not valid TOML."""
+    import tomlkit
+    import tomlkit.exceptions
+
+    from console.core.profile_store import atomic_write_text
+    from console.sources.hosts import default_hosts_path
+
+    path = target or default_hosts_path()
+    entry = tomlkit.parse(twin_hosts.read_text(encoding="utf-8"))["hosts"][name]  # type: ignore[index]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    try:
+        doc = tomlkit.parse(text)
+    except tomlkit.exceptions.ParseError as exc:
+        raise UsageError(
+            f"{path} line {exc.line} is not valid TOML, so the twin was not added to it."
+        ) from None
+    if "hosts" not in doc:
+        doc["hosts"] = tomlkit.table(is_super_table=True)
+    hosts = doc["hosts"]
+    if not isinstance(hosts, dict):
+        raise UsageError(f"{path} has a 'hosts' that is not a table, so the twin was not added to it.")
+    hosts[name] = entry  # type: ignore[index]
+    atomic_write_text(path, tomlkit.dumps(doc))
+    return path
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,6 +105,18 @@ def run(args: argparse.Namespace) -> int:
         try:
             print(twin.hosts_toml, flush=True)
             print(twin.ssh_command(), flush=True)
+            if not args.no_register:
+                try:
+                    where = register_host(twin.hosts_toml, name)
+                except (UsageError, OSError) as exc:
+                    reason = exc.sentence if isinstance(exc, UsageError) else f"{exc.strerror or exc}."
+                    sys.stderr.write(f"k26 twin: not registered: {reason}\n")
+                else:
+                    print(
+                        f"registered as host '{name}' in {where} (--no-register to skip); "
+                        f"try: k26-console apply {name} ctx-200k --rollback-on-failure",
+                        flush=True,
+                    )
             await stop.wait()
         finally:
             sys.stderr.write("k26 twin: stopping the service and the host.\n")

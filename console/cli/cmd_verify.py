@@ -5,94 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
-
-from pydantic import BaseModel, Field
 
 from console.cli.cmd_plan import human_int, read_boots
 from console.cli.errors import EXIT_OK, CheckFailed, UsageError
-from console.core.events import Error
+from console.core.apply import Verdict, judge
 from console.core.state import Boot
 
-
-class Verdict(BaseModel):
-    """The `verify --json` contract."""
-
-    ok: bool
-    max_total_num_tokens: int | None
-    target_context: int
-    ready: bool
-    errors: list[dict[str, Any]] = Field(default_factory=list)
-    stale_errors: list[dict[str, Any]] = Field(default_factory=list)
-    available_gpu_mem_gb: float | None = None
-    phase: str
-    boot_index: int
-    boots: int
-    reasons: list[str] = Field(default_factory=list)
-    summary: str = ""
-
-
-def _error_dict(error: Error, boot: Boot) -> dict[str, Any]:
-    return {
-        "boot": boot.index,
-        "ts": error.ts,
-        "rank": f"TP{error.tp_rank}" if error.tp_rank is not None else None,
-        "category": error.category,
-        "message": error.message,
-    }
-
-
-def judge(boots: list[Boot], target: int) -> Verdict:
-    """The verdict for the latest boot; errors of earlier boots are stale and do not fail it."""
-    boot = boots[-1]
-    tokens = boot.pool.tokens
-    reasons: list[str] = []
-    if tokens is None:
-        reasons.append("the latest boot has not sized its KV pool yet")
-    elif tokens < target:
-        reasons.append(
-            f"the pool holds {tokens:,} tokens, {target - tokens:,} short of the {target:,} target "
-            "(raise --mem-fraction-static; --context-length alone does not grow the pool)"
-        )
-    if boot.ended:
-        reasons.append(f"the server {boot.phase} after this boot's start")
-    elif not boot.ready:
-        reasons.append(f"the server is not ready (it got as far as: {boot.phase})")
-    if boot.errors:
-        first = boot.errors[0]
-        more = f" and {len(boot.errors) - 1} more" if len(boot.errors) > 1 else ""
-        reasons.append(
-            f"{len(boot.errors)} error(s) since this boot, first {first.category}: {first.message}{more}"
-        )
-    stale = [_error_dict(e, b) for b in boots[:-1] for e in b.errors]
-    room = boot.pool.available_gpu_mem_gb
-    if reasons:
-        summary = "not ok: " + "; ".join(reasons) + "."
-    else:
-        parts = [
-            f"ok: the pool holds {tokens:,} tokens (target {target:,})",
-            "the server is ready",
-            "no errors since this boot",
-        ]
-        if room is not None:
-            parts.append(f"{room:.2f} GiB free at ready")
-        if stale:
-            parts.append(f"{len(stale)} stale error(s) from earlier boots ignored")
-        summary = ", ".join(parts) + "."
-    return Verdict(
-        ok=not reasons,
-        max_total_num_tokens=tokens,
-        target_context=target,
-        ready=boot.ready,
-        errors=[_error_dict(e, boot) for e in boot.errors],
-        stale_errors=stale,
-        available_gpu_mem_gb=room,
-        phase=boot.phase,
-        boot_index=boot.index,
-        boots=len(boots),
-        reasons=reasons,
-        summary=summary,
-    )
+__all__ = ["Verdict", "judge", "register", "run"]  # the verdict lives in core.apply, shared with `apply`
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

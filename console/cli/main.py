@@ -22,9 +22,11 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "plan",
     "verify",
     "profiles",
+    "apply",
     "twin",
     "demo",
     "console",
+    "audit",
 )
 
 

@@ -185,6 +185,32 @@ class Log(EventBase):
     message: str = ""
 
 
+AuditAction = Literal["apply", "restart", "rollback", "probe", "lock_break"]
+AuditOutcome = Literal["ok", "failed", "rolled_back", "refused", "aborted"]
+
+
+class Audit(EventBase):
+    """One line of the host's `audit.jsonl` (see `console.core.pairing.AuditEntry`), on the event feed.
+
+    `host` and `ts` are the common fields; `message` (and `raw`) hold the one-line rendering the feed shows.
+    It comes from the host's state directory, not from the journal, so it belongs to no boot.
+    """
+
+    kind: Literal["audit"] = "audit"
+    action: AuditAction
+    user: str
+    jump_host: str | None = None
+    console_id: str | None = None
+    profile: str | None = None
+    diff: list[str] = Field(default_factory=list)
+    outcome: AuditOutcome
+    summary: str = ""
+    durations: dict[str, float] = Field(default_factory=dict)
+    total_s: float | None = None
+    pool_tokens: int | None = None
+    message: str = ""
+
+
 Event = Annotated[
     ServerArgs
     | DistInit
@@ -201,7 +227,8 @@ Event = Annotated[
     | HttpAccess
     | Error
     | Unit
-    | Log,
+    | Log
+    | Audit,
     Field(discriminator="kind"),
 ]
 
@@ -224,6 +251,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "error",
     "unit",
     "log",
+    "audit",
 )
 
 

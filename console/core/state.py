@@ -32,6 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.events import (
+    Audit,
     CudaGraph,
     DecodeBatch,
     DistInit,
@@ -210,6 +211,9 @@ class HostState(BaseModel):
         return self.boots[-1] if self.boots else None
 
     def apply(self, event: Event) -> HostState:
+        if isinstance(event, Audit):
+            # from the host's state directory, not the journal: it belongs to no boot
+            return self
         cur = self.latest
         if cur is not None and len(self.boots) >= 2 and _straggler(self.boots[-2], cur, event):
             prev = _add(self.boots[-2], event)

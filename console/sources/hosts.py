@@ -15,6 +15,9 @@ named with `--hosts FILE`. One table per host:
     identity_file = "~/.ssh/id_gpu1"   # optional; else ~/.ssh/config and the agent
     known_hosts = "~/.ssh/known_hosts" # optional; else ~/.ssh/config, else ~/.ssh/known_hosts
     local = false                      # true: the console runs ON the GPU host (local NVML, no SSH)
+    sudo = false                       # true: systemctl and the drop-in go through `sudo -n` (no prompt)
+    unit_dir = "/etc/systemd/system"   # where the unit's drop-in directory UNIT.service.d lives
+    state_dir = "~/.k26-console"       # on the host: presence, the lock and audit.jsonl
 
 A name that is not in the file is taken as an ssh target with the defaults above, so
 `k26-console verify gpu1` works with nothing but an `~/.ssh/config` entry.
@@ -41,6 +44,7 @@ from pydantic import (
 APP_NAME = "k26-console"
 DEFAULT_UNIT = "sglang"
 DEFAULT_SERVER_URL = "http://127.0.0.1:30000"
+DEFAULT_UNIT_DIR = "/etc/systemd/system"
 
 
 class HostsError(ValueError):
@@ -62,6 +66,21 @@ class HostConfig(BaseModel):
     identity_file: Path | None = None
     known_hosts: Path | None = None
     local: bool = False
+    state_dir: str = Field(default="~/.k26-console", min_length=1, pattern=r"^[^\n\r\x00]+$")
+    """Where consoles on this host keep presence, the lock and audit.jsonl (on the host; "~" is the
+    SSH user's home). Consoles that must exclude each other need the same directory."""
+    sudo: bool = False
+    """Run systemctl and the drop-in writes as `sudo -n ...`: never a password prompt, a clear refusal."""
+    unit_dir: str = DEFAULT_UNIT_DIR
+    """The administrator's unit directory on the host; the drop-in goes into UNIT.service.d under it."""
+
+    @field_validator("unit_dir")
+    @classmethod
+    def _unit_dir(cls, value: str) -> str:
+        value = value.strip()
+        if not value.startswith("/") or any(c in value for c in "\n\r\0"):
+            raise ValueError("unit_dir must be an absolute path such as /etc/systemd/system")
+        return value.rstrip("/") or "/"
 
     @field_validator("ssh")
     @classmethod

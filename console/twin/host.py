@@ -344,6 +344,8 @@ class TwinHost:
         entry["server_url"] = self.sglang_url
         entry["identity_file"] = str(self.client_key)
         entry["known_hosts"] = str(self.known_hosts)
+        # The twin's /etc/systemd/system: where `apply` puts its drop-in.
+        entry["unit_dir"] = str(self.layout.unit_dir)
         hosts[self.name] = entry
         doc["hosts"] = hosts
         write_atomic(self.hosts_toml, tomlkit.dumps(doc))

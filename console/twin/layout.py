@@ -121,6 +121,12 @@ class TwinLayout:
         return self.root / "home"
 
     @property
+    def sudo_nopasswd(self) -> Path:
+        """While this file exists the twin's `sudo -n` runs commands as a NOPASSWD sudoers rule would;
+        without it `sudo -n` answers "a password is required", as a host whose rule wants one."""
+        return self.root / "etc" / "sudoers.d" / "k26-nopasswd"
+
+    @property
     def hosts_toml(self) -> Path:
         return self.root / "hosts.toml"
 
@@ -156,8 +162,31 @@ def write_json_atomic(path: Path, obj: object) -> None:
     write_atomic(path, json.dumps(obj, indent=1) + "\n")
 
 
+# sudo(8) as far as the console uses it: `sudo -n CMD ...`. The twin's session already owns the twin's
+# files, so the command runs as is; what the stand-in adds is sudo's refusal when no NOPASSWD rule exists.
+SUDO_STANDIN = """interactive=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    -n|--non-interactive) interactive=; shift ;;
+    --) shift; break ;;
+    -*) echo "sudo: the twin's sudo does not support $1" >&2; exit 1 ;;
+    *) break ;;
+  esac
+done
+if [ $# -eq 0 ]; then
+  echo "usage: sudo [-n] command [arg ...]" >&2; exit 1
+fi
+if [ ! -e "$K26_TWIN_ROOT/etc/sudoers.d/k26-nopasswd" ]; then
+  if [ -z "$interactive" ]; then echo "sudo: a password is required" >&2; exit 1; fi
+  echo "sudo: a terminal is required to read the password; either use the -S option to read from standard input or configure an askpass helper" >&2
+  exit 1
+fi
+exec "$@"
+"""
+
+
 def install_standins(layout: TwinLayout, cfg: TwinConfig) -> None:
-    """`<root>/bin/{systemctl,nvidia-smi,journalctl,k26-nvml-agent}` and the `sglang.launch_server` shim.
+    """`<root>/bin/{systemctl,nvidia-smi,journalctl,k26-nvml-agent,sudo}` and the `sglang.launch_server` shim.
 
     The shim lets the unit say `python3 -m sglang.launch_server ...` as production units do, so that what
     `systemctl show -p ExecStart` prints cannot tell the twin from a real host.
@@ -187,6 +216,10 @@ def install_standins(layout: TwinLayout, cfg: TwinConfig) -> None:
     else:
         journalctl = header + f'exec {py_q} -m console.twin.journalctl "$@"\n'
     write_atomic(layout.bin_dir / "journalctl", journalctl, mode=0o755)
+    write_atomic(layout.bin_dir / "sudo", header + SUDO_STANDIN, mode=0o755)
+    if not layout.sudo_nopasswd.parent.is_dir():
+        layout.sudo_nopasswd.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(layout.sudo_nopasswd, "# present: this twin's user may sudo without a password\n")
 
     pkg = layout.pylib_dir / "sglang"
     write_atomic(pkg / "__init__.py", '"""k26 twin: stands in for the sglang package."""\n')

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 WHITESPACE = " \t\n\r"
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _HEX = "0123456789abcdefABCDEF"
 
 
@@ -502,7 +503,9 @@ def parse_unit_text(text: str, path: Path) -> tuple[list[Assignment], list[str]]
     section = ""
     continuation: str | None = None
     cont_line = 0
-    for lineno, raw in enumerate(text.splitlines(), start=1):
+    # systemd's read_line() ends a line at \n, \r or \r\n only; str.splitlines() would also split at
+    # \x85, \u2028, \x1c... which may sit inside a quoted ExecStart= value.
+    for lineno, raw in enumerate(_LINE_BREAK.split(text.removesuffix("\n")) if text else [], start=1):
         stripped = raw.strip(WHITESPACE)
         if continuation is not None and stripped[:1] in ("#", ";"):
             continue

@@ -1,0 +1,439 @@
+"""Pairing: who is on a host (presence), who may change it (the lock), and what was done (the audit trail).
+
+Pure: the models, the staleness rule and the words. `console.sources.hoststate` keeps them in the host's
+state directory over SSH.
+
+Times are aware datetimes on the HOST's clock: consoles on different jump hosts judge each other's
+heartbeats against one clock, so a jump host whose clock is off cannot make a live lock look stale.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from console.core.events import Audit, AuditAction, AuditOutcome
+
+__all__ = [
+    "AUDIT_LINE_MAX_BYTES",
+    "DEFAULT_HEARTBEAT_S",
+    "DEFAULT_STALE_FACTOR",
+    "RESTART_PHASES",
+    "AuditAction",
+    "AuditEntry",
+    "AuditLog",
+    "AuditOutcome",
+    "BreakRefused",
+    "Identity",
+    "LockHeld",
+    "LockInfo",
+    "OutcomeLike",
+    "PairingView",
+    "Presence",
+    "fmt_span",
+    "is_stale",
+    "lock_sentence",
+    "parse_audit",
+    "parse_audit_line",
+    "restart_seconds",
+]
+
+DEFAULT_HEARTBEAT_S = 2.0
+DEFAULT_STALE_FACTOR = 3.0
+"""A heartbeat older than factor × its interval is stale: two missed beats are a slow link, three a
+console that is gone."""
+
+AUDIT_LINE_MAX_BYTES = 3800
+"""An audit line is appended by one `printf >>` (O_APPEND). A shell's printf writes a line this short in
+one write(2), and Linux never interleaves two O_APPEND writes to a regular file; a longer line can be
+split by the shell's output buffer (strace: bash's printf splits an 8,000-byte line in two, dash's one over
+8 KiB), so entries are trimmed to fit."""
+
+RESTART_PHASES: tuple[str, ...] = (
+    "restart",
+    "stopping",
+    "launching",
+    "loading_weights",
+    "kv_pool",
+    "cuda_graphs",
+)
+"""The phases (names of `console.core.restart.Phase`) that make up "the restart" an operator waits for:
+from `systemctl restart` until the server is ready."""
+
+
+class Identity(BaseModel):
+    """One console: who runs it, on which jump host, as which process, under which random id."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    user: str = Field(min_length=1)
+    jump_host: str = Field(min_length=1)
+    pid: int = Field(ge=0)
+    console_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    """A file name on the host (`presence/<console_id>.json`), so only safe characters."""
+
+    @property
+    def who(self) -> str:
+        return f"{self.user}@{self.jump_host}"
+
+    def same_console(self, other: Identity) -> bool:
+        return self.console_id == other.console_id
+
+
+class Presence(Identity):
+    """The heartbeat file of one open console."""
+
+    since: datetime
+    heartbeat: datetime
+    interval_s: float = Field(default=DEFAULT_HEARTBEAT_S, gt=0)
+    """The holder's own heartbeat interval: readers judge staleness by the writer's pace, not theirs."""
+    looking_at: str = ""
+    """What the console shows now: "dashboard", "restart of ctx-200k", ..."""
+
+    @property
+    def identity(self) -> Identity:
+        return Identity(user=self.user, jump_host=self.jump_host, pid=self.pid, console_id=self.console_id)
+
+    def age_s(self, now: datetime) -> float:
+        return (now - self.heartbeat).total_seconds()
+
+    def stale(self, now: datetime, factor: float = DEFAULT_STALE_FACTOR) -> bool:
+        return is_stale(self.heartbeat, self.interval_s, now, factor)
+
+
+def is_stale(
+    heartbeat: datetime, interval_s: float, now: datetime, factor: float = DEFAULT_STALE_FACTOR
+) -> bool:
+    """The staleness rule: a heartbeat older than `factor` × its interval."""
+    return (now - heartbeat).total_seconds() > factor * interval_s
+
+
+class LockInfo(BaseModel):
+    """The content of the host's `lock` file, written once when the lock is taken."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    holder: Identity
+    intent: str = Field(min_length=1)
+    """What the holder is doing: "apply ctx-200k", "rollback", "restart"."""
+    taken_at: datetime
+    lock_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    """Unique per acquisition: release and break remove only the lock they saw, never a newer one."""
+
+
+def _clock(ts: datetime) -> str:
+    return ts.astimezone().strftime("%H:%M:%S")
+
+
+def fmt_span(seconds: float) -> str:
+    """5m12s, 48s, 1h03m: how an operator says how long a restart took."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds:.1f}s"
+    if seconds < 3600:
+        m, s = divmod(round(seconds), 60)
+        return f"{m}m{s:02d}s"
+    h, rest = divmod(round(seconds), 3600)
+    return f"{h}h{rest // 60:02d}m"
+
+
+def lock_sentence(
+    info: LockInfo,
+    host: str,
+    *,
+    stale: bool = False,
+    holder: Presence | None = None,
+    now: datetime | None = None,
+) -> str:
+    """'alice@jump1 holds the lock on gpu1: apply ctx-200k, since 12:01:33 (pid 4242)' and, when the
+    holder has gone quiet, how long ago it was last heard from."""
+    text = (
+        f"{info.holder.who} holds the lock on {host}: {info.intent}, since {_clock(info.taken_at)} "
+        f"(pid {info.holder.pid})"
+    )
+    if stale:
+        if holder is not None and now is not None:
+            text += f"; its console has not been heard from for {fmt_span(holder.age_s(now))}"
+        else:
+            text += "; its console has left"
+    return text
+
+
+class LockHeld(Exception):
+    """Another console holds the lock; `str()` names the holder and its intent."""
+
+    def __init__(
+        self,
+        info: LockInfo,
+        stale: bool,
+        *,
+        host: str,
+        holder: Presence | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        self.info = info
+        self.stale = stale
+        self.host = host
+        self.holder = holder
+        self.now = now
+        sentence = lock_sentence(info, host, stale=stale, holder=holder, now=now)
+        super().__init__(sentence + (", so the lock may be broken after confirming" if stale else ""))
+
+
+class BreakRefused(Exception):
+    """A lock break that may not happen (no confirmation, a live holder, no lock); `str()` says why."""
+
+
+class PairingView(BaseModel):
+    """Who is on a host and who holds its lock, at one moment of the host's clock."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str
+    now: datetime
+    presence: list[Presence] = Field(default_factory=list)
+    """Live consoles only (stale heartbeats are left out)."""
+    lock: LockInfo | None = None
+    lock_stale: bool = False
+    """The holder's heartbeat is stale or gone: the lock may be broken after confirming."""
+
+    def signature(self) -> tuple[object, ...]:
+        """What a screen shows, without the heartbeat times that change every beat."""
+        return (
+            tuple(sorted((p.console_id, p.who, p.pid, p.looking_at) for p in self.presence)),
+            self.lock.lock_id if self.lock else None,
+            self.lock_stale,
+        )
+
+    def others(self, me: Identity) -> list[Presence]:
+        return [p for p in self.presence if p.console_id != me.console_id]
+
+    def lock_line(self) -> str:
+        if self.lock is None:
+            return f"{self.host} is not locked"
+        holder = next((p for p in self.presence if p.console_id == self.lock.holder.console_id), None)
+        return lock_sentence(self.lock, self.host, stale=self.lock_stale, holder=holder, now=self.now)
+
+
+class OutcomeLike(Protocol):
+    """What `console.sources.service.ApplyOutcome` carries; an audit entry is made from any such result."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def profile(self) -> str | None: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def pool_tokens(self) -> int | None: ...
+    @property
+    def durations(self) -> Mapping[str, float]: ...
+    @property
+    def total_s(self) -> float | None: ...
+    @property
+    def diff(self) -> list[str]: ...
+    @property
+    def rolled_back(self) -> bool: ...
+
+
+def restart_seconds(durations: Mapping[str, float]) -> float | None:
+    """How long the restart itself took (systemctl restart → ready), from the phase durations."""
+    spans = [float(durations[p]) for p in RESTART_PHASES if p in durations]
+    return sum(spans) if spans else None
+
+
+class AuditEntry(BaseModel):
+    """One line of `audit.jsonl`: who did what to the host, when, and how it ended."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    # extra="ignore": a newer console may add fields; an older one must still read the trail.
+
+    ts: datetime
+    user: str
+    jump_host: str | None = None
+    console_id: str | None = None
+    host: str
+    action: AuditAction
+    profile: str | None = None
+    diff: list[str] = Field(default_factory=list)
+    """The flag diff lines, as `console.core.profiles` renders them ("- --mem-fraction-static 0.85")."""
+    outcome: AuditOutcome
+    summary: str = ""
+    durations: dict[str, float] = Field(default_factory=dict)
+    """Seconds per phase (`console.core.restart.Phase` names)."""
+    total_s: float | None = None
+    pool_tokens: int | None = None
+
+    @property
+    def who(self) -> str:
+        return f"{self.user}@{self.jump_host}" if self.jump_host else self.user
+
+    @classmethod
+    def by(cls, me: Identity, **fields: object) -> AuditEntry:
+        return cls.model_validate(
+            {"user": me.user, "jump_host": me.jump_host, "console_id": me.console_id, **fields}
+        )
+
+    @classmethod
+    def from_outcome(
+        cls,
+        outcome: OutcomeLike,
+        *,
+        me: Identity,
+        host: str,
+        ts: datetime,
+        action: AuditAction = "apply",
+    ) -> AuditEntry:
+        """The entry for an apply / rollback / restart result of the service controller."""
+        verdict: AuditOutcome = "ok" if outcome.ok else ("rolled_back" if outcome.rolled_back else "failed")
+        if not outcome.ok and getattr(outcome, "outcome", None) == "refused":
+            verdict = "refused"  # stopped before anything changed (validation, the planner)
+        return cls.by(
+            me,
+            ts=ts,
+            host=host,
+            action=action,
+            profile=outcome.profile,
+            diff=list(outcome.diff),
+            outcome=verdict,
+            summary=outcome.summary,
+            durations={str(k): float(v) for k, v in outcome.durations.items()},
+            total_s=outcome.total_s,
+            pool_tokens=outcome.pool_tokens,
+        )
+
+    # ---- words -------------------------------------------------------------------------------------
+
+    def restart_s(self) -> float | None:
+        return restart_seconds(self.durations)
+
+    def line(self) -> str:
+        """The feed line: 'alice applied ctx-200k; restart 5m12s; verified 218,484 tokens'."""
+        profile = self.profile or "the service"
+        head = {
+            "apply": f"{self.user} applied {profile}",
+            "restart": f"{self.user} restarted {self.profile or 'the server'}",
+            "rollback": f"{self.user} rolled back to {profile}"
+            if self.profile
+            else f"{self.user} rolled back",
+            "probe": f"{self.user} probed {self.profile}" if self.profile else f"{self.user} ran a probe",
+            "lock_break": f"{self.user} {self.summary}"
+            if self.summary.startswith("broke ")
+            else f"{self.user} broke the lock",
+        }[self.action]
+        parts = [head]
+        if self.outcome != "ok":
+            parts[0] += {
+                "failed": ": FAILED",
+                "rolled_back": ": FAILED, rolled back",
+                "refused": ": refused",
+                "aborted": ": aborted",
+            }[self.outcome]
+        restart = self.restart_s()
+        if restart is not None:
+            parts.append(f"restart {fmt_span(restart)}")
+        elif self.total_s and self.action != "lock_break":
+            parts.append(f"took {fmt_span(self.total_s)}")
+        if self.pool_tokens is not None:
+            word = "verified" if self.outcome == "ok" else "pool"
+            parts.append(f"{word} {self.pool_tokens:,} tokens")
+        if self.summary and (
+            self.outcome != "ok"
+            or self.action == "probe"
+            or (self.action == "lock_break" and not self.summary.startswith("broke "))
+        ):
+            parts.append(self.summary)
+        return "; ".join(parts)
+
+    def trail_line(self) -> str:
+        """The `k26-console audit` line: when, who, what, how it ended, how long each phase took."""
+        when = self.ts.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        cols = [when, self.who, self.action, self.profile or "-", self.outcome]
+        tail = [self.line()]
+        if self.durations:
+            tail.append("phases " + ", ".join(f"{name} {fmt_span(s)}" for name, s in self.durations.items()))
+        if self.total_s is not None:
+            tail.append(f"total {fmt_span(self.total_s)}")
+        return "  ".join(cols) + "  " + " | ".join(tail)
+
+    def to_event(self) -> Audit:
+        line = self.line()
+        return Audit(
+            ts=self.ts.isoformat(),
+            host=self.host,
+            raw=line,
+            message=line,
+            action=self.action,
+            user=self.user,
+            jump_host=self.jump_host,
+            console_id=self.console_id,
+            profile=self.profile,
+            diff=list(self.diff),
+            outcome=self.outcome,
+            summary=self.summary,
+            durations=dict(self.durations),
+            total_s=self.total_s,
+            pool_tokens=self.pool_tokens,
+        )
+
+    def to_jsonl(self) -> str:
+        """One JSON line (no newline) of at most `AUDIT_LINE_MAX_BYTES`: a long diff or summary is trimmed
+        (and says so) rather than risk a split write that another console's append could land inside."""
+        entry = self
+        text = entry.model_dump_json()
+        if len(text.encode()) <= AUDIT_LINE_MAX_BYTES:
+            return text
+        diff = list(entry.diff)
+        while diff and len(text.encode()) > AUDIT_LINE_MAX_BYTES:
+            diff = diff[:-2]
+            shown = [*diff, f"... {len(self.diff) - len(diff)} more diff line(s) not recorded"]
+            entry = self.model_copy(update={"diff": shown})
+            text = entry.model_dump_json()
+        if len(text.encode()) > AUDIT_LINE_MAX_BYTES:
+            over = len(text.encode()) - AUDIT_LINE_MAX_BYTES
+            summary = entry.summary.encode()[: max(0, len(entry.summary.encode()) - over - 16)]
+            entry = entry.model_copy(update={"summary": summary.decode(errors="ignore") + " [trimmed]"})
+            text = entry.model_dump_json()
+        if len(text.encode()) > AUDIT_LINE_MAX_BYTES:
+            raise ValueError("an audit entry does not fit on one line even without its diff and summary")
+        return text
+
+
+class AuditLog(BaseModel):
+    """The trail as read: the entries in file order (oldest first) and how many lines were unreadable."""
+
+    entries: list[AuditEntry] = Field(default_factory=list)
+    skipped: int = 0
+    lines: int = 0
+    """Lines read, readable or not: a follower resumes after this many."""
+
+
+def parse_audit_line(line: str) -> AuditEntry | None:
+    """One line of `audit.jsonl`, or None for a torn or foreign line (never an exception)."""
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        data = json.loads(line)
+        if not isinstance(data, dict):
+            return None
+        return AuditEntry.model_validate(data)
+    except (ValueError, ValidationError):
+        return None
+
+
+def parse_audit(lines: Iterable[str]) -> AuditLog:
+    entries: list[AuditEntry] = []
+    skipped = count = 0
+    for line in lines:
+        count += 1
+        entry = parse_audit_line(line)
+        if entry is not None:
+            entries.append(entry)
+        elif line.strip():
+            skipped += 1
+    return AuditLog(entries=entries, skipped=skipped, lines=count)

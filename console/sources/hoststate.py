@@ -1,0 +1,611 @@
+"""The host-side state directory that lets consoles pair: presence, the lock, the audit trail.
+
+Layout, in `HostConfig.state_dir` (default `~/.k26-console` of the SSH user, `~` expanded on the host):
+
+    presence/<console-id>.json   one heartbeat per open console, replaced atomically (temp file + mv)
+    lock                         the LockInfo JSON of the console changing the service now
+    audit.jsonl                  one AuditEntry JSON per line, append-only
+
+Everything runs as plain POSIX `sh` on the host, one SSH command per operation, every value passed as
+an argument (never pasted into the script):
+
+- The lock is taken with `ln TEMP lock`: link(2) fails when `lock` exists, so of any number of consoles
+  racing only one wins, and the file appears with its whole content (an O_EXCL create would show an
+  empty lock to a reader for a moment). Each acquisition has its own `lock_id`; release and break
+  remove only the lock they saw.
+- A lock is as alive as its holder's heartbeat: the acquire script writes the holder's presence first,
+  and `locked()` keeps beating while it is held. A lock whose holder's heartbeat is stale (or gone) may
+  be broken, only with an explicit confirmation; the break re-checks on the host that neither the lock
+  nor the holder's heartbeat changed since it was judged, moves the lock away with one rename (so of
+  two breakers only one succeeds) and appends the `lock_break` audit line in the same command.
+- An audit line is one `printf '%s\\n' LINE >> audit.jsonl`: O_APPEND and a single write(2) per line
+  (lines are kept under `AUDIT_LINE_MAX_BYTES`), so concurrent appends never interleave within a line.
+  Readers skip a line they cannot read.
+- Times are the host's: every command prints the host's clock first, and the console stamps what it
+  writes with its own clock corrected by the measured offset, so staleness is judged on one clock.
+- Presence and the lock are watched by polling (`watch`, every 2 s by default: one small command that
+  reads the lock and every heartbeat); the audit trail is followed with `tail -F`, resumed by line
+  number after a dropped connection, so nothing is lost or repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from pydantic import ValidationError
+
+from console.core.pairing import (
+    DEFAULT_HEARTBEAT_S,
+    DEFAULT_STALE_FACTOR,
+    AuditAction,
+    AuditEntry,
+    AuditLog,
+    BreakRefused,
+    Identity,
+    LockHeld,
+    LockInfo,
+    PairingView,
+    Presence,
+    fmt_span,
+    lock_sentence,
+    parse_audit,
+    parse_audit_line,
+)
+from console.sources.hosts import HostConfig
+from console.sources.transport import CommandResult, ConnState, Transport, TransportError
+
+__all__ = [
+    "BreakRefused",
+    "HostStateDir",
+    "HostStateError",
+    "Lock",
+    "LockHeld",
+    "StateSnapshot",
+    "local_identity",
+]
+
+
+class HostStateError(Exception):
+    """The state directory on the host cannot be used (permissions, a full disk); one sentence."""
+
+
+def local_identity(*, user: str | None = None, jump_host: str | None = None) -> Identity:
+    """This console: the local login, this machine's name, this process and a fresh random id."""
+    try:
+        login = user or getpass.getuser()
+    except (KeyError, OSError):
+        login = f"uid{os.getuid()}"
+    return Identity(
+        user=login,
+        jump_host=jump_host or socket.gethostname().split(".")[0] or "localhost",
+        pid=os.getpid(),
+        console_id=uuid.uuid4().hex,
+    )
+
+
+# ---- the shell side ----------------------------------------------------------------------------------
+# $1 is always the state directory; every script prints `now <host clock>` first.
+
+_READ_PROLOGUE = r"""
+set -u
+d=$1; shift
+case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; esac
+printf 'now %s\n' "$(date +%s.%N 2>/dev/null || date +%s)"
+"""
+# Scripts that write make the directory first; readers leave a host they only look at untouched.
+_PROLOGUE = (
+    _READ_PROLOGUE
+    + r"""mkdir -p "$d/presence" || exit 70
+"""
+)
+
+# $1 console id, $2 presence JSON: write the heartbeat atomically.
+_WRITE_PRESENCE = r"""
+put_presence() {
+  t=$d/presence/.$1.json.$$
+  if printf '%s\n' "$2" > "$t" && mv -f "$t" "$d/presence/$1.json"; then return 0; fi
+  rm -f "$t"; echo "cannot write $d/presence/$1.json" >&2; exit 71
+}
+"""
+
+_HEARTBEAT = (
+    _PROLOGUE
+    + _WRITE_PRESENCE
+    + r"""
+put_presence "$1" "$2"
+if [ -n "${3-}" ]; then
+  if grep -qF "\"lock_id\":\"$3\"" "$d/lock" 2>/dev/null; then echo "lock ours"; else echo "lock lost"; fi
+fi
+"""
+)
+
+# The lock and every heartbeat, one line each (`head -n 1`: a foreign file cannot spill into the next).
+_READ_STATE = (
+    _READ_PROLOGUE
+    + r"""
+if [ -f "$d/lock" ]; then printf 'lock '; head -n 1 "$d/lock" 2>/dev/null; echo; fi
+for f in "$d"/presence/*.json; do
+  [ -f "$f" ] || continue
+  printf 'presence %s ' "${f##*/}"; head -n 1 "$f" 2>/dev/null; echo
+done
+"""
+)
+
+# pairs of (file name, line seen): removed only when still unchanged (a revived console keeps its file).
+_REMOVE_IF_UNCHANGED = (
+    _PROLOGUE
+    + r"""
+while [ $# -ge 2 ]; do
+  f=$d/presence/$1
+  if [ "$(head -n 1 "$f" 2>/dev/null)" = "$2" ]; then rm -f "$f" && echo "removed $1"; fi
+  shift 2
+done
+"""
+)
+
+# $1 console id, $2 presence JSON, $3 lock JSON.
+_ACQUIRE = (
+    _PROLOGUE
+    + _WRITE_PRESENCE
+    + r"""
+put_presence "$1" "$2"
+t=$d/.lock.$1.$$
+printf '%s\n' "$3" > "$t" || { rm -f "$t"; echo "cannot write $t" >&2; exit 71; }
+held=
+i=0
+while [ $i -lt 20 ]; do
+  if ln "$t" "$d/lock" 2>/dev/null; then rm -f "$t"; echo acquired; exit 0; fi
+  [ -f "$d/lock" ] || [ -L "$d/lock" ] || { i=$((i + 1)); continue; }
+  held=$(head -n 1 "$d/lock" 2>/dev/null) && [ -n "$held" ] && break
+  i=$((i + 1))
+done
+rm -f "$t"
+[ -n "$held" ] || { echo "cannot create $d/lock" >&2; exit 72; }
+printf 'held %s\n' "$held"
+cid=$(printf '%s\n' "$held" | sed -n 's/.*"console_id":"\([A-Za-z0-9_-]*\)".*/\1/p')
+if [ -n "$cid" ] && [ -f "$d/presence/$cid.json" ]; then
+  printf 'holder '; head -n 1 "$d/presence/$cid.json" 2>/dev/null; echo
+fi
+"""
+)
+
+# $1 lock id.
+_RELEASE = (
+    _PROLOGUE
+    + r"""
+if grep -qF "\"lock_id\":\"$1\"" "$d/lock" 2>/dev/null; then rm -f "$d/lock" && echo released
+else echo "not ours"; fi
+"""
+)
+
+# $1 lock id seen, $2 holder console id, $3 holder heartbeat line seen ("" when none), $4 audit line.
+_BREAK = (
+    _PROLOGUE
+    + r"""
+l=$(head -n 1 "$d/lock" 2>/dev/null) || l=
+case $l in *"\"lock_id\":\"$1\""*) ;; *) echo "changed lock"; exit 0 ;; esac
+p=$(head -n 1 "$d/presence/$2.json" 2>/dev/null) || p=
+[ "$p" = "$3" ] || { echo "changed holder"; exit 0; }
+m=$d/.broken.$1.$$
+mv "$d/lock" "$m" 2>/dev/null || { echo "changed lock"; exit 0; }
+if grep -qF "\"lock_id\":\"$1\"" "$m"; then
+  rm -f "$m" "$d/presence/$2.json"
+  a=$d/audit.jsonl
+  if [ -s "$a" ] && [ -n "$(tail -c 1 "$a")" ]; then printf '\n%s\n' "$4" >> "$a"; else printf '%s\n' "$4" >> "$a"; fi
+  echo broken
+else
+  ln "$m" "$d/lock" 2>/dev/null; rm -f "$m"; echo "changed lock"
+fi
+"""
+)
+
+# $1 the line. A torn last line (a writer that died mid-line) gets its newline first, so the new entry
+# is not glued to it.
+_APPEND = (
+    _PROLOGUE
+    + r"""
+a=$d/audit.jsonl
+if [ -s "$a" ] && [ -n "$(tail -c 1 "$a")" ]; then printf '\n%s\n' "$1" >> "$a"; else printf '%s\n' "$1" >> "$a"; fi || exit 71
+"""
+)
+
+_READ_AUDIT = (
+    _READ_PROLOGUE
+    + r"""cat "$d/audit.jsonl" 2>/dev/null; exit 0
+"""
+)
+
+_LEAVE = (
+    _PROLOGUE
+    + r"""
+rm -f "$d/presence/$1.json"
+[ -n "${2-}" ] && grep -qF "\"lock_id\":\"$2\"" "$d/lock" 2>/dev/null && rm -f "$d/lock" && echo released
+exit 0
+"""
+)
+
+# $1 the first line to print (1-based): resume where the last stream stopped.
+_FOLLOW_AUDIT = r"""
+set -u
+d=$1
+case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; esac
+mkdir -p "$d" && : >> "$d/audit.jsonl" || exit 70
+exec tail -n "+$2" -F "$d/audit.jsonl"
+"""
+
+
+# ---- the console side --------------------------------------------------------------------------------
+
+
+@dataclass
+class Lock:
+    """A lock this console holds. `lost` turns True when a heartbeat finds it gone (broken by someone
+    who judged this console dead): whoever holds it must stop changing the service."""
+
+    info: LockInfo
+    state: HostStateDir
+    lost: bool = False
+    released: bool = False
+
+    async def release(self) -> bool:
+        return await self.state.release(self)
+
+
+@dataclass
+class StateSnapshot:
+    """One read of the directory: the lock line and every heartbeat line as found on the host."""
+
+    now: datetime
+    lock_line: str | None
+    presence_lines: dict[str, str] = field(default_factory=dict)
+
+
+def _host_time(text: str) -> float:
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        # A date without %N prints it literally ("1700000000.N"): the whole seconds still count.
+        return float(text.split(".")[0])
+
+
+class HostStateDir:
+    """The state directory of one host, over its SSH transport, seen as console `me`."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        host: HostConfig,
+        me: Identity | None = None,
+        *,
+        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
+        stale_factor: float = DEFAULT_STALE_FACTOR,
+        timeout: float = 15.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`clock` is this machine's clock (tests pass a wrong one: what is written must not care)."""
+        self.transport = transport
+        self._clock = clock
+        self.host = host
+        self.me = me or local_identity()
+        self.heartbeat_s = heartbeat_s
+        self.stale_factor = stale_factor
+        self.timeout = timeout
+        self.looking_at = ""
+        self._since: datetime | None = None
+        self._offset: float | None = None
+        self._lock: Lock | None = None
+
+    @property
+    def path(self) -> str:
+        return self.host.state_dir
+
+    # ---- clock ---------------------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """The host's clock as best known (this machine's clock plus the last measured offset)."""
+        return datetime.fromtimestamp(self._clock() + (self._offset or 0.0), UTC)
+
+    async def _run(self, script: str, *args: str, what: str) -> tuple[datetime, list[str]]:
+        argv = ["sh", "-c", script, "k26-console-state", self.path, *args]
+        t0 = self._clock()
+        result = await self.transport.run(argv, timeout=self.timeout)
+        t1 = self._clock()
+        lines = result.stdout.splitlines()
+        # A login shell's start-up files may print before the script does: skip to its first line.
+        start = next((i for i, line in enumerate(lines) if line.startswith("now ")), None)
+        if start is None:
+            raise HostStateError(self._failure(result, what))
+        host_now = _host_time(lines[start][4:])
+        self._offset = host_now - (t0 + t1) / 2
+        if not result.ok:
+            raise HostStateError(self._failure(result, what))
+        return datetime.fromtimestamp(host_now, UTC), lines[start + 1 :]
+
+    def _failure(self, result: CommandResult, what: str) -> str:
+        return f"cannot {what} in {self.path} on {self.host.name}: {result.first_error_line().rstrip('.')}."
+
+    async def _sync_clock(self) -> None:
+        if self._offset is None:
+            await self._run(_READ_PROLOGUE, what="read the clock")
+
+    # ---- presence ------------------------------------------------------------------------------------
+
+    def _presence(self) -> Presence:
+        now = self.now()
+        if self._since is None:
+            self._since = now
+        return Presence(
+            **self.me.model_dump(),
+            since=self._since,
+            heartbeat=now,
+            interval_s=self.heartbeat_s,
+            looking_at=self.looking_at,
+        )
+
+    async def heartbeat(self, looking_at: str | None = None) -> None:
+        """Say this console is here (and what it shows); call every `heartbeat_s`. When this console
+        holds a lock, the beat also checks the lock is still ours (`Lock.lost` otherwise)."""
+        if looking_at is not None:
+            self.looking_at = looking_at
+        await self._sync_clock()
+        lock = self._lock
+        args = [self.me.console_id, self._presence().model_dump_json()]
+        if lock is not None:
+            args.append(lock.info.lock_id)
+        _, lines = await self._run(_HEARTBEAT, *args, what="write the heartbeat")
+        if lock is not None and "lock lost" in lines and self._lock is lock:
+            lock.lost = True
+
+    async def snapshot(self) -> StateSnapshot:
+        now, lines = await self._run(_READ_STATE, what="read presence and the lock")
+        lock_line: str | None = None
+        presence: dict[str, str] = {}
+        for line in lines:
+            if line.startswith("lock "):
+                lock_line = line[5:].strip() or None
+            elif line.startswith("presence "):
+                name, _, content = line[9:].partition(" ")
+                presence[name] = content
+        return StateSnapshot(now=now, lock_line=lock_line, presence_lines=presence)
+
+    def _judge(self, snap: StateSnapshot) -> tuple[list[Presence], dict[str, str], LockInfo | None, bool]:
+        """Live heartbeats, the stale ones (file → line), the lock and whether its holder is stale."""
+        live: list[Presence] = []
+        stale: dict[str, str] = {}
+        by_id: dict[str, Presence] = {}
+        for name, line in snap.presence_lines.items():
+            try:
+                p = Presence.model_validate_json(line)
+            except ValidationError:
+                continue  # not ours to judge (a newer console's format, a hand-made file): ignored
+            if name != f"{p.console_id}.json":
+                continue
+            if p.stale(snap.now, self.stale_factor):
+                stale[name] = line
+            else:
+                live.append(p)
+                by_id[p.console_id] = p
+        lock = None
+        if snap.lock_line:
+            with contextlib.suppress(ValidationError):
+                lock = LockInfo.model_validate_json(snap.lock_line)
+        lock_stale = lock is not None and lock.holder.console_id not in by_id
+        live.sort(key=lambda p: (p.since, p.console_id))
+        return live, stale, lock, lock_stale
+
+    async def view(self) -> PairingView:
+        """Who is here and who holds the lock, now (stale heartbeats left out, not removed)."""
+        snap = await self.snapshot()
+        live, _, lock, lock_stale = self._judge(snap)
+        return PairingView(host=self.host.name, now=snap.now, presence=live, lock=lock, lock_stale=lock_stale)
+
+    async def presence(self) -> list[Presence]:
+        """The consoles on this host now, oldest first; stale heartbeats are ignored and removed."""
+        snap = await self.snapshot()
+        live, stale, _, _ = self._judge(snap)
+        if stale:
+            args = [x for item in stale.items() for x in item]
+            await self._run(_REMOVE_IF_UNCHANGED, *args, what="remove stale heartbeats")
+        return live
+
+    async def watch(self, poll_s: float = 2.0) -> AsyncIterator[PairingView]:
+        """The view now, then again whenever who is here or the lock changes (polled every `poll_s`).
+        A dropped connection only delays the next view: the transport reconnects."""
+        last: tuple[object, ...] | None = None
+        while True:
+            try:
+                view = await self.view()
+            except (TransportError, HostStateError):
+                view = None
+            if view is not None and view.signature() != last:
+                last = view.signature()
+                yield view
+            await asyncio.sleep(poll_s)
+
+    async def keep_alive(self, looking_at: str | None = None) -> None:
+        """Heartbeat every `heartbeat_s` until cancelled (run it as a task or a Textual worker)."""
+        if looking_at is not None:
+            self.looking_at = looking_at
+        while True:
+            with contextlib.suppress(TransportError, HostStateError):
+                await self.heartbeat()
+            await asyncio.sleep(self.heartbeat_s)
+
+    async def leave(self) -> None:
+        """Remove this console's heartbeat, and its lock if it still holds one."""
+        lock = self._lock
+        _, lines = await self._run(
+            _LEAVE, self.me.console_id, lock.info.lock_id if lock else "", what="remove the heartbeat"
+        )
+        if lock is not None and "released" in lines:
+            lock.released = True
+            self._lock = None
+
+    # ---- the lock ------------------------------------------------------------------------------------
+
+    async def acquire(self, intent: str) -> Lock:
+        """Take the host's lock for `intent` ("apply ctx-200k"), or raise `LockHeld` naming the holder."""
+        await self._sync_clock()
+        info = LockInfo(holder=self.me, intent=intent, taken_at=self.now(), lock_id=uuid.uuid4().hex)
+        now, lines = await self._run(
+            _ACQUIRE,
+            self.me.console_id,
+            self._presence().model_dump_json(),
+            info.model_dump_json(),
+            what="take the lock",
+        )
+        if "acquired" in lines:
+            lock = Lock(info=info, state=self)
+            self._lock = lock
+            return lock
+        held_line = next((ln[5:] for ln in lines if ln.startswith("held ")), "")
+        holder_line = next((ln[7:] for ln in lines if ln.startswith("holder ")), "")
+        try:
+            held = LockInfo.model_validate_json(held_line)
+        except ValidationError:
+            raise HostStateError(
+                f"the lock in {self.path} on {self.host.name} is held but unreadable; "
+                "remove it by hand once nobody is changing the service."
+            ) from None
+        holder = None
+        with contextlib.suppress(ValidationError):
+            holder = Presence.model_validate_json(holder_line) if holder_line else None
+        stale = holder is None or holder.console_id != held.holder.console_id
+        stale = stale or (holder is not None and holder.stale(now, self.stale_factor))
+        raise LockHeld(held, stale, host=self.host.name, holder=holder, now=now)
+
+    async def release(self, lock: Lock | None = None) -> bool:
+        """Release our own lock (never another console's); True when it was ours and is gone."""
+        lock = lock or self._lock
+        if lock is None or lock.info.holder.console_id != self.me.console_id:
+            return False
+        _, lines = await self._run(_RELEASE, lock.info.lock_id, what="release the lock")
+        lock.released = "released" in lines
+        if self._lock is lock:
+            self._lock = None
+        return lock.released
+
+    async def break_lock(self, confirm: bool, *, reason: str = "") -> LockInfo:
+        """Break the lock of a console whose heartbeat is stale; `confirm` must be True (the operator
+        said yes). Records a `lock_break` audit entry. Raises `BreakRefused` with the reason otherwise."""
+        snap = await self.snapshot()
+        _, _, lock, lock_stale = self._judge(snap)
+        if lock is None:
+            raise BreakRefused(f"{self.host.name} is not locked; there is nothing to break.")
+        holder_line = snap.presence_lines.get(f"{lock.holder.console_id}.json", "")
+        seen: Presence | None = None
+        if holder_line:
+            with contextlib.suppress(ValidationError):
+                seen = Presence.model_validate_json(holder_line)
+        said = lock_sentence(lock, self.host.name, stale=lock_stale, holder=seen, now=snap.now)
+        if not lock_stale:
+            raise BreakRefused(f"{said}; its console is alive, so the lock cannot be broken.")
+        if not confirm:
+            raise BreakRefused(f"{said}; breaking it needs an explicit confirmation.")
+        age = f", last heard from {fmt_span(seen.age_s(snap.now))} before" if seen is not None else ""
+        summary = (
+            f"broke {lock.holder.who}'s lock ({lock.intent}, pid {lock.holder.pid}, taken "
+            f"{lock.taken_at.astimezone():%H:%M:%S}{age})" + (f": {reason}" if reason else "")
+        )
+        entry = self.audit_entry("lock_break", outcome="ok", summary=summary)
+        _, lines = await self._run(
+            _BREAK,
+            lock.lock_id,
+            lock.holder.console_id,
+            holder_line,
+            entry.to_jsonl(),
+            what="break the lock",
+        )
+        if "broken" not in lines:
+            raise BreakRefused(
+                f"the lock on {self.host.name} changed while it was being broken (its holder came back or "
+                "another console broke it first); look again."
+            )
+        return lock
+
+    @contextlib.asynccontextmanager
+    async def locked(self, intent: str) -> AsyncIterator[Lock]:
+        """`async with state.locked("apply ctx-200k") as lock:` holds the lock for the block, beats
+        the heartbeat meanwhile (so the lock never looks stale), and releases it on the way out, on an
+        exception and on cancellation too."""
+        lock = await self.acquire(intent)
+        beat = asyncio.get_running_loop().create_task(self._beat_while(lock), name="k26-lock-heartbeat")
+        try:
+            yield lock
+        finally:
+            beat.cancel()
+            # Shielded: a second cancellation must not leave the lock behind.
+            with contextlib.suppress(TransportError, HostStateError):
+                await asyncio.shield(self.release(lock))
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([beat])
+
+    async def _beat_while(self, lock: Lock) -> None:
+        while not lock.released:
+            await asyncio.sleep(self.heartbeat_s)
+            with contextlib.suppress(TransportError, HostStateError):
+                await self.heartbeat()
+
+    # ---- the audit trail -----------------------------------------------------------------------------
+
+    def audit_entry(self, action: AuditAction, **fields: object) -> AuditEntry:
+        """An entry by this console, on this host, stamped with the host's clock."""
+        return AuditEntry.by(self.me, ts=self.now(), host=self.host.name, action=action, **fields)
+
+    async def append_audit(self, entry: AuditEntry) -> None:
+        await self._sync_clock()
+        await self._run(_APPEND, entry.to_jsonl(), what="append to audit.jsonl")
+
+    async def read_audit_log(self) -> AuditLog:
+        """The whole trail, oldest first, with the count of unreadable lines skipped."""
+        _, lines = await self._run(_READ_AUDIT, what="read audit.jsonl")
+        return parse_audit(lines)
+
+    async def read_audit(self) -> list[AuditEntry]:
+        return (await self.read_audit_log()).entries
+
+    async def follow_audit(self, *, after_line: int | None = None) -> AsyncIterator[AuditEntry]:
+        """Entries as they are appended. `after_line=None` starts at the end (only new entries); an
+        integer N replays from line N+1 (0: the whole trail, then new ones, with no gap between). A
+        dropped connection resumes after the last line seen; the iterator ends when the transport is
+        closed."""
+        if after_line is None:
+            _, lines = await self._run(_READ_AUDIT, what="read audit.jsonl")
+            after_line = len(lines)
+        seen = after_line
+        while True:
+            try:
+                async with self.transport.stream(
+                    ["sh", "-c", _FOLLOW_AUDIT, "k26-console-follow", self.path, str(seen + 1)],
+                    timeout=self.timeout,
+                ) as stream:
+                    got = False
+                    async for raw in stream.lines():
+                        got = True
+                        seen += 1
+                        entry = parse_audit_line(raw.decode("utf-8", "replace"))
+                        if entry is not None:
+                            yield entry
+                    status = await stream.wait(1.0)
+                    if not got and status not in (None, 0) and self.transport.connection is not None:
+                        # tail itself failed (no -F, an unreadable file): retrying would not help
+                        reason = (await stream.stderr_text()).strip().splitlines() or [f"exit {status}"]
+                        raise HostStateError(
+                            f"cannot follow audit.jsonl in {self.path} on {self.host.name}: "
+                            f"{reason[-1].rstrip('.')}."
+                        )
+            except TransportError:
+                pass
+            if self.transport.status.state is ConnState.CLOSED:
+                return
+            await asyncio.sleep(0.5)

@@ -1,0 +1,457 @@
+"""Two (and more) consoles on one twin host over real SSH on loopback: presence, the lock, the audit trail.
+
+The twin's SGLang service is not started (pairing does not touch it); every test uses its own state
+directory under the twin's home, so tests sharing the module's twin do not see each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from console.core.pairing import AuditEntry, BreakRefused, Identity, LockHeld
+from console.sources.hosts import HostConfig, load_hosts
+from console.sources.hoststate import HostStateDir, Lock
+from console.sources.transport import Transport
+from console.twin.host import TwinHost
+
+REPO = Path(__file__).resolve().parent.parent
+BEAT = 0.5  # heartbeat interval: a console is stale 3 × 0.5 = 1.5 s after its last beat
+
+ALICE = Identity(user="alice", jump_host="jump1", pid=4242, console_id="alice1")
+BOB = Identity(user="bob", jump_host="jump2", pid=5151, console_id="bob2")
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
+    host = TwinHost(tmp_path_factory.mktemp("hoststate-twin") / "state", start_service=False)
+    host.start_sync()
+    try:
+        yield host
+    finally:
+        host.stop_sync()
+
+
+@pytest.fixture
+def config(twin: TwinHost, request: pytest.FixtureRequest) -> HostConfig:
+    base = load_hosts(twin.hosts_toml).hosts[twin.name]
+    return base.model_copy(update={"state_dir": f"~/.k26-state-{request.node.name}"})
+
+
+def _dir(twin: TwinHost, config: HostConfig) -> Path:
+    """The state directory as the twin's filesystem holds it (the tests' view from outside SSH)."""
+    return twin.layout.home_dir / config.state_dir.removeprefix("~/")
+
+
+@contextlib.asynccontextmanager
+async def _consoles(config: HostConfig, *who: Identity) -> AsyncIterator[list[HostStateDir]]:
+    """One console per identity, each over its own SSH connection, all connected."""
+    transports = [Transport(config, ssh_config=[]) for _ in who]
+    try:
+        await asyncio.gather(*(t.wait_up(15) for t in transports))
+        yield [HostStateDir(t, config, me, heartbeat_s=BEAT) for t, me in zip(transports, who, strict=True)]
+    finally:
+        await asyncio.gather(*(t.close() for t in transports))
+
+
+async def test_consoles_see_each_other_and_stale_heartbeats_are_dropped(
+    twin: TwinHost, config: HostConfig
+) -> None:
+    async with _consoles(config, ALICE, BOB) as (a, b):
+        await a.heartbeat("dashboard")
+        await b.heartbeat("restart of ctx-200k")
+        for console in (a, b):
+            seen = {p.who: p.looking_at for p in await console.presence()}
+            assert seen == {"alice@jump1": "dashboard", "bob@jump2": "restart of ctx-200k"}
+        view = await b.view()
+        assert [p.who for p in view.others(BOB)] == ["alice@jump1"]
+        assert view.others(BOB)[0].pid == 4242 and view.lock is None
+        files = sorted(p.name for p in (_dir(twin, config) / "presence").iterdir())
+        assert files == ["alice1.json", "bob2.json"]
+
+        # Alice's console stops beating (killed); Bob keeps beating.
+        deadline = time.monotonic() + 4 * BEAT
+        while time.monotonic() < deadline:
+            await b.heartbeat()
+            await asyncio.sleep(BEAT)
+        assert [p.who for p in (await b.view()).presence] == ["bob@jump2"]
+        assert (_dir(twin, config) / "presence" / "alice1.json").exists()  # view() only ignores
+        assert [p.who for p in await b.presence()] == ["bob@jump2"]
+        assert not (_dir(twin, config) / "presence" / "alice1.json").exists()  # presence() cleans
+
+        await b.leave()
+        assert await a.presence() == []
+
+
+async def test_second_acquire_is_refused_naming_holder_and_intent(twin: TwinHost, config: HostConfig) -> None:
+    async with _consoles(config, ALICE, BOB) as (a, b):
+        lock = await a.acquire("apply ctx-200k")
+        taken = lock.info.taken_at.astimezone().strftime("%H:%M:%S")
+        with pytest.raises(LockHeld) as held:
+            await b.acquire("apply ctx-128k")
+        assert (
+            str(held.value) == f"alice@jump1 holds the lock on twin: apply ctx-200k, since {taken} (pid 4242)"
+        )
+        assert held.value.stale is False and held.value.info.lock_id == lock.info.lock_id
+        # Bob cannot release or break Alice's live lock.
+        assert await b.release(lock) is False
+        with pytest.raises(BreakRefused, match="its console is alive"):
+            await b.break_lock(confirm=True)
+        assert json.loads((_dir(twin, config) / "lock").read_text())["lock_id"] == lock.info.lock_id
+        assert (await b.view()).lock_line() == str(held.value)
+
+        assert await a.release() is True
+        assert not (_dir(twin, config) / "lock").exists()
+        assert await a.release(lock) is False  # twice is harmless
+        lock_b = await b.acquire("apply ctx-128k")
+        assert lock_b.info.holder == BOB
+        await b.release()
+
+
+async def test_killed_holder_goes_stale_and_break_needs_confirmation_and_is_audited(
+    twin: TwinHost, config: HostConfig, tmp_path: Path
+) -> None:
+    # A real console process holds the lock through `locked()` (which keeps its heartbeat fresh) ...
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, config.model_dump_json(), str(BEAT)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert holder.stdout is not None
+        line = holder.stdout.readline()
+        assert line.startswith("held "), holder.stderr.read() if holder.stderr else line
+        holder_pid = holder.pid
+        async with _consoles(config, BOB) as (b,):
+            # ... for longer than the stale window: it is alive, so it can be neither taken nor broken.
+            await asyncio.sleep(4 * BEAT)
+            with pytest.raises(LockHeld) as alive:
+                await b.acquire("apply ctx-128k")
+            assert alive.value.stale is False and alive.value.info.holder.pid == holder_pid
+            assert "carol@jump3 holds the lock on twin: apply ctx-200k" in str(alive.value)
+
+            holder.send_signal(signal.SIGKILL)  # the console dies mid-restart, without releasing
+            holder.wait(10)
+            deadline = time.monotonic() + 10
+            while not (await b.view()).lock_stale:
+                assert time.monotonic() < deadline, "the dead holder's lock never went stale"
+                await asyncio.sleep(BEAT)
+            with pytest.raises(LockHeld) as stale:
+                await b.acquire("apply ctx-128k")
+            assert stale.value.stale is True
+            assert "its console has not been heard from for" in str(stale.value)
+            assert str(stale.value).endswith("so the lock may be broken after confirming")
+
+            with pytest.raises(BreakRefused, match="explicit confirmation"):
+                await b.break_lock(confirm=False)
+            assert (_dir(twin, config) / "lock").exists()
+            broken = await b.break_lock(confirm=True, reason="carol's console was killed mid-restart")
+            assert broken.holder.user == "carol" and broken.intent == "apply ctx-200k"
+            assert not (_dir(twin, config) / "lock").exists()
+            with pytest.raises(BreakRefused, match="not locked"):
+                await b.break_lock(confirm=True)
+
+            trail = await b.read_audit()
+            assert [e.action for e in trail] == ["lock_break"]
+            entry = trail[0]
+            assert entry.who == "bob@jump2" and entry.outcome == "ok" and entry.host == "twin"
+            assert entry.line().startswith(f"bob broke carol@jump3's lock (apply ctx-200k, pid {holder_pid}")
+            assert entry.line().endswith(": carol's console was killed mid-restart")
+            lock = await b.acquire("apply ctx-128k")
+            assert lock.info.holder == BOB
+            await b.release()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait(10)
+
+
+HOLDER = r"""
+import asyncio, os, sys
+from console.core.pairing import Identity
+from console.sources.hosts import HostConfig
+from console.sources.hoststate import HostStateDir
+from console.sources.transport import Transport
+
+async def main():
+    config = HostConfig.model_validate_json(sys.argv[1])
+    me = Identity(user="carol", jump_host="jump3", pid=os.getpid(), console_id=f"carol{os.getpid()}")
+    async with Transport(config, ssh_config=[]) as t:
+        state = HostStateDir(t, config, me, heartbeat_s=float(sys.argv[2]))
+        async with state.locked("apply ctx-200k") as lock:
+            print("held", lock.info.lock_id, flush=True)
+            await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def test_locked_releases_on_error_and_on_cancel_and_notices_a_broken_lock(
+    twin: TwinHost, config: HostConfig
+) -> None:
+    async with _consoles(config, ALICE, BOB) as (a, b):
+        with pytest.raises(RuntimeError, match="drop-in"):
+            async with a.locked("apply ctx-200k"):
+                raise RuntimeError("the drop-in could not be written")
+        assert not (_dir(twin, config) / "lock").exists()
+
+        entered = asyncio.Event()
+
+        async def hold() -> None:
+            async with a.locked("apply ctx-200k"):
+                entered.set()
+                await asyncio.sleep(3600)
+
+        task = asyncio.ensure_future(hold())
+        await entered.wait()
+        assert (await b.view()).lock is not None
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not (_dir(twin, config) / "lock").exists()
+
+        # A console that stopped beating has its lock broken; its next beat finds the lock lost.
+        lock: Lock = await a.acquire("apply ctx-200k")
+        await asyncio.sleep(4 * BEAT)
+        await b.break_lock(confirm=True)
+        assert not lock.lost
+        await a.heartbeat()
+        assert lock.lost
+        assert await a.release(lock) is False
+
+
+async def test_a_jump_host_with_a_wrong_clock_does_not_look_stale(twin: TwinHost, config: HostConfig) -> None:
+    transports = [Transport(config, ssh_config=[]) for _ in range(2)]
+    try:
+        # Alice's jump host runs 10 minutes slow: stamped with her clock, her beats would all be stale.
+        slow = HostStateDir(transports[0], config, ALICE, heartbeat_s=BEAT, clock=lambda: time.time() - 600)
+        b = HostStateDir(transports[1], config, BOB, heartbeat_s=BEAT)
+        lock = await slow.acquire("apply ctx-200k")
+        view = await b.view()
+        assert [p.who for p in view.presence] == ["alice@jump1"] and not view.lock_stale
+        assert abs((lock.info.taken_at - view.now).total_seconds()) < 5
+        with pytest.raises(LockHeld) as held:
+            await b.acquire("apply ctx-128k")
+        assert held.value.stale is False
+        await slow.release(lock)
+    finally:
+        await asyncio.gather(*(t.close() for t in transports))
+
+
+async def test_n_consoles_acquiring_at_the_same_instant_exactly_one_wins(
+    twin: TwinHost, config: HostConfig
+) -> None:
+    who = [Identity(user=f"op{i}", jump_host="jump", pid=1000 + i, console_id=f"op{i}") for i in range(8)]
+    async with _consoles(config, *who) as consoles:
+        for round_ in range(3):
+            results = await asyncio.gather(
+                *(c.acquire(f"apply round {round_}") for c in consoles), return_exceptions=True
+            )
+            won = [r for r in results if isinstance(r, Lock)]
+            lost = [r for r in results if isinstance(r, LockHeld)]
+            assert len(won) == 1 and len(lost) == 7, results
+            winner = won[0].info
+            assert all(e.info.lock_id == winner.lock_id and not e.stale for e in lost)
+            on_host = json.loads((_dir(twin, config) / "lock").read_text())
+            assert on_host["lock_id"] == winner.lock_id
+            assert await won[0].release()
+        # no temporary lock file is left behind by the losers
+        assert sorted(p.name for p in _dir(twin, config).iterdir()) == ["presence"]
+
+
+RACER = r"""
+import asyncio, json, os, sys, time
+from console.core.pairing import Identity, LockHeld
+from console.sources.hosts import HostConfig
+from console.sources.hoststate import HostStateDir
+from console.sources.transport import Transport
+
+async def main():
+    config = HostConfig.model_validate_json(sys.argv[1])
+    me = Identity(user=sys.argv[2], jump_host="jump", pid=os.getpid(), console_id=sys.argv[2])
+    async with Transport(config, ssh_config=[]) as t:
+        await t.wait_up(15)
+        state = HostStateDir(t, config, me)
+        await state.heartbeat("racing")
+        print("ready", flush=True)
+        go = float(sys.stdin.readline())
+        await asyncio.sleep(max(0.0, go - time.time()))
+        try:
+            lock = await state.acquire("apply " + sys.argv[2])
+            print(json.dumps({"won": True, "lock_id": lock.info.lock_id}), flush=True)
+            sys.stdin.readline()
+            await lock.release()
+        except LockHeld as held:
+            print(json.dumps({"won": False, "lock_id": held.info.lock_id, "said": str(held)}), flush=True)
+        await state.leave()
+
+asyncio.run(main())
+"""
+
+
+async def test_separate_processes_acquiring_at_the_same_instant_exactly_one_wins(
+    twin: TwinHost, config: HostConfig
+) -> None:
+    names = ["proc-a", "proc-b", "proc-c"]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, config.model_dump_json(), name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for name in names
+    ]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        go = time.time() + 0.5
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write(f"{go}\n")
+            p.stdin.flush()
+        results = [json.loads(p.stdout.readline()) for p in procs if p.stdout is not None]
+        winners = [n for n, r in zip(names, results, strict=True) if r["won"]]
+        assert len(winners) == 1, results
+        assert len({r["lock_id"] for r in results}) == 1
+        for r in results:
+            if not r["won"]:
+                assert r["said"].startswith(f"{winners[0]}@jump holds the lock on twin: apply {winners[0]}")
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.close()
+            assert p.wait(20) == 0, p.stderr.read() if p.stderr else ""
+        assert not (_dir(twin, config) / "lock").exists()
+        assert list((_dir(twin, config) / "presence").iterdir()) == []
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(10)
+
+
+def _entry(me: Identity, n: int, diff_lines: int = 0) -> AuditEntry:
+    return AuditEntry.by(
+        me,
+        ts="2026-05-30T12:00:00Z",
+        host="twin",
+        action="apply",
+        outcome="ok",
+        profile=f"ctx-{n}",
+        summary=f"entry {me.user} {n}",
+        diff=[f"+ --flag-{n}-{i} {'v' * 40}" for i in range(diff_lines)],
+    )
+
+
+async def test_concurrent_audit_appends_never_interleave(twin: TwinHost, config: HostConfig) -> None:
+    who = [Identity(user=f"op{i}", jump_host="jump", pid=i, console_id=f"op{i}") for i in range(4)]
+    async with _consoles(config, *who) as consoles:
+        # Lines near the size cap (≈3.7 KB) are the ones a split write would tear.
+        entries = {c.me.user: [_entry(c.me, n, diff_lines=60) for n in range(15)] for c in consoles}
+        assert all(len(e.to_jsonl()) > 3000 for e in entries["op0"])
+
+        async def writer(c: HostStateDir) -> None:
+            for e in entries[c.me.user]:
+                await c.append_audit(e)
+
+        await asyncio.gather(*(writer(c) for c in consoles), *(writer(c) for c in consoles))
+    raw = (_dir(twin, config) / "audit.jsonl").read_text().splitlines()
+    assert len(raw) == 4 * 15 * 2
+    parsed = [AuditEntry.model_validate_json(line) for line in raw]  # every line is whole
+    for user, mine in entries.items():
+        got = [e.summary for e in parsed if e.user == user]
+        # each console's own entries keep their order; each was appended twice, concurrently
+        assert sorted(got) == sorted([e.summary for e in mine] * 2)
+
+
+async def test_torn_and_garbage_lines_are_skipped_and_follow_resumes_after_a_drop(
+    twin: TwinHost, config: HostConfig
+) -> None:
+    async with _consoles(config, ALICE, BOB) as (a, b):
+        await a.append_audit(_entry(ALICE, 1))
+        path = _dir(twin, config) / "audit.jsonl"
+        with path.open("a") as f:
+            f.write("garbage that is not json\n")
+            f.write(_entry(ALICE, 99).to_jsonl()[:50])  # a writer that died mid-line: no newline
+        await a.append_audit(_entry(ALICE, 2))  # must not be glued to the torn line
+        log = await b.read_audit_log()
+        assert [e.summary for e in log.entries] == ["entry alice 1", "entry alice 2"]
+        assert log.skipped == 2
+
+        seen: list[str] = []
+        got = asyncio.Event()
+
+        async def follow() -> None:
+            async for entry in b.follow_audit(after_line=0):
+                seen.append(entry.summary)
+                if len(seen) >= 5:
+                    got.set()
+
+        task = asyncio.ensure_future(follow())
+        try:
+            await _until(lambda: len(seen) == 2)
+            assert seen == ["entry alice 1", "entry alice 2"]  # the replay
+            await a.append_audit(_entry(ALICE, 3))
+            await _until(lambda: len(seen) == 3)
+            b.transport.drop()  # the follower's connection dies
+            await a.append_audit(_entry(ALICE, 4))
+            await a.append_audit(_entry(ALICE, 5))
+            await asyncio.wait_for(got.wait(), 15)
+            await asyncio.sleep(0.5)
+            assert seen == [f"entry alice {n}" for n in range(1, 6)]  # nothing lost, nothing twice
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_watch_reports_arrivals_and_the_lock(twin: TwinHost, config: HostConfig) -> None:
+    async with _consoles(config, ALICE, BOB) as (a, b):
+        await a.heartbeat("dashboard")
+        views = a.watch(poll_s=0.1)
+        first = await asyncio.wait_for(anext(views), 10)
+        assert [p.who for p in first.presence] == ["alice@jump1"] and first.lock is None
+        await b.heartbeat("dashboard")
+        second = await asyncio.wait_for(anext(views), 10)
+        assert [p.who for p in second.presence] == ["alice@jump1", "bob@jump2"]
+        await b.acquire("apply ctx-200k")
+        third = await asyncio.wait_for(anext(views), 10)
+        assert third.lock is not None and third.lock.holder == BOB and not third.lock_stale
+        assert third.lock_line().startswith("bob@jump2 holds the lock on twin: apply ctx-200k")
+        await views.aclose()
+        await b.release()
+
+
+async def _until(predicate: object, timeout: float = 10.0) -> None:
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def test_state_dir_is_expanded_on_the_host_and_can_be_absolute(twin: TwinHost, tmp_path: Path) -> None:
+    base = load_hosts(twin.hosts_toml).hosts[twin.name]
+    absolute = tmp_path / "shared state"  # a space: everything is passed quoted
+    config = base.model_copy(update={"state_dir": str(absolute)})
+
+    async def main() -> None:
+        async with _consoles(config, ALICE) as (a,):
+            await a.append_audit(_entry(ALICE, 7))
+            await a.heartbeat()
+
+    asyncio.run(main())
+    assert (absolute / "audit.jsonl").is_file() and (absolute / "presence" / "alice1.json").is_file()
