@@ -1,8 +1,13 @@
-"""Snapshot tests: the dashboard mid-restart and ready, and the help screen; inputs and clock pinned."""
+"""Snapshot tests: the dashboard mid-restart and ready, the help screens, and the profiles screen with a
+what-if that does not fit; inputs, profiles and clock pinned."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from console.core.events import KvPoolAllocated
+from console.core.profile_store import ProfileStore, shipped_profile_dir
+from tests.test_tui_profiles import K25, RUNNING
 from tests.tui_support import corpus_events, gpu_sample, make_app, snapshot
 
 SIZE = (160, 48)
@@ -38,3 +43,34 @@ def test_help_screen(snap_compare) -> None:
         await pilot.pause()
 
     assert snap_compare(make_app(read_only=True), terminal_size=SIZE, run_before=run_before)
+
+
+def _profiles_app(tmp_path: Path):
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "k25-3m.toml").write_text(K25)
+    store = ProfileStore([user, shipped_profile_dir()])
+    app = make_app(store=store, profile="k25-3m")
+    app.running_argv["gpu1"] = list(RUNNING)
+    return app
+
+
+async def _open_profiles(pilot) -> None:
+    # Kimi K2.5 on 8x MI355X at f=0.826 (case-01): 3M tokens at f=0.83 does not fit.
+    pilot.app.post_snapshot(snapshot(corpus_events("case-01"), None))
+    await pilot.pause()
+    await pilot.press("p")
+    await pilot.pause()
+
+
+def test_profiles_screen_what_if_does_not_fit(snap_compare, tmp_path) -> None:
+    assert snap_compare(_profiles_app(tmp_path), terminal_size=SIZE, run_before=_open_profiles)
+
+
+def test_profiles_help_screen(snap_compare, tmp_path) -> None:
+    async def run_before(pilot) -> None:
+        await _open_profiles(pilot)
+        await pilot.press("f1")
+        await pilot.pause()
+
+    assert snap_compare(_profiles_app(tmp_path), terminal_size=SIZE, run_before=run_before)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
+
+from rich.console import Console
 
 from console.core.events import Event
 from console.core.gpus import GpuProcess, GpuSample, HostGpuSample, SamplerState
 from console.core.parser import parse_lines
+from console.core.profile_store import ProfileStore, shipped_profile_dir
 from console.core.snapshot import ConnectionStatus, ConnState, HostSnapshot
 from console.core.state import HostState
 from console.tui.app import ConsoleApp, HostEntry
@@ -52,7 +56,16 @@ def snapshot(
     )
 
 
-def make_app(*, read_only: bool = False, target: int | None = 200_000) -> ConsoleApp:
+def make_app(
+    *,
+    read_only: bool = False,
+    target: int | None = 200_000,
+    store: ProfileStore | None = None,
+    profile: str | None = None,
+) -> ConsoleApp:
+    """A console with no session; profiles come from `store` (default: only the shipped examples, so a
+    test never reads or writes the user's own)."""
+    shipped = shipped_profile_dir()
     return ConsoleApp(
         [HostEntry("gpu1")],
         read_only=read_only,
@@ -60,4 +73,12 @@ def make_app(*, read_only: bool = False, target: int | None = 200_000) -> Consol
         target_source="--target-context" if target else None,
         clock=lambda: NOW,
         connect=False,
+        store=store if store is not None else ProfileStore([shipped] if shipped else []),
+        profile=profile,
     )
+
+
+def plain(renderable: object, width: int = 150) -> str:
+    console = Console(width=width, file=io.StringIO(), record=True)
+    console.print(renderable)
+    return console.export_text()

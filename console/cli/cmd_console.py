@@ -72,5 +72,6 @@ def run(args: argparse.Namespace) -> int:
         read_only=args.read_only,
         target=target,
         target_source=source,
+        profile=args.profile,
     )
     return int(app.run() or 0)

@@ -14,6 +14,7 @@ from console.cli.errors import UsageError
 
 DEMO_TARGET = 200_000
 """The incident's goal: a 200k-token context (the twin boots with the first, too small, flags)."""
+DEMO_PROFILE = "ctx-200k"
 DEMO_TIME_SCALE = 0.02
 """A five-minute restart plays in about six seconds."""
 
@@ -84,7 +85,14 @@ def run(args: argparse.Namespace) -> int:
             after_start=start_service,
             session_options={"gpu_interval_s": 1.0},
         )
-        app = ConsoleApp([entry], read_only=args.read_only, target=target, target_source=source)
+        app = ConsoleApp(
+            [entry],
+            read_only=args.read_only,
+            target=target,
+            target_source=source,
+            # The profiles screen opens on the demo's goal: from 0.85 to a verified 200k in one restart.
+            profile=args.profile or DEMO_PROFILE,
+        )
 
         def _leave(signum: int, _frame: object) -> None:
             # A closed terminal (SIGHUP: tmux kill-server, a dropped SSH) or a kill must still stop the

@@ -21,6 +21,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "parse",
     "plan",
     "verify",
+    "probe",
     "profiles",
     "apply",
     "twin",

@@ -99,6 +99,10 @@ class ServerSample(BaseModel):
     detail: str | None = None
     metrics: SglangMetrics | None = None
     ts: float | None = None
+    version: str | None = None
+    """SGLang's version from `/server_info` (read once each time the server becomes healthy)."""
+    model: str | None = None
+    """`served_model_name` from `/server_info`."""
 
 
 class HostSnapshot(BaseModel):

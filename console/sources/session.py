@@ -24,12 +24,12 @@ from typing import Any
 from console.core.events import Event
 from console.core.gpus import HostGpuSample
 from console.core.parser import JournalParser
-from console.core.snapshot import FollowerStatus, FollowState, HostSnapshot, ServerSample
+from console.core.snapshot import FollowerStatus, FollowState, HealthState, HostSnapshot, ServerSample
 from console.core.state import HostState
 from console.sources.gpus import DEFAULT_INTERVAL_S, BackendChoice, GpuPoller
 from console.sources.hosts import HostConfig
 from console.sources.journal import JournalFollower
-from console.sources.server import ServerClient
+from console.sources.server import ServerClient, ServerError
 from console.sources.transport import Backoff, Transport
 
 _NOT_FOLLOWED = FollowerStatus(state=FollowState.STOPPED, detail="the journal is not followed")
@@ -266,8 +266,19 @@ class HostSession:
         self._client = await ServerClient.through(
             self.transport, self.host, timeout_s=self.server_interval_s * 2
         )
+        info: dict[str, str | None] | None = None
         while True:
             started = loop.time()
-            self._server = await self._client.sample()
+            sample = await self._client.sample()
+            if sample.health is not HealthState.OK:
+                info = None  # the next healthy server may be another build
+            elif info is None:
+                with contextlib.suppress(ServerError):
+                    raw = await self._client.server_info()
+                    info = {
+                        key: str(raw[src]) if raw.get(src) else None
+                        for key, src in (("version", "version"), ("model", "served_model_name"))
+                    }
+            self._server = sample.model_copy(update=info) if info else sample
             self._touch()
             await asyncio.sleep(max(0.0, self.server_interval_s - (loop.time() - started)))

@@ -61,9 +61,11 @@ start it with ! to show the lines that do NOT match; Esc clears it. f follows th
 class EventFeed(Vertical):
     BINDINGS = [  # noqa: RUF012 - Textual reads it as a class attribute
         Binding("slash", "filter", "Filter"),
-        Binding("f", "follow", "Follow"),
-        Binding("a", "ack", "Ack errors"),
-        Binding("z", "fold", "Fold boots"),
+        # Follow and fold stay off the footer so that an 80-column pane keeps the keys that matter
+        # (F1 help and the palette list them).
+        Binding("f", "follow", "Follow", show=False),
+        Binding("a", "ack", "Ack"),
+        Binding("z", "fold", "Fold boots", show=False),
     ]
 
     def __init__(self, *, history: int = HISTORY, id: str | None = None) -> None:

@@ -12,11 +12,17 @@ from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import Static
 
+from console.core.restart import BOOT, Phase
 from console.core.snapshot import ConnState, HealthState, HostSnapshot
 from console.core.state import Boot
 from console.tui.bars import stacked_bar
 from console.tui.view import (
+    CONTROLLER_AFTER,
+    CONTROLLER_BEFORE,
     SEGMENT_LABELS,
+    ApplyTrack,
+    Timeline,
+    TimelineStep,
     display_boot,
     fmt_duration,
     fmt_tokens,
@@ -110,11 +116,14 @@ class HeaderBar(Widget):
                 else "red",
             )
 
+        server = snap.server if snap is not None else None
+        version = (server.version if server is not None else None) or _version(boot)
+        model = model_name(boot) or (server.model if server is not None else None)
         line2 = Text(" ")
         line2.append("SGLang ", "grey62")
-        line2.append(_version(boot) or "version not reported", "bold" if _version(boot) else "grey50")
+        line2.append(version or "version not reported", "bold" if version else "grey50")
         line2.append("  model ", "grey62")
-        line2.append(model_name(boot) or "—", "bold")
+        line2.append(model or "—", "bold")
         if boot is not None:
             line2.append(f"  boot #{boot.index}", "grey62")
         line2.append("  freshest sample ", "grey62")
@@ -130,7 +139,8 @@ class HeaderBar(Widget):
 
 
 def _version(boot: Boot | None) -> str | None:
-    # SGLang does not print its version in the journal; some builds put it in the args dump.
+    # SGLang does not print its version in the journal (the header prefers /server_info's); some builds
+    # put it in the args dump.
     if boot is None:
         return None
     value = boot.arg("version") or boot.arg("sglang_version")
@@ -263,18 +273,31 @@ class TimelinePanel(Panel):
 [b]Restart timeline[/b] — the phases of the current (or last) boot of the service, followed from the
 journal: stopping, launching, loading weights, KV pool, CUDA graphs, ready (or failed).
 Each phase shows how long it took (the running one counts up). The ETA is the median of the same
-phases in earlier boots seen by this console; it appears from the second restart on."""
+phases in earlier boots seen by this console; it appears from the second restart on.
+
+When the console itself applies a profile, rolls back or restarts, the controller's own steps are
+merged in: validate, diff, write drop-in, daemon-reload and restart before the boot, verify and record
+after it, and the timeline ends in the verification verdict (R rolls back after a failure)."""
+
+    track: ApplyTrack | None = None
+    track_boot: int | None = None
+    """The boot shown when the controller's restart began: the journal's steps count once a newer one opens."""
+
+    def set_track(self, track: ApplyTrack | None, boot_index: int | None = None) -> None:
+        self.track = track
+        self.track_boot = boot_index
+        self.refresh(layout=True)
 
     def render(self) -> RenderableType:
         snap = self.snap
+        tl = restart_timeline(snap.state, snap.ts) if snap is not None else None
+        if self.track is not None:
+            return self._render_track(self.track, tl)
         if snap is None:
             return Text("restart: no boot seen", "grey62")
-        tl = restart_timeline(snap.state, snap.ts)
         if tl is None:
             return Text("restart: no boot with timestamps yet", "grey62")
-        colour = {"ready": "green3", "failed": "bold red", "running": "yellow3", "stopped": "grey62"}[
-            tl.outcome
-        ]
+        colour = OUTCOME_STYLES[tl.outcome]
         head = Text()
         head.append(f"boot #{tl.boot_index} ", "bold")
         head.append(tl.outcome, colour)
@@ -282,20 +305,84 @@ phases in earlier boots seen by this console; it appears from the second restart
         if tl.eta is not None:
             head.append(f"  ETA {fmt_duration(tl.eta)}", "bold yellow3")
         lines: list[RenderableType] = [head]
-        marks = {
-            "done": ("✔", "green3"),
-            "active": ("▶", "bold yellow3"),
-            "pending": ("·", "grey50"),
-            "failed": ("✘", "bold red"),
-        }
-        for step in tl.steps:
-            mark, style = marks[step.state]
-            line = Text()
-            line.append(f" {mark} ", style)
-            line.append(f"{step.label:<16}", style if step.state != "done" else "")
-            if step.seconds is not None:
-                line.append(fmt_duration(step.seconds), "grey62" if step.state == "done" else style)
-            lines.append(line)
+        lines.extend(_step_line(step) for step in tl.steps)
         if tl.reason:
             lines.append(Text(tl.reason, "red"))
         return Group(*lines)
+
+    def _render_track(self, track: ApplyTrack, tl: Timeline | None) -> RenderableType:
+        head = Text()
+        head.append(f"{track.action} ", "bold")
+        if not track.done:
+            head.append("running", "yellow3")
+        elif track.ok:
+            head.append("verified", "bold green3")
+        else:
+            head.append("failed", "bold red")
+        head.append(f"  elapsed {fmt_duration(track.elapsed_s)}", "grey62")
+        if not track.done and track.eta_s is not None:
+            head.append(f"  ETA {fmt_duration(track.eta_s)}", "bold yellow3")
+        lines: list[RenderableType] = [head]
+        lines.extend(_step_line(step) for step in track.steps(CONTROLLER_BEFORE))
+        journal_live = (
+            tl is not None and track.booting and (self.track_boot is None or tl.boot_index > self.track_boot)
+        )
+        if journal_live and tl is not None:
+            lines.extend(_step_line(step) for step in tl.steps)
+        else:
+            lines.extend(_step_line(step) for step in track.steps((*BOOT, Phase.READY)))
+        lines.extend(_step_line(step) for step in track.steps(CONTROLLER_AFTER))
+        if track.done and track.summary:
+            mark, style = ("✔", "bold green3") if track.ok else ("✘", "bold red")
+            lines.append(Text(f"{mark} {track.summary}", style))
+            for why in [r for r in track.reasons if r not in track.summary][:4]:
+                lines.append(Text(f"  {why}", "red"))
+            if track.can_roll_back:
+                lines.append(Text("R rolls back to the previous drop-in", "bold yellow3"))
+        elif track.message:
+            lines.append(Text(track.message, "grey62", overflow="ellipsis", no_wrap=True))
+        return Group(*lines)
+
+
+OUTCOME_STYLES = {"ready": "green3", "failed": "bold red", "running": "yellow3", "stopped": "grey62"}
+STEP_MARKS = {
+    "done": ("✔", "green3"),
+    "active": ("▶", "bold yellow3"),
+    "pending": ("·", "grey50"),
+    "failed": ("✘", "bold red"),
+}
+
+
+def _step_line(step: TimelineStep) -> Text:
+    mark, style = STEP_MARKS[step.state]
+    line = Text()
+    line.append(f" {mark} ", style)
+    line.append(f"{step.label:<16}", style if step.state != "done" else "")
+    if step.seconds is not None:
+        line.append(fmt_duration(step.seconds), "grey62" if step.state == "done" else style)
+    return line
+
+
+class VerdictBanner(Static):
+    """The verdict of the last apply / rollback / restart the console ran, until the next one."""
+
+    DEFAULT_CLASSES = "verdict"
+
+    def show_verdict(self, ok: bool, text: str, *, can_roll_back: bool) -> None:
+        line = Text()
+        if ok:
+            line.append(" ✔ ", "bold black on green3")
+            line.append(f" {text}", "bold green3")
+        else:
+            line.append(" ✘ ", "bold white on red3")
+            if can_roll_back:
+                # First, so a long reason cannot push the way out off the line.
+                line.append(" R: roll back ", "bold black on yellow3")
+            line.append(f" {text}", "bold red")
+        self.set_class(ok, "ok")
+        self.set_class(not ok, "failed")
+        self.update(line)
+        self.display = True
+
+    def clear(self) -> None:
+        self.display = False

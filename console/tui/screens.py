@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,23 +20,50 @@ KEYS = """\
   z            fold / unfold earlier boots"""
 
 KEYS_CHANGING = """
-  r            restart the service (asks first)"""
+  p            profiles: edit, what-if, apply
+  r            restart the service (asks first, then followed and verified)
+  R            roll back the last apply (asks first)
+  ctrl+p       … then "Probe": a synthetic long-context request, decode tok/s by depth"""
+
+KEYS_READ_ONLY = """
+  p            profiles: edit, what-if (saving is local; applying is refused)"""
 
 READ_ONLY_NOTE = """
-[b]Read-only[/b]: actions that change the host (restart) are hidden and refused."""
+[b]Read-only[/b]: actions that change the host (apply, restart, roll back) are hidden and refused."""
+
+PROFILE_KEYS = """\
+[b]Keys[/b]
+  Esc          back to the dashboard          F1      this help
+  ctrl+s       save the profile (user profile dir, atomic; a bad TOML is never saved)
+  ctrl+p       command palette                tab     next pane
+  ↑ ↓ Enter    pick a profile in the list (unsaved edits are kept per profile)"""
+
+PROFILE_KEYS_CHANGING = """
+  ctrl+r       apply: confirm the diff and the prediction, then restart and verify"""
+
+
+def help_keys(read_only: bool, *, profiles: bool = False) -> str:
+    if profiles:
+        return (
+            PROFILE_KEYS
+            + ("" if read_only else PROFILE_KEYS_CHANGING)
+            + (READ_ONLY_NOTE if read_only else "")
+        )
+    return KEYS + (KEYS_READ_ONLY if read_only else KEYS_CHANGING) + (READ_ONLY_NOTE if read_only else "")
 
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,f1,q", "dismiss", "Close")]  # noqa: RUF012
 
-    def __init__(self, panel_help: str, *, read_only: bool) -> None:
+    def __init__(self, panel_help: str, *, read_only: bool, keys: str | None = None) -> None:
         super().__init__()
         self.panel_help = panel_help
         self.read_only = read_only
+        self.keys = keys if keys is not None else help_keys(read_only)
 
     def compose(self) -> ComposeResult:
         body = self.panel_help or "[b]k26-console[/b] — move the focus to a panel (tab) for help on it."
-        keys = KEYS + ("" if self.read_only else KEYS_CHANGING) + (READ_ONLY_NOTE if self.read_only else "")
+        keys = self.keys
         with VerticalScroll(id="help-box"):
             yield Static(Text.from_markup(body), id="help-panel")
             yield Static(Text.from_markup(keys), id="help-keys")
@@ -72,3 +101,83 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
+
+
+class ApplyChoice(StrEnum):
+    APPLY = "apply"
+    FORCE = "force"
+
+
+class ApplyConfirmScreen(ModalScreen[ApplyChoice | None]):
+    """Before a profile is applied: the diff against the running ExecStart and the predicted outcome.
+
+    A profile the planner (or validation) refuses cannot be applied with `y`; `F` forces it, which is
+    how an operator tries it anyway, knowing that the timeline may end in a failure and a rollback."""
+
+    BINDINGS = [  # noqa: RUF012 - Textual reads it as a class attribute
+        Binding("y", "answer('apply')", "Apply"),
+        Binding("F", "answer('force')", "Force"),
+        Binding("n,escape", "answer(None)", "Cancel"),
+    ]
+
+    def __init__(
+        self,
+        question: str,
+        *,
+        ok: bool,
+        diff: list[str],
+        prediction: Text,
+        errors: list[str],
+        warnings: list[str],
+    ) -> None:
+        super().__init__()
+        self.question = question
+        self.ok = ok
+        self.diff = diff
+        self.prediction = prediction
+        self.errors = errors
+        self.warnings = warnings
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="apply-box"):
+            yield Static(Text(self.question, "bold"), id="apply-question")
+            yield Static(diff_text(self.diff), id="apply-diff")
+            yield Static(self.prediction, id="apply-prediction")
+            notes = Text()
+            for e in self.errors:
+                notes.append(f"✘ {e}\n", "bold red")
+            for w in self.warnings:
+                notes.append(f"⚠ {w}\n", "yellow3")
+            if notes.plain:
+                notes.rstrip()
+                yield Static(notes, id="apply-notes")
+            with Horizontal(id="confirm-buttons"):
+                if self.ok:
+                    yield Button("Apply (y)", id="apply", variant="warning")
+                else:
+                    yield Button("Force (F)", id="force", variant="error")
+                yield Button("Cancel (n)", id="cancel", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#cancel", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.action_answer(event.button.id if event.button.id in ("apply", "force") else None)
+
+    def action_answer(self, choice: str | None) -> None:
+        if choice == "apply" and not self.ok:
+            self.notify("the profile is refused as it stands; F forces it.", severity="warning")
+            return
+        self.dismiss(ApplyChoice(choice) if choice else None)
+
+
+def diff_text(lines: list[str]) -> Text:
+    """Diff lines coloured as a diff reads: + green, - red, ~ yellow."""
+    out = Text()
+    if not lines:
+        out.append("no change against the running ExecStart", "grey62")
+        return out
+    for i, line in enumerate(lines):
+        style = {"+": "green3", "-": "red", "~": "yellow3"}.get(line[:1], "")
+        out.append(("\n" if i else "") + line, style)
+    return out

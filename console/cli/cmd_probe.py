@@ -1,0 +1,201 @@
+"""`k26-console probe HOST --depth N | --sweep LIST`: a synthetic long-context request at real depth.
+
+TTFT, decode tok/s, inter-token latency and the KV read bandwidth decode achieved, set against the card's
+peak. Exit 0 when every depth was measured, 1 when a depth was refused or the probe failed (the results
+are still printed), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable
+
+from console.cli.cmd_plan import human_int
+from console.cli.errors import EXIT_OK, CheckFailed, UsageError
+from console.core.probe import (
+    ProbePhase,
+    ProbeProgress,
+    ProbeReport,
+    ProbeResult,
+    ProbeStatus,
+    fmt_depth,
+    fmt_pct,
+    parse_depths,
+)
+
+MAX_TOKENS = 4096
+
+
+def _depths(text: str) -> list[int]:
+    try:
+        return parse_depths(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "probe",
+        help="one synthetic long-context request (or a sweep): TTFT, tok/s, effective KV bandwidth",
+        description=(
+            "Send a streamed /generate of N random token ids (a fresh prefix each run, so the radix cache "
+            "cannot answer it) asking for exactly M new tokens, and measure time to first token, decode "
+            "tok/s, inter-token latency and the KV read bandwidth against the card's peak. A depth the "
+            "server cannot take (context length, KV pool) is refused before anything is sent. Results go "
+            "to the probe history and, with --profile, to the profile's [verified] tok_s_at_depth. "
+            "Exit 0 when every depth was measured, 1 when one was refused or failed, 2 on bad input."
+        ),
+    )
+    p.add_argument("host", metavar="HOST", help="a hosts-file name or an ssh alias")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--depth", type=human_int, metavar="N", help="prompt tokens (e.g. 185k)")
+    what.add_argument(
+        "--sweep", type=_depths, metavar="LIST", help="depths in order, e.g. 1k,8k,32k,64k,128k,185k,200k"
+    )
+    p.add_argument(
+        "--tokens", type=human_int, default=None, metavar="M", help="new tokens per depth (default 32)"
+    )
+    p.add_argument("--profile", metavar="NAME", help="record tok/s by depth in this profile's [verified]")
+    p.add_argument("--hosts", metavar="FILE", help="the hosts file (default: hosts.toml in the config dir)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--ttft-timeout",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="longest wait for the first token (default 900)",
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="longest wait between two tokens (default 120)",
+    )
+    p.set_defaults(func=run)
+
+
+def _fmt(value: float | None, spec: str, unit: str = "") -> str:
+    return "—" if value is None else f"{value:{spec}}{unit}"
+
+
+def format_table(report: ProbeReport) -> str:
+    """The human form: one row per depth, then the diagnoses."""
+    t = report.target
+    card = t.gpu_name or "unknown GPU"
+    peak = f"{t.peak_bandwidth_gbs:,.0f} GB/s peak" if t.peak_bandwidth_gbs else "peak unknown"
+    cell = (
+        f"{t.kv_bytes_per_token_per_gpu:,} B/token/GPU" if t.kv_bytes_per_token_per_gpu else "KV cell unknown"
+    )
+    lines = [
+        f"{report.host}: {t.model or 'unknown model'} on {t.gpu_count or '?'}x {card} ({peak}), KV {cell}",
+        f"{'depth':>8} {'tokens':>7} {'TTFT':>9} {'tok/s':>8} {'ITL p50':>9} {'ITL p99':>9} "
+        f"{'KV GB/s':>9} {'of peak':>8}",
+    ]
+    for r in report.results:
+        if r.status is not ProbeStatus.OK:
+            lines.append(f"{fmt_depth(r.depth):>8} {r.status.value}: {r.error}")
+            continue
+        pct = fmt_pct(r.bandwidth_pct) if r.bandwidth_pct is not None else "—"
+        lines.append(
+            f"{fmt_depth(r.depth):>8} {r.output_tokens:>7} {_fmt(r.ttft_s, '.2f', ' s'):>9} "
+            f"{_fmt(r.decode_tok_s, '.2f'):>8} {_fmt(r.itl_p50_s, '.3f', ' s'):>9} "
+            f"{_fmt(r.itl_p99_s, '.3f', ' s'):>9} {_fmt(r.effective_kv_bandwidth_gbs, '.1f'):>9} {pct:>8}"
+        )
+    measured = [r for r in report.results if r.status is ProbeStatus.OK]
+    for r in measured:
+        lines.append(f"{fmt_depth(r.depth)}: {r.diagnosis}.")
+    if report.fit is not None:
+        lines.append(f"sweep: {report.fit.diagnosis}.")
+    return "\n".join(lines) + "\n"
+
+
+def _progress_printer(enabled: bool) -> Callable[[ProbeProgress], None]:
+    def show(p: ProbeProgress) -> None:
+        if not enabled:
+            return
+        where = f"[{p.index + 1}/{p.total}] {fmt_depth(p.depth)}"
+        if p.phase is ProbePhase.PREFILL:
+            text = f"{where}: prefill..."
+        elif p.phase is ProbePhase.DECODING:
+            live = f", {p.live_tok_s:.2f} tok/s" if p.live_tok_s else ""
+            text = f"{where}: {p.tokens}/{p.requested_tokens} tokens{live}"
+        else:
+            result: ProbeResult | None = p.result
+            text = f"{where}: {p.phase.value}" + (f" ({result.error})" if result and result.error else "")
+        end = "\n" if p.phase not in (ProbePhase.PREFILL, ProbePhase.DECODING) else ""
+        sys.stderr.write(f"\r\033[K{text}{end}")
+        sys.stderr.flush()
+
+    return show
+
+
+def run(args: argparse.Namespace) -> int:
+    from console.core.profiles import ProfileError
+    from console.sources.hosts import HostsError, load_hosts, resolve_host
+    from console.sources.probe import (
+        DEFAULT_NEW_TOKENS,
+        ProbeError,
+        keep_report,
+        open_prober,
+        report_json,
+    )
+    from console.sources.transport import TransportError
+
+    depths: list[int] = args.sweep if args.sweep else [args.depth]
+    tokens: int = args.tokens or DEFAULT_NEW_TOKENS
+    if tokens > MAX_TOKENS:
+        raise UsageError(f"--tokens {tokens} is more than a probe needs; use at most {MAX_TOKENS}.")
+    store = None
+    if args.profile:
+        from console.core.profile_store import ProfileStore
+
+        store = ProfileStore()
+        try:
+            store.find(args.profile)
+        except ProfileError as exc:
+            raise UsageError(str(exc)) from None
+    try:
+        host = resolve_host(args.host, load_hosts(args.hosts))
+    except HostsError as exc:
+        raise UsageError(f"{str(exc).rstrip('.')}.") from None
+    options: dict[str, float] = {}
+    if args.ttft_timeout:
+        options["ttft_timeout_s"] = args.ttft_timeout
+    if args.stall_timeout:
+        options["stall_timeout_s"] = args.stall_timeout
+    show = _progress_printer(sys.stderr.isatty())
+
+    async def go() -> ProbeReport:
+        async with open_prober(host, **options) as prober:  # type: ignore[arg-type]
+            return await prober.sweep(depths, tokens, profile=args.profile, on_progress=show)
+
+    try:
+        report = asyncio.run(go())
+    except TransportError as exc:
+        raise UsageError(f"{str(exc).rstrip('.')}.") from None
+    except ProbeError as exc:
+        raise CheckFailed(f"{str(exc).rstrip('.')}.") from None
+    try:
+        keep_report(report, store=store)
+    except (OSError, ProfileError) as exc:
+        sys.stderr.write(f"k26-console: the results could not be kept: {exc}\n")
+    sys.stdout.write(report_json(report) + "\n" if args.json else format_table(report))
+    if not report.ok:
+        raise CheckFailed(report.summary())
+    return EXIT_OK
+
+
+__all__ = ["format_table", "register", "run"]

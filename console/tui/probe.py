@@ -1,0 +1,544 @@
+"""The probe screen and charts.
+
+- `ProbePanel`: the depths to fire, progress and live tok/s while a probe decodes, the results table and
+  the sweep's tok/s-against-depth curve beside earlier runs. It only draws: whoever hosts it starts the
+  probe when it posts `ProbePanel.Fire`, stops it on `ProbePanel.Cancel`, and feeds it progress.
+- `ProbeScreen(session_or_host, transport=..., profile=...)`: hosts the panel and runs the probe through
+  the host's SSH transport (a worker; Esc or the Cancel button cancels it, which aborts the request).
+- `ThroughputChart`: the server's own generation throughput over time (its `Decode batch` lines and
+  `/metrics` gen_throughput), for the dashboard: `show(snapshot)` or `set_samples(points)`.
+
+Charts are drawn with plotext (its `build()` output, without colour) and coloured here by marker, so they
+look the same in every theme and in snapshots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import plotext
+from rich.table import Table
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Button, Footer, Input, Label, Static
+from textual.worker import Worker
+
+from console.core.probe import (
+    Curve,
+    ProbePhase,
+    ProbeProgress,
+    ProbeReport,
+    ProbeResult,
+    ProbeStatus,
+    fmt_depth,
+    fmt_pct,
+    merge_points,
+    parse_depths,
+    report_curve,
+    throughput_points,
+)
+from console.core.snapshot import HostSnapshot
+
+CURRENT_STYLE = "bold green3"
+EARLIER_MARKERS: tuple[tuple[str, str], ...] = (
+    ("•", "steel_blue1"),
+    ("+", "orange3"),
+    ("*", "medium_purple2"),
+)
+# plotext's default `hd` marker draws with these quadrant blocks.
+_HD_BLOCKS = frozenset("▘▝▀▖▌▞▛▗▚▐▜▄▙▟█")
+AXIS_STYLE = "grey50"
+
+
+def _plot_text(build: Callable[[Any], None], width: int, height: int, styles: dict[str, str]) -> Text:
+    """Run `build(figure)` on a cleared plotext figure of this size; the text, coloured by marker."""
+    fig = plotext.figure
+    # The widget, not the process's terminal, decides the size (Textual owns the screen).
+    plotext.terminal.limit(False, False)
+    fig.clear()
+    fig.plot_size(max(width, 20), max(height, 6))
+    fig.legend(active=False)
+    build(fig)
+    raw = fig.build().string(colorless=True)
+    fig.clear()
+    text = Text(style=AXIS_STYLE, no_wrap=True, overflow="crop")
+    for line_no, line in enumerate(raw.splitlines()):
+        if line_no:
+            text.append("\n")
+        for ch in line:
+            style = CURRENT_STYLE if ch in _HD_BLOCKS and "hd" in styles else styles.get(ch)
+            text.append(ch, style) if style else text.append(ch)
+    return text
+
+
+def depth_chart(current: Curve | None, earlier: Sequence[Curve], width: int, height: int) -> Text:
+    """tok/s against depth: this run in green blocks, up to three earlier runs with their own markers.
+    A log scale when the curve spans more than a decade (decode at 185k can be 50x slower than at 8k)."""
+    curves = [c for c in earlier[-len(EARLIER_MARKERS) :] if c.points]
+    plotted = ([current] if current and current.points else []) + curves
+    if not plotted:
+        return Text("No depth measured yet: fire a probe to draw tok/s against depth.", "grey62")
+    values = [v for c in plotted for _, v in c.points if v > 0]
+    log = bool(values) and max(values) / min(values) > 10
+    styles: dict[str, str] = {"hd": CURRENT_STYLE}
+    for (marker, style), _curve in zip(EARLIER_MARKERS, curves, strict=False):
+        styles[marker] = style
+
+    def build(fig: Any) -> None:
+        for (marker, _style), curve in zip(EARLIER_MARKERS, curves, strict=False):
+            xs = [d / 1000 for d, _ in curve.points]
+            fig.draw(fig.signal(xs, [v for _, v in curve.points], marker=marker).lines())
+        if current and current.points:
+            xs = [d / 1000 for d, _ in current.points]
+            fig.draw(fig.signal(xs, [v for _, v in current.points]).lines())
+        fig.label("depth (k tokens)", "x")
+        if log:
+            fig.ruler("y").scale("log")
+
+    chart = _plot_text(build, width, height - 1, styles)
+    legend = Text("\n")
+    legend.append("tok/s  ", AXIS_STYLE)
+    if current and current.points:
+        legend.append("▚ " + current.label, CURRENT_STYLE)
+    for (marker, style), curve in zip(EARLIER_MARKERS, curves, strict=False):
+        legend.append("   ")
+        legend.append(f"{marker} {curve.label}", style)
+    return chart + legend
+
+
+def throughput_chart(
+    points: Sequence[tuple[float, float]], now: float, window_s: float, width: int, height: int
+) -> Text:
+    """Generation tok/s over the last `window_s` seconds (x: seconds before now)."""
+    shown = [(t - now, v) for t, v in points if now - window_s <= t <= now]
+    if not shown:
+        return Text("No generation yet: the server has logged no Decode batch line in this window.", "grey62")
+
+    def build(fig: Any) -> None:
+        fig.draw(fig.signal([x for x, _ in shown], [v for _, v in shown]).lines())
+        fig.ruler("x").lim(-window_s, 0)
+        fig.label("seconds before now", "x")
+
+    chart = _plot_text(build, width, height - 1, {"hd": CURRENT_STYLE})
+    last = shown[-1][1]
+    return chart + Text.assemble("\n", ("gen tok/s  ", AXIS_STYLE), (f"now {last:.2f}", CURRENT_STYLE))
+
+
+class DepthChart(Widget):
+    """The plotext curve, redrawn at the widget's size."""
+
+    DEFAULT_CLASSES = "probe-chart"
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.current: Curve | None = None
+        self.earlier: list[Curve] = []
+
+    def plot(self, current: Curve | None, earlier: Sequence[Curve]) -> None:
+        self.current, self.earlier = current, list(earlier)
+        self.refresh()
+
+    def render(self) -> Text:
+        return depth_chart(self.current, self.earlier, self.size.width, self.size.height)
+
+
+class ThroughputChart(Widget):
+    """The server's generation throughput over time. Feed it snapshots (`show`) or points (`set_samples`);
+    it keeps `window_s` seconds of (epoch seconds, tok/s) samples."""
+
+    DEFAULT_CLASSES = "throughput-chart"
+    HELP = (
+        "[b]Generation throughput[/b]\nTokens per second the server generated, from its `Decode batch` "
+        "lines (every --decode-log-interval steps) and /metrics gen_throughput, over the last minutes."
+    )
+
+    def __init__(
+        self, *, window_s: float = 600.0, clock: Callable[[], float] = time.time, id: str | None = None
+    ) -> None:
+        super().__init__(id=id)
+        self.window_s = window_s
+        self.clock = clock
+        self.samples: list[tuple[float, float]] = []
+
+    def set_samples(self, points: Sequence[tuple[float, float]]) -> None:
+        self.samples = merge_points(self.samples, points, keep_s=self.window_s, now=self.clock())
+        self.refresh()
+
+    def show(self, snap: HostSnapshot) -> None:
+        points = throughput_points(snap.recent)
+        server = snap.server
+        if server is not None and server.metrics is not None and server.ts is not None:
+            busy = (server.metrics.num_running_reqs or 0) > 0
+            if server.metrics.gen_throughput is not None and busy:
+                points.append((server.ts, server.metrics.gen_throughput))
+        self.set_samples(points)
+
+    def render(self) -> Text:
+        return throughput_chart(self.samples, self.clock(), self.window_s, self.size.width, self.size.height)
+
+
+# ------------------------------------------------------------------------------------------------
+# the panel
+# ------------------------------------------------------------------------------------------------
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def target_line(report: ProbeReport | None) -> str:
+    if report is None:
+        return ""
+    t = report.target
+    card = t.gpu_name.removeprefix("NVIDIA ") if t.gpu_name else "unknown GPU"
+    peak = f"{t.peak_bandwidth_gbs:,.0f} GB/s" if t.peak_bandwidth_gbs else "peak unknown"
+    cell = f"{t.kv_bytes_per_token_per_gpu:,} B" if t.kv_bytes_per_token_per_gpu else "unknown"
+    return f"{t.model or 'unknown model'} on {t.gpu_count or '?'}x {card} ({peak}); KV/token/GPU {cell}"
+
+
+def results_table(
+    rows: Sequence[tuple[int, ProbeResult | None]], live: ProbeProgress | None, title: str = ""
+) -> Table:
+    table = Table(
+        box=None,
+        pad_edge=False,
+        expand=False,
+        header_style="bold",
+        title=title or None,
+        title_justify="left",
+        title_style="grey70",
+    )
+    for name, justify in (
+        ("depth", "right"),
+        ("tokens", "right"),
+        ("TTFT s", "right"),
+        ("tok/s", "right"),
+        ("ITL p50", "right"),
+        ("ITL p99", "right"),
+        ("KV GB/s", "right"),
+        ("of peak", "right"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for depth, result in rows:
+        if result is None:
+            if live is not None and live.depth == depth and live.phase is ProbePhase.DECODING:
+                table.add_row(
+                    fmt_depth(depth),
+                    f"{live.tokens}/{live.requested_tokens}",
+                    _num(live.ttft_s, ".2f"),
+                    Text(_num(live.live_tok_s, ".2f"), "bold yellow3"),
+                    "",
+                    "",
+                    "",
+                    "",
+                )
+            elif live is not None and live.depth == depth and live.phase is ProbePhase.PREFILL:
+                table.add_row(fmt_depth(depth), Text("prefill…", "yellow3"), "", "", "", "", "", "")
+            else:
+                table.add_row(fmt_depth(depth), Text("waiting", "grey50"), "", "", "", "", "", "")
+            continue
+        if result.status is not ProbeStatus.OK:
+            style = "yellow3" if result.status is ProbeStatus.REFUSED else "red3"
+            table.add_row(fmt_depth(depth), Text(result.status.value, style), "", "", "", "", "", "")
+            continue
+        pct = result.bandwidth_pct
+        pct_text = Text(fmt_pct(pct) if pct is not None else "—")
+        if result.verdict.value == "attention_bound":
+            pct_text.stylize("bold red")
+        table.add_row(
+            fmt_depth(depth),
+            str(result.output_tokens),
+            _num(result.ttft_s, ".2f"),
+            _num(result.decode_tok_s, ".2f"),
+            _num(result.itl_p50_s, ".3f"),
+            _num(result.itl_p99_s, ".3f"),
+            _num(result.effective_kv_bandwidth_gbs, ".1f"),
+            pct_text,
+        )
+    return table
+
+
+class ProbePanel(Vertical, can_focus=False):
+    """Depths to fire, progress, the results table and the curve. Draws only; see the module docstring."""
+
+    HELP = (
+        "[b]Long-context probe[/b]\nOne streamed /generate of N random token ids per depth, exactly M new "
+        "tokens. TTFT, decode tok/s, inter-token latency, and the KV read bandwidth decode achieved against "
+        "the card's peak. A depth beyond the context length or the KV pool is refused before anything is "
+        "sent. Enter fires, the Cancel button or Esc stops a running probe (the server aborts the request)."
+    )
+
+    class Fire(Message):
+        def __init__(self, depths: list[int], tokens: int) -> None:
+            super().__init__()
+            self.depths = depths
+            self.tokens = tokens
+
+    class Cancel(Message):
+        pass
+
+    def __init__(self, *, depths: str = "8k,64k,185k", tokens: int = 32, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.default_depths = depths
+        self.default_tokens = tokens
+        self.rows: list[tuple[int, ProbeResult | None]] = []
+        self.live: ProbeProgress | None = None
+        self.report: ProbeReport | None = None
+        self.earlier: list[Curve] = []
+        self.running = False
+        self.status = Text("Ready: Enter or Fire sends the probe.", "grey62")
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="probe-controls"):
+            yield Label("depths", classes="probe-label")
+            yield Input(self.default_depths, id="probe-depths", placeholder="8k,64k,185k")
+            yield Label("new tokens", classes="probe-label")
+            yield Input(str(self.default_tokens), id="probe-tokens", type="integer")
+            yield Button("Fire", id="probe-fire", variant="primary")
+            yield Button("Cancel", id="probe-cancel", variant="error", disabled=True)
+        yield Static(self.status, id="probe-status")
+        with Horizontal(id="probe-body"):
+            yield Static(id="probe-table")
+            yield DepthChart(id="probe-chart")
+        yield Static(id="probe-notes")
+
+    # ---- input ----------------------------------------------------------------------------------
+
+    def _request(self) -> None:
+        if self.running:
+            return
+        try:
+            depths = parse_depths(self.query_one("#probe-depths", Input).value)
+        except ValueError as exc:
+            self.show_error(str(exc))
+            return
+        raw = self.query_one("#probe-tokens", Input).value.strip()
+        if not raw.isdigit() or not 0 < int(raw) <= 4096:
+            self.show_error("new tokens must be a whole number from 1 to 4096")
+            return
+        self.post_message(self.Fire(depths, int(raw)))
+
+    @on(Button.Pressed, "#probe-fire")
+    def _fire_pressed(self) -> None:
+        self._request()
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self._request()
+
+    @on(Button.Pressed, "#probe-cancel")
+    def _cancel_pressed(self) -> None:
+        if self.running:
+            self.post_message(self.Cancel())
+
+    # ---- what the host says -----------------------------------------------------------------------
+
+    def set_running(self, running: bool) -> None:
+        self.running = running
+        if not self.is_mounted:
+            return
+        self.query_one("#probe-fire", Button).disabled = running
+        self.query_one("#probe-cancel", Button).disabled = not running
+
+    def start_run(self, depths: Sequence[int], tokens: int) -> None:
+        self.rows = [(d, None) for d in depths]
+        self.live = None
+        self.report = None
+        self.set_running(True)
+        self._status(Text(f"Probing {len(depths)} depth(s), {tokens} new tokens each…", "yellow3"))
+        self._draw()
+
+    def show_progress(self, p: ProbeProgress) -> None:
+        self.live = p
+        if p.result is not None and p.index < len(self.rows):
+            self.rows[p.index] = (p.depth, p.result)
+        where = f"[{p.index + 1}/{p.total}] {fmt_depth(p.depth)}"
+        if p.phase is ProbePhase.PREFILL:
+            line = Text(f"{where}: prefill of {p.depth:,} tokens…", "yellow3")
+        elif p.phase is ProbePhase.DECODING:
+            line = Text(f"{where}: decoding {p.tokens}/{p.requested_tokens}", "yellow3")
+            if p.live_tok_s is not None:
+                line.append(f"   {p.live_tok_s:.2f} tok/s live", "bold yellow3")
+            if p.ttft_s is not None:
+                line.append(f"   TTFT {p.ttft_s:.2f} s", "grey62")
+        elif p.phase is ProbePhase.DONE and p.result is not None:
+            line = Text(f"{where}: {p.result.diagnosis}", "green3")
+        else:
+            line = Text(f"{where}: {p.phase.value}: {p.detail or ''}", "red3")
+        self._status(line)
+        self._draw()
+
+    def show_report(self, report: ProbeReport, earlier: Sequence[Curve] | None = None) -> None:
+        self.report = report
+        self.rows = [(r.depth, r) for r in report.results]
+        self.live = None
+        if earlier is not None:
+            self.earlier = list(earlier)
+        self.set_running(False)
+        colour = "green3" if report.ok else "yellow3"
+        self._status(Text(report.summary(), colour))
+        self._draw()
+
+    def set_earlier(self, curves: Sequence[Curve]) -> None:
+        self.earlier = list(curves)
+        self._draw()
+
+    def show_error(self, sentence: str) -> None:
+        self.set_running(False)
+        self._status(Text(sentence.rstrip(".") + ".", "bold red"))
+
+    def _status(self, text: Text) -> None:
+        self.status = text
+        if self.is_mounted:
+            self.query_one("#probe-status", Static).update(text)
+
+    def _draw(self) -> None:
+        if not self.is_mounted:
+            # A probe cancelled as its screen closes still reports; there is nothing left to draw on.
+            return
+        table = results_table(self.rows, self.live, target_line(self.report))
+        self.query_one("#probe-table", Static).update(table)
+        current = None
+        if self.report is not None:
+            current = report_curve(self.report)
+        else:
+            done = [(d, r.decode_tok_s) for d, r in self.rows if r is not None and r.decode_tok_s]
+            current = Curve(label="this run", points=sorted(done)) if done else None
+        self.query_one("#probe-chart", DepthChart).plot(current, self.earlier)
+        notes = Text()
+        for depth, result in self.rows:
+            if result is not None:
+                style = "bold red" if result.verdict.value == "attention_bound" else "grey70"
+                notes.append(f"{fmt_depth(depth)}: {result.diagnosis}\n", style)
+        if self.report is not None and self.report.fit is not None:
+            fit = self.report.fit
+            style = "bold red" if fit.verdict.value == "attention_bound" else "grey70"
+            notes.append(f"sweep: {fit.diagnosis}", style)
+        self.query_one("#probe-notes", Static).update(notes)
+
+
+# ------------------------------------------------------------------------------------------------
+# the screen
+# ------------------------------------------------------------------------------------------------
+
+
+class ProbeScreen(Screen[None]):
+    """The probe for one host. `source` is a `HostSession` (its host and transport are used) or a
+    `HostConfig` with `transport=`; `profile` names the profile whose `[verified]` keeps the results."""
+
+    BINDINGS = [Binding("escape", "close", "Cancel / close")]  # noqa: RUF012
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        transport: Any = None,
+        profile: str | None = None,
+        history: Path | None = None,
+        depths: str = "8k,64k,185k",
+        tokens: int = 32,
+        prober_options: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        host = getattr(source, "host", source)
+        self.host = host
+        self.transport = transport if transport is not None else getattr(source, "transport", None)
+        self.profile = profile
+        self.history = history
+        self.prober_options = dict(prober_options or {})
+        self.panel = ProbePanel(depths=depths, tokens=tokens, id="probe-panel")
+        self._worker: Worker[None] | None = None
+
+    def compose(self) -> ComposeResult:
+        title = Text(f"Probe {self.host.name}", "bold")
+        if self.profile:
+            title.append(f"   profile {self.profile}", "grey62")
+        yield Static(title, id="probe-title")
+        yield self.panel
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.run_worker(self._load_earlier(), group="probe-history")
+        self.panel.query_one("#probe-depths", Input).focus()
+
+    async def _earlier(self, exclude: str | None = None) -> list[Curve]:
+        from console.core.probe import curves_from_history
+        from console.sources.probe import load_history
+
+        records = await asyncio.to_thread(load_history, self.history, host=self.host.name)
+        curves = curves_from_history(records, self.host.name, exclude_run=exclude)
+        if self.profile:
+            with contextlib.suppress(Exception):
+                from console.core.profile_store import ProfileStore
+
+                prof = await asyncio.to_thread(ProfileStore().load, self.profile)
+                if prof.verified and prof.verified.tok_s_at_depth:
+                    points = sorted(prof.verified.tok_s_at_depth.items())
+                    curves.append(Curve(label=f"{self.profile} verified", points=points))
+        return curves
+
+    async def _load_earlier(self) -> None:
+        self.panel.set_earlier(await self._earlier())
+
+    @on(ProbePanel.Fire)
+    def _fire(self, message: ProbePanel.Fire) -> None:
+        if self._worker is not None and self._worker.is_running:
+            return
+        self.panel.start_run(message.depths, message.tokens)
+        self._worker = self.run_worker(
+            self._probe(message.depths, message.tokens), group="probe", exclusive=True
+        )
+
+    @on(ProbePanel.Cancel)
+    def _cancel(self) -> None:
+        if self._worker is not None and self._worker.is_running:
+            self._worker.cancel()
+
+    async def _probe(self, depths: list[int], tokens: int) -> None:
+        from console.sources.probe import ProbeError, keep_report, open_prober
+        from console.sources.server import ServerError
+        from console.sources.transport import TransportError
+
+        try:
+            async with open_prober(self.host, transport=self.transport, **self.prober_options) as prober:
+                report = await prober.sweep(
+                    depths, tokens, profile=self.profile, on_progress=self.panel.show_progress
+                )
+            try:
+                await asyncio.to_thread(keep_report, report, history=self.history)
+            except Exception as exc:  # a full disk must not lose the run on screen
+                self.notify(f"The results could not be kept: {exc}", severity="warning")
+            self.panel.show_report(report, await self._earlier(exclude=report.run_id))
+        except (ProbeError, ServerError, TransportError) as exc:
+            self.panel.show_error(str(exc))
+        except asyncio.CancelledError:
+            self.panel.set_running(False)
+            raise
+
+    def action_close(self) -> None:
+        if self._worker is not None and self._worker.is_running:
+            self._worker.cancel()
+            return
+        self.dismiss(None)
+
+
+__all__ = [
+    "DepthChart",
+    "ProbePanel",
+    "ProbeScreen",
+    "ThroughputChart",
+    "depth_chart",
+    "results_table",
+    "throughput_chart",
+]

@@ -1,0 +1,123 @@
+"""What the profile editor shows about the text being typed: is it a readable profile, what SGLang would
+say about its flags, what the capacity model predicts on this host (`core.apply.planner_verdict`, the
+check `apply` itself makes), and what it changes against the running `ExecStart`. Pure: no Textual, no clock, no I/O, so the tests check the figures directly and the
+editor can run it on every (debounced) keystroke.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from console.core.apply import PlannerVerdict, host_profile, planner_verdict
+from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
+from console.core.flags import FlagList, UnknownVersion, load_flag_list
+from console.core.profiles import (
+    Profile,
+    ProfileError,
+    diff_against_argv,
+    parse_profile,
+    validate_profile,
+)
+from console.core.state import Boot
+
+
+class Issue(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    level: str
+    """`error` or `warning`."""
+    where: str
+    """`line 12`, `flags.tp-size`, ..."""
+    message: str
+
+
+class ProfileCheck(BaseModel):
+    """Everything the editor shows beside the text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    profile: Profile | None = None
+    """None when the text is not a readable profile (then `issues` holds the TOML error with its line)."""
+    issues: tuple[Issue, ...] = ()
+    whatif: PlannerVerdict | None = None
+    """The planner's verdict, the very one `apply` checks before it touches the host."""
+    diff: tuple[str, ...] = ()
+    diff_note: str | None = None
+    """Why there is no diff (no running ExecStart known), or words SGLang would not take in it."""
+    argv: tuple[str, ...] = Field(default_factory=tuple)
+
+    @property
+    def errors(self) -> list[Issue]:
+        return [i for i in self.issues if i.level == "error"]
+
+    @property
+    def ok(self) -> bool:
+        return self.profile is not None and not self.errors
+
+
+def named_in(text: str, default: str) -> str:
+    """The `name = ...` the text declares (so editing it saves under a new name), else `default`."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return default
+    name = data.get("name")
+    return name if isinstance(name, str) and name else default
+
+
+def _flag_list(profile: Profile) -> tuple[FlagList | None, str | None]:
+    try:
+        return load_flag_list(profile.sglang_version), None
+    except UnknownVersion as exc:
+        return None, str(exc)
+
+
+def check_profile_text(
+    text: str,
+    name: str,
+    *,
+    boots: Sequence[Boot] = (),
+    running_argv: Sequence[str] | None = None,
+    model: str | None = None,
+    min_headroom_gib: float = DEFAULT_MIN_HEADROOM_GIB,
+) -> ProfileCheck:
+    """The editor's verdict on `text` (saved as `name` unless the text names itself otherwise)."""
+    name = named_in(text, name)
+    try:
+        profile = parse_profile(text, name=name)
+    except ProfileError as exc:
+        return ProfileCheck(name=name, issues=(Issue(level="error", where="toml", message=str(exc)),))
+    flag_list, problem = _flag_list(profile)
+    if flag_list is None:
+        issue = Issue(level="error", where="sglang_version", message=problem or "unknown SGLang version")
+        return ProfileCheck(name=name, profile=profile, issues=(issue,))
+    validation = validate_profile(profile, flag_list)
+    issues = tuple(Issue(level=i.level, where=i.where, message=i.message) for i in validation.issues)
+    whatif = planner_verdict(profile, flag_list, boots, model=model, min_headroom_gib=min_headroom_gib)
+    diff: tuple[str, ...] = ()
+    note: str | None
+    if running_argv:
+        # As apply will run it: the unit keeps its interpreter, --host and --port.
+        hosted, kept = host_profile(profile, flag_list, running_argv)
+        d = diff_against_argv(running_argv, hosted, flag_list)
+        diff = tuple(d.lines())
+        notes = [*kept, *d.problems] or (["no change against the running ExecStart."] if d.empty else [])
+        note = " ".join(notes) or None
+    else:
+        note = "the running ExecStart is not known (not connected yet)."
+    return ProfileCheck(
+        name=name,
+        profile=profile,
+        issues=issues,
+        whatif=whatif,
+        diff=diff,
+        diff_note=note,
+        argv=tuple(validation.argv),
+    )
+
+
+__all__ = ["Issue", "ProfileCheck", "check_profile_text", "named_in"]

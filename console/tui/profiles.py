@@ -1,0 +1,414 @@
+"""The profiles screen: the saved flag profiles per context target, an editor for the TOML with
+validation as you type, a live what-if from the capacity model, the diff against the running
+`ExecStart`, saving (atomic, comments kept) and, from here, apply.
+
+Nothing typed is lost: each profile keeps its unsaved text while another one is shown, and a text that
+is not a readable profile is never written over the good file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Footer, OptionList, Static, TextArea
+from textual.widgets.option_list import Option
+
+from console.core.apply import PlannerVerdict
+from console.core.profile_store import ProfileEntry, ProfileStore, shipped_profile_dir
+from console.core.profiles import ProfileError
+from console.core.state import Boot
+from console.tui.profile_check import ProfileCheck, check_profile_text, named_in
+from console.tui.screens import diff_text
+from console.tui.view import fmt_tokens
+
+CHECK_DELAY_S = 0.25
+"""Validation and the what-if run this long after the last keystroke, not on every one."""
+
+
+@dataclass(frozen=True)
+class HostView:
+    """What the screen needs of the host, read when it checks: boots to calibrate on, the model when
+    hosts.toml names it, and the running argv for the diff (None: not known yet)."""
+
+    boots: Sequence[Boot] = ()
+    model: str | None = None
+    running_argv: Sequence[str] | None = None
+
+
+class ProfileList(OptionList):
+    HELP = """\
+[b]Profiles[/b] — the saved flag profiles, grouped by the context they are for
+(target_context). [b]user[/b] profiles live in your config directory and shadow the
+[b]shipped[/b] examples of the same name; saving a shipped one writes a user copy.
+● marks a profile with unsaved edits (kept while you look at another one).
+Enter or a click opens it in the editor."""
+
+
+class ProfileEditor(TextArea):
+    HELP = """\
+[b]Profile editor[/b] — the profile's TOML as saved: comments and order are kept.
+[b]\\[flags][/b] holds SGLang's flags as on the command line, without the dashes:
+true is a bare flag, false leaves it out, a list gives one word each.
+After a short pause in typing, the pane on the right checks the text against
+SGLang's own flag list for the profile's sglang_version (unknown flags, wrong
+types, choices, abbreviations), predicts the KV pool with the capacity model
+calibrated on this host's boots, and shows what changes against the running
+ExecStart. Changing [b]name[/b] saves under the new name (a new user profile)."""
+
+
+class CheckPane(VerticalScroll):
+    HELP = """\
+[b]Checks[/b] — [b]validation[/b]: errors (✘) stop an apply, warnings (⚠) do not;
+each names the flag.
+[b]what-if[/b]: the pool SGLang would allocate with this profile's
+mem-fraction-static, from this host's own boots (exact when a boot showed the
+memory before and after the weights), against the profile's target_context, and
+the headroom left for CUDA graphs and activations (floor 3 GiB). It is the very
+check apply makes before it touches the host.
+[b]diff[/b]: + added, - removed, ~ changed, against the unit's running ExecStart
+(the unit keeps its own interpreter, --host and --port)."""
+
+
+class ProfilesScreen(Screen[None]):
+    BINDINGS = [  # noqa: RUF012 - Textual reads it as a class attribute
+        Binding("escape", "close", "Back", priority=True),
+        Binding("ctrl+s", "save", "Save"),
+        Binding("ctrl+r", "apply", "Apply"),
+    ]
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        store: ProfileStore,
+        host_view: Callable[[], HostView],
+        read_only: bool,
+        select: str | None = None,
+        apply: Callable[[str], object] | None = None,
+        check_delay_s: float = CHECK_DELAY_S,
+    ) -> None:
+        """`apply(name)` is called with a saved, valid profile's name (the app confirms and runs it)."""
+        super().__init__()
+        self.host = host
+        self.store = store
+        self.host_view = host_view
+        self.read_only = read_only
+        self.apply_callback = apply
+        self.check_delay_s = check_delay_s
+        self.entries: list[ProfileEntry] = []
+        self.current: str | None = select
+        self.saved: dict[str, str] = {}
+        """The text on disk of each profile opened, to tell an edit from a reload."""
+        self.buffers: dict[str, str] = {}
+        """Unsaved texts of profiles not shown right now."""
+        self.check: ProfileCheck | None = None
+        self._timer: Timer | None = None
+        self._checked_text: str | None = None
+
+    # ---- layout --------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="profiles-title")
+        with Horizontal(id="profiles-body"):
+            yield ProfileList(id="profile-list")
+            with Vertical(id="profile-editor-box"):
+                yield ProfileEditor(
+                    "", id="profile-editor", show_line_numbers=True, tab_behavior="focus", soft_wrap=False
+                )
+                yield Static(id="profile-status")
+            with CheckPane(id="profile-side"):
+                yield Static(id="profile-issues")
+                yield Static(id="profile-whatif")
+                yield Static(id="profile-diff")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        title = Text()
+        title.append(" Profiles ", "bold reverse")
+        title.append(f"  host {self.host}", "bold")
+        if self.read_only:
+            title.append("  READ-ONLY: applying is refused; saving is local", "bold white on dark_blue")
+        self.query_one("#profiles-title", Static).update(title)
+        self.query_one("#profile-list").border_title = "profiles"
+        self.query_one("#profile-side").border_title = "checks"
+        self.reload_list()
+        names = [e.name for e in self.entries]
+        if self.current not in names:
+            self.current = names[0] if names else None
+        if self.current is not None:
+            self.open_profile(self.current)
+        self.query_one(ProfileEditor).focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (action == "apply" and self.read_only)
+
+    # ---- the list ------------------------------------------------------------------------------
+
+    def reload_list(self) -> None:
+        self.entries = self.store.entries()
+        targets: dict[str, int | None] = {}
+        for e in self.entries:
+            try:
+                targets[e.name] = self.store.load(e.name).target_context
+            except ProfileError:
+                targets[e.name] = None
+        options: list[Option | None] = []
+        groups = [*sorted({t for t in targets.values() if t is not None}), None]
+        for target in groups:
+            members = [e for e in self.entries if targets[e.name] == target]
+            if not members:
+                continue
+            head = f"{target:,} tokens" if target is not None else "unreadable"
+            options.append(Option(Text(head, "bold"), disabled=True))
+            for e in members:
+                prompt = Text()
+                prompt.append("● " if self._dirty(e.name) else "  ", "yellow3")
+                prompt.append(e.name, "bold" if e.name == self.current else "")
+                prompt.append(f"  {self.origin(e)}", "grey50")
+                options.append(Option(prompt, id=e.name))
+        plist = self.query_one(ProfileList)
+        plist.clear_options()
+        plist.add_options(options)
+        if self.current is not None:
+            with contextlib.suppress(Exception):
+                plist.highlighted = plist.get_option_index(self.current)
+
+    def origin(self, entry: ProfileEntry) -> str:
+        """`user` for the directory saves go to (the first), `shipped` for the examples."""
+        if self.store.dirs and entry.path.parent == self.store.dirs[0]:
+            return "user"
+        shipped = shipped_profile_dir()
+        return "shipped" if shipped is not None and entry.path.parent == shipped else entry.origin
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        name = event.option.id
+        if name and name != self.current:
+            self.stash()
+            self.open_profile(name)
+            self.reload_list()
+            self.query_one(ProfileEditor).focus()
+
+    # ---- the editor ----------------------------------------------------------------------------
+
+    @property
+    def editor(self) -> ProfileEditor:
+        return self.query_one(ProfileEditor)
+
+    def _dirty(self, name: str) -> bool:
+        text = self.editor.text if name == self.current and self.is_mounted else self.buffers.get(name)
+        return text is not None and name in self.saved and text != self.saved[name]
+
+    def stash(self) -> None:
+        """Keep the shown profile's unsaved text while another one is opened."""
+        if self.current is None:
+            return
+        text = self.editor.text
+        if text != self.saved.get(self.current):
+            self.buffers[self.current] = text
+        else:
+            self.buffers.pop(self.current, None)
+
+    def open_profile(self, name: str) -> None:
+        try:
+            entry = self.store.find(name)
+            disk = self.store.read_text(entry)
+        except ProfileError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.current = name
+        self.saved[name] = disk
+        self.editor.load_text(self.buffers.pop(name, disk))
+        self.editor.border_title = f"{name}.toml"
+        self.editor.border_subtitle = self.origin(entry)
+        self.run_check()
+
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        # Loading a profile posts Changed too, after the check that followed the load.
+        if self.check is not None and self.editor.text == self._checked_text:
+            return
+        self._status()
+        if self._timer is not None:
+            self._timer.stop()
+        self._timer = self.set_timer(self.check_delay_s, self.run_check)
+
+    def _status(self, note: Text | None = None) -> None:
+        status = Text()
+        if self.current is not None and self._dirty(self.current):
+            status.append("● unsaved", "bold yellow3")
+        elif self.current is not None:
+            status.append("saved", "green3")
+        if note is not None:
+            status.append("  ")
+            status.append_text(note)
+        self.query_one("#profile-status", Static).update(status)
+
+    # ---- checks --------------------------------------------------------------------------------
+
+    @property
+    def pending_check(self) -> bool:
+        """An edit waits for the debounce delay before it is checked."""
+        return self._timer is not None
+
+    def run_check(self) -> ProfileCheck | None:
+        """Validate the text, predict its pool, diff it; draw the results. Also called by the tests."""
+        self._timer = None
+        if self.current is None:
+            return None
+        view = self.host_view()
+        self._checked_text = self.editor.text
+        self.check = check_profile_text(
+            self._checked_text,
+            self.current,
+            boots=view.boots,
+            running_argv=view.running_argv,
+            model=view.model,
+        )
+        self.query_one("#profile-issues", Static).update(issues_text(self.check))
+        self.query_one("#profile-whatif", Static).update(whatif_text(self.check.whatif))
+        diff = Text("diff against the running ExecStart\n", "bold")
+        if self.check.diff:
+            diff.append_text(diff_text(list(self.check.diff)))
+        if self.check.diff_note:
+            diff.append(("\n" if self.check.diff else "") + self.check.diff_note, "grey62")
+        self.query_one("#profile-diff", Static).update(diff)
+        self._status()
+        return self.check
+
+    # ---- actions -------------------------------------------------------------------------------
+
+    def action_close(self) -> None:
+        self.stash()
+        unsaved = [n for n in self.saved if self._dirty(n)]
+        if unsaved:
+            self.notify(
+                f"unsaved edits kept for this session: {', '.join(unsaved)} (ctrl+s in the editor saves).",
+                timeout=6,
+            )
+        self.dismiss(None)
+
+    def save(self) -> str | None:
+        """Save the editor's text; the name it was saved under, or None (the file is left as it was)."""
+        if self.current is None:
+            return None
+        text = self.editor.text
+        name = named_in(text, self.current)
+        try:
+            path = self.store.save_text(name, text)
+        except ProfileError as exc:
+            self.notify(f"not saved: {exc}", severity="error", timeout=10)
+            self._status(Text(f"not saved: {exc}", "bold red"))
+            return None
+        except OSError as exc:
+            self.notify(f"not saved: {exc.strerror or exc}.", severity="error", timeout=10)
+            return None
+        if name != self.current:
+            # A new name is a new profile; the one it started from keeps its file (and its own edits).
+            self.buffers.pop(self.current, None)
+            self.saved[self.current] = self.saved.get(self.current, "")
+            self.current = name
+        self.saved[name] = text
+        self.buffers.pop(name, None)
+        self.editor.border_title = f"{name}.toml"
+        self.editor.border_subtitle = "user"
+        self.reload_list()
+        self.run_check()
+        errors = len(self.check.errors) if self.check else 0
+        note = Text(f"saved to {path}", "green3")
+        if errors:
+            note.append(f" with {errors} error(s): applying it is refused", "yellow3")
+        self._status(note)
+        self.notify(f"saved {name} to {path}", timeout=4)
+        return name
+
+    def action_save(self) -> None:
+        self.save()
+
+    def action_apply(self) -> None:
+        if self.read_only:
+            self.notify("read-only: applying a profile is refused.", severity="warning")
+            return
+        check = self.run_check()
+        if check is None:
+            return
+        if not check.ok:
+            first = check.errors[0] if check.errors else None
+            why = f"{first.where}: {first.message}" if first else "the profile cannot be read"
+            self.notify(f"not applied — fix this first: {why}", severity="error", timeout=10)
+            return
+        name = self.current
+        if name is not None and (self._dirty(name) or named_in(self.editor.text, name) != name):
+            name = self.save()  # apply what is on screen, and keep it: saving is local
+            if name is None:
+                return
+        if self.apply_callback is not None and name is not None:
+            self.apply_callback(name)
+
+
+# ---- rendering of the checks -----------------------------------------------------------------------
+
+
+def issues_text(check: ProfileCheck) -> Text:
+    out = Text()
+    out.append("validation", "bold")
+    if check.profile is not None:
+        out.append(f"  SGLang {check.profile.sglang_version}", "grey62")
+    out.append("\n")
+    if not check.issues:
+        out.append("✔ the flags are valid", "green3")
+        return out
+    for i, issue in enumerate(check.issues):
+        mark, style = ("✘", "bold red") if issue.level == "error" else ("⚠", "yellow3")
+        out.append(("\n" if i else "") + f"{mark} ", style)
+        where = issue.where.removeprefix("flags.")
+        if issue.where != "toml":
+            out.append(f"{where}: ", "bold")
+        out.append(issue.message, "red" if issue.level == "error" else "yellow3")
+    return out
+
+
+def whatif_text(w: PlannerVerdict | None) -> RenderableType:
+    head = Text("what-if", "bold")
+    if w is None:
+        return Group(head, Text("no prediction until the profile reads", "grey62"))
+    lines: list[RenderableType] = [head]
+    row = Text()
+    row.append("pool ", "grey62")
+    if w.predicted_pool_tokens is not None:
+        colour = "green3" if w.predicted_pool_tokens >= w.target_context else "bold red"
+        row.append(f"{w.predicted_pool_tokens:,} tokens", colour)
+        row.append(f"  ({fmt_tokens(w.predicted_pool_tokens)})", "grey62")
+    else:
+        row.append("no prediction", "grey62")
+    lines.append(row)
+    lines.append(Text.assemble(("target ", "grey62"), f"{w.target_context:,} tokens"))
+    if w.headroom_gib is not None:
+        ok = w.headroom_gib >= w.min_headroom_gib
+        lines.append(
+            Text.assemble(
+                ("headroom ", "grey62"),
+                (f"{w.headroom_gib:.2f} GiB", "green3" if ok else "bold red"),
+                (f"  (floor {w.min_headroom_gib:g} GiB)", "grey62"),
+            )
+        )
+    if w.mem_fraction_static is not None:
+        lines.append(Text.assemble(("mem-fraction-static ", "grey62"), f"{w.mem_fraction_static:g}"))
+    if w.fits is True:
+        lines.append(Text("✔ fits", "bold green3"))
+    elif w.fits is False:
+        lines.append(Text("✘ does not fit", "bold red"))
+    elif not w.checked:
+        lines.append(Text("not checked", "yellow3"))
+    for why in w.reasons:
+        lines.append(Text(f"  {why}", "red" if w.fits is False else "grey62"))
+    if w.calibration != "none":
+        lines.append(Text(f"calibration: {w.calibration} on this host's boots ({w.model})", "grey50"))
+    return Group(*lines)

@@ -1,0 +1,540 @@
+"""End-to-end benchmark of the console: the real app in a real terminal (a pty) on a twin over SSH.
+
+    python tests/bench/bench_console.py                    # all figures, prints them and a JSON line
+    python tests/bench/bench_console.py --seconds 10       # shorter windows
+
+What it measures, each set against a baseline taken in the same run (these machines are noisy):
+
+* **event → screen**: a twin host serves SSH on loopback; a load generator writes 2,000 journal lines/s
+  (SGLang decode/prefill/access lines) into the twin's journal while the console samples 8 GPUs at 4 Hz.
+  Every 250 ms one line carries a unique marker; the console's feed is filtered (`/`) to the markers,
+  so the newest marker is on screen as soon as the console has drawn it. Latency = from the write into
+  the journal to the marker's bytes arriving on the pty. Baseline: the same marker read by a bare
+  `journalctl -f` over the same SSH path — what the transport alone costs.
+* **key → repaint** under that load: F1 opens the help screen; latency = key written to the help text's
+  bytes arriving on the pty (p50/p95 over the presses). Baseline: the same key in a bare Textual app
+  with one static widget, in the same kind of pty.
+* **idle cost**: 8 GPUs at 1 Hz, a quiet journal: CPU (utime+stime from /proc over the window, as % of
+  one core), RSS, and the bytes the console writes to the terminal per second. Before the window the
+  child is fed a day of history quickly (86,400 decode lines through its session's parser and state,
+  86,400 GPU samples), so RSS is the RSS after a day. Baseline: the bare Textual app.
+
+Not a timed test: pytest ignores tests/bench. Figures go in docs/performance.md (by hand).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import pty
+import random
+import re
+import select
+import signal
+import statistics
+import string
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+COLS, ROWS = 160, 48
+CSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>78]")
+HELP_TEXT = b"Esc closes"
+
+
+# ---------------------------------------------------------------------------------------------- child
+
+
+def child_console(hosts: str, name: str, gpu_interval: float, preload_day: bool) -> None:
+    """The console as an operator runs it, with the GPU sampling rate set."""
+    from console.sources.hosts import load_hosts
+    from console.tui.app import ConsoleApp, HostEntry
+
+    config = load_hosts(hosts).get(name)
+    assert config is not None
+    entry = HostEntry(name, config=config, session_options={"gpu_interval_s": gpu_interval})
+    app = ConsoleApp([entry], target=200_000, target_source="--target-context")
+    if preload_day:
+        _preload_day(app, name)
+    profile = os.environ.get("K26_BENCH_PROFILE")
+    if not profile:
+        app.run()
+        return
+    import cProfile
+
+    prof = cProfile.Profile()
+    signal.signal(signal.SIGTERM, lambda *_: app.exit())
+    try:
+        prof.runcall(app.run)
+    finally:
+        prof.dump_stats(profile)
+
+
+def _preload_day(app: object, name: str) -> None:
+    """A day of a quiet server, pushed through the session's parser and state before the app runs:
+    one decode line a second and one 8-GPU sample a second, 86,400 of each."""
+    import console.sources.session as session_mod
+    from console.core.gpus import GpuSample, HostGpuSample, SamplerState
+
+    original_start = session_mod.HostSession.start
+
+    async def start(self: session_mod.HostSession) -> None:
+        base = time.time() - 86_400
+        lines = [
+            f"[{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(base + i))} TP0] Decode batch, #running-req: 1, "
+            f"#token: {1000 + i % 5000}, token usage: 0.01, cuda graph: True, gen throughput (token/s): 20.{i % 10}, "
+            "#queue-req: 0, "
+            for i in range(86_400)
+        ]
+        for start_i in range(0, len(lines), 2000):
+            events = self._parser.feed_many(lines[start_i : start_i + 2000])
+            self._apply(list(events))
+        for i in range(86_400):
+            sample = HostGpuSample(
+                state=SamplerState.OK,
+                backend="nvml",
+                host=name,
+                ts=base + i,
+                gpus=tuple(
+                    GpuSample(
+                        index=g,
+                        name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                        utilization_pct=float(i % 100),
+                        memory_used_mib=90_000.0,
+                        memory_total_mib=97_887.0,
+                    )
+                    for g in range(8)
+                ),
+            )
+            self._gpus = sample
+        await original_start(self)
+
+    session_mod.HostSession.start = start  # type: ignore[method-assign]
+
+
+def child_bare() -> None:
+    """The baseline: a bare Textual app with one static widget and the same help key."""
+    from textual.app import App, ComposeResult
+    from textual.binding import Binding
+    from textual.screen import ModalScreen
+    from textual.widgets import Footer, Static
+
+    class Help(ModalScreen[None]):
+        BINDINGS = [Binding("escape", "dismiss", "Close")]  # noqa: RUF012
+
+        def compose(self) -> ComposeResult:
+            yield Static("help\nEsc closes")
+
+        def action_dismiss(self) -> None:  # type: ignore[override]
+            self.dismiss(None)
+
+    class Bare(App[None]):
+        BINDINGS = [Binding("f1", "help", "Help"), Binding("q", "quit", "Quit")]  # noqa: RUF012
+
+        def compose(self) -> ComposeResult:
+            yield Static("k26 baseline " * 40)
+            yield Footer()
+
+        def action_help(self) -> None:
+            self.push_screen(Help())
+
+    Bare().run()
+
+
+# ---------------------------------------------------------------------------------------------- pty
+
+
+class Terminal:
+    """A child process on a pty; a reader thread timestamps every chunk it writes."""
+
+    def __init__(self, argv: list[str]) -> None:
+        pid, fd = pty.fork()
+        if pid == 0:  # the child
+            os.environ.update({"TERM": "xterm-256color", "COLUMNS": str(COLS), "LINES": str(ROWS)})
+            os.environ.pop("TEXTUAL", None)
+            os.execv(sys.executable, [sys.executable, *argv])
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
+        self.pid = pid
+        self.fd = fd
+        self.chunks: list[tuple[float, bytes]] = []
+        self.total = 0
+        self._lock = threading.Lock()
+        self._stop = False
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop:
+            ready, _, _ = select.select([self.fd], [], [], 0.2)
+            if not ready:
+                continue
+            try:
+                data = os.read(self.fd, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            now = time.monotonic()
+            with self._lock:
+                self.chunks.append((now, data))
+                self.total += len(data)
+
+    def write(self, data: bytes) -> float:
+        t = time.monotonic()
+        os.write(self.fd, data)
+        return t
+
+    def mark(self) -> int:
+        with self._lock:
+            return len(self.chunks)
+
+    def wait_for(self, needle: bytes, since: int, timeout: float) -> float | None:
+        """Arrival time of the first chunk after index `since` whose text (escapes removed, joined with
+        what came before it) completes `needle`."""
+        deadline = time.monotonic() + timeout
+        seen = since
+        text = b""
+        while time.monotonic() < deadline:
+            with self._lock:
+                new = self.chunks[seen:]
+            for t, data in new:
+                text = (text + CSI.sub(b"", data))[-65536:]
+                if needle in text:
+                    return t
+            seen += len(new)
+            time.sleep(0.002)
+        return None
+
+    def bytes_between(self, t0: float, t1: float) -> int:
+        with self._lock:
+            return sum(len(d) for t, d in self.chunks if t0 <= t < t1)
+
+    def trim(self) -> None:
+        with self._lock:
+            self.chunks.clear()
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGTERM)
+        for _ in range(50):
+            pid, _status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                break
+            time.sleep(0.1)
+        else:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        self._stop = True
+        self._thread.join(2)
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+# ---------------------------------------------------------------------------------------------- load
+
+
+def _marker() -> str:
+    return "benchmark-" + "".join(random.choice(string.ascii_lowercase) for _ in range(10))
+
+
+class JournalLoad:
+    """Writes SGLang-looking lines into the twin's journal at a fixed rate, from a thread."""
+
+    def __init__(self, twin: object, rate: float) -> None:
+        from console.twin.journal import JournalClient
+
+        self.twin = twin
+        self.client = JournalClient(twin.layout)  # type: ignore[attr-defined]
+        self.rate = rate
+        self.unit = twin.unit  # type: ignore[attr-defined]
+        show = twin.systemctl("show", "-p", "InvocationID", "-p", "MainPID", twin.unit)  # type: ignore[attr-defined]
+        props = dict(line.split("=", 1) for line in show.stdout.splitlines() if "=" in line)
+        self.invocation = props.get("InvocationID", "")
+        self.pid = props.get("MainPID", "4242")
+        self.written = 0
+        self.markers: list[tuple[str, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.marker_every = 0.25
+
+    def fields(self, message: str) -> dict[str, str]:
+        return {
+            "MESSAGE": message,
+            "PRIORITY": "6",
+            "SYSLOG_IDENTIFIER": "python3",
+            "_PID": self.pid,
+            "_COMM": "python3",
+            "_SYSTEMD_UNIT": self.unit,
+            "_SYSTEMD_INVOCATION_ID": self.invocation,
+            "_TRANSPORT": "stdout",
+        }
+
+    def line(self, i: int) -> str:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        kind = i % 10
+        if kind < 7:
+            return (
+                f"[{stamp} TP{i % 8}] Decode batch, #running-req: 3, #token: {180000 + i % 997}, "
+                f"token usage: 0.83, cuda graph: True, gen throughput (token/s): 2.{i % 10}, #queue-req: 0, "
+            )
+        if kind < 9:
+            return (
+                f"[{stamp} TP0] Prefill batch, #new-seq: 1, #new-token: 8192, #cached-token: 0, "
+                "token usage: 0.80, #running-req: 2, #queue-req: 0, "
+            )
+        return f'INFO:     127.0.0.1:{40000 + i % 20000} - "POST /generate HTTP/1.1" 200 OK'
+
+    def run(self) -> None:
+        i = 0
+        start = time.monotonic()
+        next_marker = start
+        while not self._stop.is_set():
+            due = int((time.monotonic() - start) * self.rate)
+            while i < due:
+                self.client.send(self.fields(self.line(i)))
+                i += 1
+            now = time.monotonic()
+            if now >= next_marker:
+                m = _marker()
+                self.client.send(self.fields(f"[{time.strftime('%Y-%m-%d %H:%M:%S')} TP0] {m}"))
+                self.markers.append((m, time.monotonic()))
+                next_marker = now + self.marker_every
+            self.written = i
+            time.sleep(0.004)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(5)
+        self.client.close()
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def marker_latencies(term: Terminal, load: JournalLoad, since_marker: int, timeout: float) -> list[float]:
+    out: list[float] = []
+    for m, t_written in load.markers[since_marker:]:
+        t = term.wait_for(m.encode(), 0, timeout)
+        if t is not None:
+            out.append(max(0.0, t - t_written))
+    return out
+
+
+def journal_baseline(twin: object, load: JournalLoad, seconds: float) -> list[float]:
+    """The transport floor: `journalctl -f` for the unit over the same SSH, markers timed the same way."""
+    argv = [*twin.ssh_command().split(), "journalctl", "-f", "-n", "0", "-u", twin.unit, "-o", "cat"]  # type: ignore[attr-defined]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+    arrivals: dict[str, float] = {}
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            t = time.monotonic()
+            for m in re.findall(rb"benchmark-[a-z]{10}", raw):
+                arrivals.setdefault(m.decode(), t)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    time.sleep(1.5)
+    first = len(load.markers)
+    time.sleep(seconds)
+    time.sleep(1.0)
+    proc.terminate()
+    proc.wait(5)
+    return [arrivals[m] - t for m, t in load.markers[first:] if m in arrivals]
+
+
+def key_latencies(term: Terminal, presses: int) -> list[float]:
+    out: list[float] = []
+    for _ in range(presses):
+        mark = term.mark()
+        t0 = term.write(b"\x1bOP")  # F1
+        t = term.wait_for(HELP_TEXT, mark, 5.0)
+        if t is not None:
+            out.append(t - t0)
+        time.sleep(0.15)
+        term.write(b"\x1b")  # Esc closes
+        time.sleep(0.35)
+    return out
+
+
+def settle(term: Terminal, seconds: float) -> None:
+    time.sleep(seconds)
+    term.trim()
+
+
+def idle_window(term: Terminal, seconds: float) -> dict[str, float]:
+    cpu0, t0 = term.cpu_seconds(), time.monotonic()
+    time.sleep(seconds)
+    cpu1, t1 = term.cpu_seconds(), time.monotonic()
+    return {
+        "cpu_pct": 100 * (cpu1 - cpu0) / (t1 - t0),
+        "rss_mb": term.rss_mb(),
+        "bytes_per_s": term.bytes_between(t0, t1) / (t1 - t0),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=20.0, help="length of each measuring window")
+    ap.add_argument("--presses", type=int, default=30)
+    ap.add_argument("--rate", type=float, default=2000.0, help="journal lines per second under load")
+    ap.add_argument("--child", choices=["console", "bare"], help=argparse.SUPPRESS)
+    ap.add_argument("--hosts", help=argparse.SUPPRESS)
+    ap.add_argument("--name", help=argparse.SUPPRESS)
+    ap.add_argument("--gpu-interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    ap.add_argument("--preload-day", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child == "console":
+        child_console(args.hosts, args.name, args.gpu_interval, args.preload_day)
+        return 0
+    if args.child == "bare":
+        child_bare()
+        return 0
+
+    from console.twin.host import TwinHost
+
+    me = str(Path(__file__).resolve())
+    figures: dict[str, object] = {}
+    with tempfile.TemporaryDirectory(prefix="k26-bench-") as tmp:
+        twin = TwinHost(Path(tmp) / "twin", name="bench", time_scale=0.02)
+        twin.start_sync()
+        try:
+            hosts = str(twin.hosts_toml)
+            say = _say
+
+            # -- baseline process: a bare Textual app
+            say("baseline: bare Textual app")
+            bare = Terminal([me, "--child", "bare"])
+            try:
+                settle(bare, 3.0)
+                figures["bare_idle"] = idle_window(bare, args.seconds / 2)
+                figures["bare_key_ms"] = _ms(key_latencies(bare, args.presses))
+            finally:
+                bare.close()
+
+            # -- idle: 8 GPUs at 1 Hz, quiet journal, after a day of history
+            say("idle console after a day of history (8 GPUs at 1 Hz, quiet journal)")
+            term = Terminal([me, "--child", "console", "--hosts", hosts, "--name", "bench", "--gpu-interval", "1.0", "--preload-day"])
+            try:
+                settle(term, 12.0)
+                figures["idle"] = idle_window(term, args.seconds)
+            finally:
+                term.close()
+
+            # -- load: 2,000 lines/s, 8 GPUs at 4 Hz
+            say(f"under load: {args.rate:.0f} journal lines/s, 8 GPUs at 4 Hz")
+            load = JournalLoad(twin, args.rate)
+            term = Terminal([me, "--child", "console", "--hosts", hosts, "--name", "bench", "--gpu-interval", "0.25"])
+            try:
+                settle(term, 8.0)
+                term.write(b"/")
+                time.sleep(0.3)
+                term.write(b"benchmark-\r")
+                time.sleep(0.5)
+                load.start()
+                settle(term, 3.0)
+                first = len(load.markers)
+                cpu0, t0 = term.cpu_seconds(), time.monotonic()
+                time.sleep(args.seconds)
+                cpu1, t1 = term.cpu_seconds(), time.monotonic()
+                figures["load_cpu_pct"] = 100 * (cpu1 - cpu0) / (t1 - t0)
+                figures["load_bytes_per_s"] = term.bytes_between(t0, t1) / (t1 - t0)
+                figures["load_rss_mb"] = term.rss_mb()
+                lat = marker_latencies(term, load, first, 2.0)
+                sent = len(load.markers) - first
+                figures["event_to_screen_ms"] = _ms(lat) | {"markers": sent, "seen": len(lat)}
+                figures["key_ms"] = _ms(key_latencies(term, args.presses))
+                figures["journal_lines_per_s"] = load.written / max(1e-9, time.monotonic() - t0 + 3.0)
+                say("baseline: the same markers through a bare journalctl -f over the same SSH")
+                figures["journalctl_ms"] = _ms(journal_baseline(twin, load, args.seconds / 2))
+            finally:
+                load.stop()
+                term.close()
+        finally:
+            twin.stop_sync()
+
+    report(figures)
+    return 0
+
+
+def _ms(values: list[float]) -> dict[str, float]:
+    ms = [v * 1000 for v in values]
+    return {
+        "n": len(ms),
+        "p50": round(_percentile(ms, 50), 1),
+        "p95": round(_percentile(ms, 95), 1),
+        "max": round(max(ms), 1) if ms else float("nan"),
+        "mean": round(statistics.fmean(ms), 1) if ms else float("nan"),
+    }
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"bench: {text}\n")
+    sys.stderr.flush()
+
+
+def report(f: dict[str, object]) -> None:
+    g: Callable[[str], dict[str, float]] = lambda k: f.get(k) or {}  # type: ignore[assignment,return-value]  # noqa: E731
+    ev, base, key, bkey, idle, bidle = (
+        g("event_to_screen_ms"),
+        g("journalctl_ms"),
+        g("key_ms"),
+        g("bare_key_ms"),
+        g("idle"),
+        g("bare_idle"),
+    )
+    print(f"event → screen   p50 {ev.get('p50')} ms  p95 {ev.get('p95')} ms  max {ev.get('max')} ms  "
+          f"({ev.get('seen')}/{ev.get('markers')} markers)   target ≤ 250 ms")
+    print(f"  baseline journalctl -f over SSH: p50 {base.get('p50')} ms  p95 {base.get('p95')} ms")
+    print(f"key → repaint    p50 {key.get('p50')} ms  p95 {key.get('p95')} ms   target p95 ≤ 50 ms")
+    print(f"  baseline bare Textual app: p50 {bkey.get('p50')} ms  p95 {bkey.get('p95')} ms")
+    print(f"under load       CPU {f.get('load_cpu_pct', float('nan')):.1f}% of a core  RSS {f.get('load_rss_mb', float('nan')):.0f} MB  "
+          f"terminal {f.get('load_bytes_per_s', 0) / 1024:.1f} KiB/s  journal {f.get('journal_lines_per_s', 0):.0f} lines/s")
+    print(f"idle (after a day) CPU {idle.get('cpu_pct', float('nan')):.2f}% of a core  RSS {idle.get('rss_mb', float('nan')):.0f} MB  "
+          f"terminal {idle.get('bytes_per_s', 0) / 1024:.2f} KiB/s   targets ≤ 2%, ≤ 150 MB")
+    print(f"  baseline bare Textual app: CPU {bidle.get('cpu_pct', float('nan')):.2f}%  RSS {bidle.get('rss_mb', float('nan')):.0f} MB  "
+          f"terminal {bidle.get('bytes_per_s', 0) / 1024:.2f} KiB/s")
+    print(json.dumps(f))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,167 @@
+"""`k26-console probe` end to end: the issue's Done-when against a twin registered in a hosts file.
+
+The twin starts as the incident did (f = 0.85, a 101,134-token pool): a 185k probe is refused before any
+request, the shallower depths are measured. After a restart at f = 0.94 (218,484 tokens) the same sweep
+measures all three depths and names attention at 185k. The user's config and state dirs are pointed at
+temporary folders so the history file and the profile are the test's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from console.core.profiles import parse_profile
+from console.twin.host import TwinHost
+from tests.test_probe_twin import TIME_SCALE, set_flags
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "console.cli.main"]
+CONTRACT = {
+    "depth",
+    "output_tokens",
+    "ttft_s",
+    "decode_tok_s",
+    "itl_p50_s",
+    "itl_p99_s",
+    "effective_kv_bandwidth_gbs",
+    "peak_bandwidth_gbs",
+    "diagnosis",
+}
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
+    host = TwinHost(tmp_path_factory.mktemp("cli-probe") / "state", time_scale=TIME_SCALE)
+    host.start_sync()
+    try:
+        yield host
+    finally:
+        host.stop_sync()
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+    }
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=180)
+
+
+def history(env: dict[str, str]) -> list[dict[str, object]]:
+    path = Path(env["XDG_STATE_HOME"]) / "k26-console" / "probes.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_done_when_sweep_refuses_185k_at_085_then_measures_it_at_094(
+    twin: TwinHost, dirs: dict[str, str]
+) -> None:
+    hosts = str(twin.hosts_toml)
+    res = cli(dirs, "probe", "twin", "--sweep", "8k,64k,185k", "--tokens", "4", "--json", "--hosts", hosts)
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr and res.stderr.count("\n") == 1
+    assert "185k depth refused" in res.stderr and "101,134" in res.stderr
+    out = json.loads(res.stdout)
+    assert out["ok"] is False and out["limits"]["pool_tokens"] == 101_134
+    shallow, mid, deep = out["results"]
+    for r in out["results"]:
+        assert set(r) >= CONTRACT
+    assert [r["depth"] for r in out["results"]] == [8_000, 64_000, 185_000]
+    assert (shallow["status"], mid["status"], deep["status"]) == ("ok", "ok", "refused")
+    assert deep["decode_tok_s"] is None and "KV pool of 101,134 tokens" in deep["diagnosis"]
+    for r in (shallow, mid):
+        assert r["output_tokens"] == 4 and r["peak_bandwidth_gbs"] == 1792.0
+        assert r["effective_kv_bandwidth_gbs"] == pytest.approx(r["depth"] * 70_272 * r["decode_tok_s"] / 1e9)
+    assert shallow["decode_tok_s"] > mid["decode_tok_s"]
+
+    set_flags(twin, {"--mem-fraction-static": "0.94"})
+    twin.systemctl("restart", twin.unit)
+    res = cli(
+        dirs,
+        "probe",
+        "twin",
+        "--sweep",
+        "8k,64k,185k",
+        "--tokens",
+        "4",
+        "--json",
+        "--hosts",
+        hosts,
+        "--profile",
+        "ctx-200k",
+    )
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["ok"] is True and out["limits"]["pool_tokens"] == 218_484
+    deep = out["results"][2]
+    assert deep["decode_tok_s"] == pytest.approx(0.70, rel=0.03)
+    assert "attention is the bottleneck" in deep["diagnosis"]
+    assert out["fit"]["verdict"] == "attention_bound"
+    # Kept: both runs in the history, this one in the (copied) profile's verified section.
+    runs = history(dirs)
+    assert [(r["result"]["depth"], r["result"]["status"]) for r in runs] == [
+        (8_000, "ok"),
+        (64_000, "ok"),
+        (185_000, "refused"),
+        (8_000, "ok"),
+        (64_000, "ok"),
+        (185_000, "ok"),
+    ]
+    saved = Path(dirs["XDG_CONFIG_HOME"]) / "k26-console" / "profiles" / "ctx-200k.toml"
+    verified = parse_profile(saved.read_text(), name="ctx-200k").verified
+    assert verified is not None
+    assert verified.tok_s_at_depth == {r["depth"]: round(r["decode_tok_s"], 2) for r in out["results"]}
+
+
+def test_human_output_is_a_table_and_a_diagnosis(twin: TwinHost, dirs: dict[str, str]) -> None:
+    res = cli(dirs, "probe", "twin", "--depth", "2k", "--tokens", "3", "--hosts", str(twin.hosts_toml))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert "kimi-k2.6 on 8x NVIDIA RTX PRO 6000 Blackwell Server Edition (1,792 GB/s peak)" in lines[0]
+    assert lines[1].split() == ["depth", "tokens", "TTFT", "tok/s", "ITL", "p50", "ITL", "p99", "KV", "GB/s",
+                                "of", "peak"]  # fmt: skip
+    assert lines[2].split()[:2] == ["2k", "3"]
+    assert lines[3].startswith("2k: decode reads KV at ") and "too shallow" in lines[3]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["probe", "twin"], "one of the arguments --depth --sweep is required"),
+        (["probe", "twin", "--depth", "8k", "--tokens", "0"], "not a positive number of tokens"),
+        (["probe", "twin", "--sweep", "8k,lots"], "'lots' is not a depth"),
+        (["probe", "twin", "--depth", "8k", "--tokens", "9000"], "use at most 4096"),
+        (["probe", "twin", "--depth", "8k", "--profile", "no-such-profile"], "no profile named"),
+        (["probe", "no-such-host.invalid", "--depth", "8k"], "cannot resolve the host name"),
+    ],
+)
+def test_bad_input_is_one_sentence_and_exit_2(
+    twin: TwinHost, dirs: dict[str, str], tmp_path: Path, args: list[str], says: str
+) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(twin.hosts_toml.read_text())
+    res = cli(dirs, *args, "--hosts", str(hosts))
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr and says in res.stderr
+
+
+def test_a_stopped_server_is_exit_1_with_one_sentence(twin: TwinHost, dirs: dict[str, str]) -> None:
+    twin.systemctl("stop", twin.unit)
+    try:
+        res = cli(dirs, "probe", "twin", "--depth", "8k", "--hosts", str(twin.hosts_toml))
+    finally:
+        twin.systemctl("start", twin.unit)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.startswith("k26-console: the SGLang server of twin is not ready to probe (")
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr

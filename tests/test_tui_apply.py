@@ -1,0 +1,176 @@
+"""The console's restart flow against a twin over SSH (issue 7): from the profiles screen, ctx-200k takes
+the incident's host from --mem-fraction-static 0.85 (101,134 tokens) to a verified 200k context in one
+restart; a profile the planner refuses, forced, ends in a CUDA OOM that is pinned in the feed, and R rolls
+back to a verified server. One twin serves the module at a tiny time scale; the tests run in file order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from console.core.profile_store import ProfileStore, shipped_profile_dir
+from console.sources.hosts import load_hosts
+from console.tui.app import ConsoleApp, HostDashboard, HostEntry
+from console.tui.profiles import ProfilesScreen
+from console.tui.screens import ApplyConfirmScreen, ConfirmScreen
+from console.tui.view import display_boot
+from console.twin.host import TwinHost
+from tests.tui_support import plain
+
+TIME_SCALE = 0.002
+SIZE = (160, 48)
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
+    host = TwinHost(tmp_path_factory.mktemp("tui-apply-twin") / "state", time_scale=TIME_SCALE)
+    host.start_sync()
+    try:
+        yield host
+    finally:
+        host.stop_sync()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> ProfileStore:
+    user = tmp_path_factory.mktemp("tui-apply-profiles")
+    shipped = shipped_profile_dir()
+    assert shipped is not None
+    # A profile the planner refuses: 0.97 leaves no headroom (the twin runs out of memory at f ≥ 0.97).
+    text = (shipped / "ctx-200k.toml").read_text()
+    text = text.replace('name = "ctx-200k"', 'name = "ctx-200k-greedy"')
+    text = text.replace("mem-fraction-static = 0.93 ", "mem-fraction-static = 0.97 ")
+    (user / "ctx-200k-greedy.toml").write_text(text)
+    return ProfileStore([user, shipped])
+
+
+def console(twin: TwinHost, store: ProfileStore, state: Path, *, read_only: bool = False) -> ConsoleApp:
+    config = load_hosts(twin.hosts_toml).get(twin.name)
+    assert config is not None
+    entry = HostEntry(
+        twin.name,
+        config=config,
+        simulated=True,
+        session_options={"gpu_interval_s": 0.5, "server_interval_s": 0.5},
+        controller_options={"state_dir": state},
+    )
+    return ConsoleApp([entry], read_only=read_only, store=store, target=200_000, target_source="test")
+
+
+async def until(pilot, what: str, predicate: Callable[[], object], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.1)
+
+
+def ready_pool(dash: HostDashboard) -> int | None:
+    boot = display_boot(dash.snap.state) if dash.snap is not None else None
+    return boot.pool.tokens if boot is not None and boot.ready and not boot.ended else None
+
+
+async def test_profiles_screen_takes_the_host_to_a_verified_200k(twin, store, tmp_path) -> None:
+    app = console(twin, store, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        dash = app.dashboards[twin.name]
+        await until(pilot, "the first boot", lambda: ready_pool(dash) == 101_134)
+        await until(pilot, "the server's version", lambda: dash.snap.server and dash.snap.server.version)
+        header = plain(dash.header.render())
+        assert f"SGLang {dash.snap.server.version}" in header and "moonshotai/Kimi-K2.6" in header
+
+        await pilot.press("p")
+        await until(pilot, "the profiles screen", lambda: isinstance(app.screen, ProfilesScreen))
+        screen = app.screen
+        screen.stash()
+        screen.open_profile("ctx-200k")
+        # The running ExecStart arrives over SSH; the diff then shows the one change that matters.
+        await until(pilot, "the running ExecStart", lambda: twin.name in app.running_argv)
+        await until(pilot, "the diff", lambda: "~ --mem-fraction-static 0.85 → 0.93" in screen.check.diff)
+        w = screen.check.whatif
+        assert w.fits and 200_000 <= w.predicted_pool_tokens < 215_000
+
+        await pilot.press("ctrl+r")
+        await until(pilot, "the confirmation", lambda: isinstance(app.screen, ApplyConfirmScreen))
+        confirm = app.screen
+        assert confirm.ok and "~ --mem-fraction-static 0.85 → 0.93" in confirm.diff
+        assert "✔ fits" in confirm.prediction.plain
+        await pilot.press("y")
+        # Back on the dashboard, where the restart plays on the timeline.
+        await until(pilot, "the dashboard", lambda: not isinstance(app.screen, ProfilesScreen | ApplyConfirmScreen))
+        track = dash.track
+        assert track is not None and track.action == "apply ctx-200k"
+        await until(pilot, "the verdict", lambda: track.done)
+        assert track.ok, track.summary
+        assert track.summary.startswith("verified: pool ")
+        # The timeline ends verified, with the controller's own steps done before the boot.
+        timeline = plain(dash.timeline.render())
+        assert "apply ctx-200k verified" in timeline
+        for step in ("validate", "write drop-in", "daemon-reload", "restart", "KV pool", "verify"):
+            assert f"✔ {step}" in timeline, (step, timeline)
+        assert dash.verdict.display and "verified" in plain(dash.verdict.render())
+        # The dashboard follows the new boot: a pool of at least 200k, one restart.
+        await until(pilot, "the new boot", lambda: (ready_pool(dash) or 0) >= 200_000)
+        boots = [b for b in dash.snap.state.boots if b.pool.tokens]
+        assert boots[0].pool.tokens == 101_134 and len(boots) == 2
+        # The verified numbers went into a user copy of the profile, comments kept.
+        copy = store.dirs[0] / "ctx-200k.toml"
+        saved = copy.read_text()
+        assert "[verified]" in saved and f"pool_tokens = {boots[-1].pool.tokens}" in saved
+        assert "# T(0.93) = 205,444" in saved
+
+
+async def test_a_refused_profile_forced_fails_pinned_and_rolls_back(twin, store, tmp_path) -> None:
+    app = console(twin, store, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        dash = app.dashboards[twin.name]
+        await until(pilot, "a ready boot", lambda: (ready_pool(dash) or 0) >= 200_000)
+        before = ready_pool(dash)
+        app.request_apply(twin.name, "ctx-200k-greedy")  # as the palette's "Apply profile" does
+        await until(pilot, "the confirmation", lambda: isinstance(app.screen, ApplyConfirmScreen))
+        confirm = app.screen
+        assert not confirm.ok and any("headroom" in e for e in confirm.errors)
+        await pilot.press("y")  # refused as it stands
+        await pilot.pause()
+        assert app.screen is confirm and dash.track is None
+        await pilot.press("F")
+        await until(pilot, "the apply", lambda: dash.track is not None)
+        track = dash.track
+        await until(pilot, "the verdict", lambda: track.done)
+        assert track.ok is False and track.can_roll_back
+        # The OOM of this boot is pinned above the feed; the banner and the timeline offer the rollback.
+        await until(pilot, "the pinned error", lambda: dash.feed.open_errors)
+        assert any(e.category == "cuda_oom" for e in dash.feed.open_errors)
+        assert "R: roll back" in plain(dash.verdict.render())
+        assert "R rolls back" in plain(dash.timeline.render())
+
+        app.screen.set_focus(dash.gpus)
+        await pilot.press("R")
+        await until(pilot, "the rollback confirmation", lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await until(pilot, "the rollback", lambda: dash.track is not track)
+        rollback = dash.track
+        await until(pilot, "the rollback's verdict", lambda: rollback.done)
+        assert rollback.action == "rollback" and rollback.ok, rollback.summary
+        await until(pilot, "the server back", lambda: ready_pool(dash) == before)
+        assert dash.feed.open_errors == []  # the OOM belonged to the failed boot, not this one
+
+
+async def test_read_only_console_refuses_apply_on_a_live_host(twin, store, tmp_path) -> None:
+    app = console(twin, store, tmp_path, read_only=True)
+    async with app.run_test(size=SIZE) as pilot:
+        dash = app.dashboards[twin.name]
+        await until(pilot, "the link", lambda: dash.snap and dash.snap.connection and dash.snap.connection.state == "up")
+        invocation = twin.systemctl("show", "-p", "InvocationID", twin.unit).stdout
+        app.request_apply(twin.name, "ctx-200k")
+        app.request_rollback(twin.name)
+        await pilot.press("R", "r")
+        await pilot.pause(0.5)
+        assert len(app.screen_stack) == 1 and dash.track is None and not app.busy
+        enabled = {k for k, b in app.active_bindings.items() if b.enabled}
+        assert not {"r", "R"} & enabled and "p" in enabled
+        assert twin.systemctl("show", "-p", "InvocationID", twin.unit).stdout == invocation

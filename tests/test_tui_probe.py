@@ -1,0 +1,234 @@
+"""The probe panel and charts: snapshots of a finished sweep (inputs, times and randomness pinned), and the
+probe screen driven with Pilot against a twin over SSH: fire, watch, cancel, and a server that dies."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from textual.app import App, ComposeResult
+from textual.widgets import Input
+
+from console.core.parser import parse_lines
+from console.core.probe import (
+    Curve,
+    ProbeReport,
+    ProbeStatus,
+    ServerLimits,
+    refusal,
+    refused_result,
+    summarize,
+    sweep_fit,
+    throughput_points,
+)
+from console.sources.hosts import HostConfig
+from console.sources.probe import load_history
+from console.tui.app import css_paths
+from console.tui.probe import DepthChart, ProbePanel, ProbeScreen, ThroughputChart, depth_chart
+from tests.test_probe_core import kimi_target, steady
+from tests.test_probe_twin import host_of, start_twin
+from tests.tui_support import CORPUS
+
+SIZE = (150, 42)
+WHEN = datetime(2026, 5, 30, 22, 30, tzinfo=UTC)
+
+
+def incident_tok_s(depth: int) -> float:
+    return 1 / (0.025 + depth * 70_272 * 2 / (1.8e12 * 0.0103))
+
+
+def finished_sweep() -> ProbeReport:
+    """8k, 64k, 185k measured on the incident host at f = 0.94; 200k refused by the context length."""
+    target = kimi_target()
+    limits = ServerLimits(context_len=200_000, pool_tokens=218_484, max_req_input_len=199_994)
+    results = [
+        summarize(steady(d, d / 9000 + 0.05, incident_tok_s(d), 8), target) for d in (8_000, 64_000, 185_000)
+    ]
+    reason = refusal(200_000, 8, limits)
+    assert reason is not None
+    results.append(refused_result(200_000, 8, reason, target))
+    return ProbeReport(
+        host="gpu1",
+        profile="ctx-200k",
+        run_id="pinned-run",
+        started_at=WHEN,
+        target=target,
+        limits=limits,
+        requested_tokens=8,
+        results=results,
+        fit=sweep_fit(results, target),
+    )
+
+
+EARLIER = [
+    Curve(label="05-29 18:02 ctx-128k", points=[(8_000, 12.4), (64_000, 2.3), (128_000, 1.05)]),
+    Curve(label="05-30 22:14 ctx-200k", points=[(8_000, 11.2), (64_000, 1.9), (185_000, 0.66)]),
+]
+
+
+class PanelApp(App[None]):
+    CSS_PATH = css_paths()  # type: ignore[assignment]
+
+    def compose(self) -> ComposeResult:
+        yield ProbePanel(id="probe-panel")
+
+    def on_mount(self) -> None:
+        self.query_one(ProbePanel).show_report(finished_sweep(), EARLIER)
+
+
+def test_probe_panel_with_a_finished_sweep(snap_compare) -> None:
+    assert snap_compare(PanelApp(), terminal_size=SIZE)
+
+
+class ThroughputApp(App[None]):
+    CSS_PATH = css_paths()  # type: ignore[assignment]
+
+    def compose(self) -> ComposeResult:
+        lines = (CORPUS / "case-26.log").read_text().splitlines()
+        points = throughput_points(parse_lines(lines))
+        now = points[-1][0] + 1.0
+        more = [(now - 100 + 4 * i, 40 + (i % 5) * 3.5) for i in range(20)]
+        chart = ThroughputChart(window_s=120.0, clock=lambda: now)
+        chart.samples = sorted(points + more)
+        yield chart
+
+
+def test_throughput_chart(snap_compare) -> None:
+    assert snap_compare(ThroughputApp(), terminal_size=(100, 14))
+
+
+def test_depth_chart_draws_every_curve_with_its_marker() -> None:
+    report = finished_sweep()
+    from console.core.probe import report_curve
+
+    text = depth_chart(report_curve(report), EARLIER, 80, 20)
+    plain = text.plain
+    assert "depth (k tokens)" in plain and "▚ this run" in plain
+    assert "• 05-29 18:02 ctx-128k" in plain and "+ 05-30 22:14 ctx-200k" in plain
+    assert plain.count("•") > 3 and plain.count("+") > 3
+    # The y axis is logarithmic: 0.7 and 11 tok/s both have ticks well apart.
+    assert depth_chart(None, [], 80, 20).plain.startswith("No depth measured yet")
+
+
+# ---- the screen against a twin ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    twin = start_twin(
+        tmp_path_factory.mktemp("tui-probe"), "tuiprobe", "healthy", {"--mem-fraction-static": "0.94"}
+    )
+    try:
+        yield twin
+    finally:
+        twin.stop_sync()
+
+
+class ScreenApp(App[None]):
+    CSS_PATH = css_paths()  # type: ignore[assignment]
+
+    def __init__(self, host: HostConfig, history: Path) -> None:
+        super().__init__()
+        self.host_config = host
+        self.history = history
+
+    def on_mount(self) -> None:
+        from console.sources.transport import Transport
+
+        self.transport = Transport(self.host_config)
+        self.push_screen(ProbeScreen(self.host_config, transport=self.transport, history=self.history))
+
+
+async def _until(pilot, check, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        panel = pilot.app.screen.query_one(ProbePanel)
+        assert time.monotonic() < deadline, f"timed out; the panel says {panel.status.plain!r}"
+        await pilot.pause(0.05)
+
+
+async def _fire(pilot, depths: str, tokens: str) -> ProbePanel:
+    panel = pilot.app.screen.query_one(ProbePanel)
+    panel.query_one("#probe-depths", Input).value = depths
+    panel.query_one("#probe-tokens", Input).value = tokens
+    await pilot.click("#probe-fire")
+    return panel
+
+
+def _status(panel: ProbePanel) -> str:
+    return panel.status.plain
+
+
+async def test_probe_screen_fires_a_sweep_and_charts_it(twin, tmp_path: Path) -> None:
+    history = tmp_path / "probes.jsonl"
+    app = ScreenApp(host_of(twin), history)
+    async with app.run_test(size=SIZE) as pilot:
+        panel = await _fire(pilot, "2k,8k", "4")
+        await _until(pilot, lambda: panel.report is not None)
+        report = panel.report
+        assert report is not None and report.ok
+        assert [r.depth for r in report.results] == [2_000, 8_000]
+        chart = panel.query_one(DepthChart)
+        assert chart.current is not None and [d for d, _ in chart.current.points] == [2_000, 8_000]
+        assert "depth (k tokens)" in chart.render().plain
+        assert not panel.running and "too shallow" in _status(panel)
+        # A second run plots the first as an earlier one, read back from the history file.
+        await _fire(pilot, "4k", "3")
+        await _until(pilot, lambda: panel.report is not None and panel.report.run_id != report.run_id)
+        assert [c.run_id for c in panel.earlier] == [report.run_id]
+        await app.transport.close()
+    assert {r.run_id for r in load_history(history)} == {report.run_id, panel.report.run_id}
+
+
+async def test_cancel_and_a_dying_server_leave_the_screen_usable(twin, tmp_path: Path) -> None:
+    app = ScreenApp(host_of(twin), tmp_path / "probes.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        panel = await _fire(pilot, "64k", "3000")
+        await _until(pilot, lambda: panel.live is not None and panel.live.tokens >= 3)
+        assert panel.running
+        await pilot.click("#probe-cancel")
+        await _until(pilot, lambda: not panel.running)
+        assert panel.rows[0][1] is not None and panel.rows[0][1].status is ProbeStatus.CANCELLED
+        assert "cancelled" in _status(panel)
+
+        # The server dies mid-stream: the panel says so in one line, and the screen keeps working.
+        panel = await _fire(pilot, "64k,128k", "3000")
+        await _until(pilot, lambda: panel.live is not None and panel.live.tokens >= 3)
+        await asyncio.to_thread(twin.systemctl, "stop", twin.unit)
+        await _until(pilot, lambda: panel.report is not None)
+        first = panel.report.results[0]
+        assert first.status is ProbeStatus.FAILED and "stopped after" in (first.error or "")
+        assert "64k depth failed" in _status(panel)
+        panel = await _fire(pilot, "8k", "3")
+        await _until(pilot, lambda: "not ready to probe" in _status(panel))
+        assert not panel.running and isinstance(app.screen, ProbeScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, ProbeScreen)
+        await app.transport.close()
+
+
+def test_a_bad_depth_is_said_in_the_panel(tmp_path: Path) -> None:
+    async def go() -> str:
+        app = PanelApp()
+        async with app.run_test(size=SIZE) as pilot:
+            panel = app.query_one(ProbePanel)
+            panel.query_one("#probe-depths", Input).value = "8k,lots"
+            await pilot.click("#probe-fire")
+            await pilot.pause()
+            return _status(panel)
+
+    assert "'lots' is not a depth" in asyncio.run(go())
+
+
+def test_the_pinned_sweep_matches_the_incident_numbers() -> None:
+    """The snapshot's numbers are the twin's decode model for the incident, not made up."""
+    report = finished_sweep()
+    deep = report.results[2]
+    assert deep.decode_tok_s == pytest.approx(0.70, rel=0.01) and deep.verdict.value == "attention_bound"
+    assert report.results[3].status is ProbeStatus.REFUSED
+    assert report.fit is not None and report.fit.verdict.value == "attention_bound"
