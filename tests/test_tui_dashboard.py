@@ -5,7 +5,11 @@ from __future__ import annotations
 import io
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
+from rich.style import Style
+from rich.text import Text
 
 from console.core.events import Unit
 from console.tui.bars import stacked_bar
@@ -165,3 +169,47 @@ async def test_help_follows_focus() -> None:
         await pilot.press("escape")
         await pilot.press("q")
     assert app.return_code == 0
+
+
+def _reference_bar(
+    parts: list[tuple[float, str]], total: float, width: int, empty: str = "grey19"
+) -> list[tuple[str, str | None, str | None]]:
+    """The bar cell by cell, eighth by eighth: the definition `stacked_bar` must draw."""
+    cells = width * 8
+    edges, acc = [], 0.0
+    for value, colour in parts:
+        acc += max(0.0, value)
+        edges.append((min(cells, round(acc / total * cells)), colour))
+    out = []
+    for cell in range(width):
+        covering = [
+            next((c for e, c in edges if eighth < e), empty) for eighth in range(cell * 8, cell * 8 + 8)
+        ]
+        n = next((i for i in range(8) if covering[i] != covering[0]), 8)
+        if n == 8:
+            out.append((" ", None, empty) if covering[0] == empty else ("█", covering[0], empty))
+        else:
+            out.append((" ▏▎▍▌▋▊▉█"[n], covering[0], covering[n]))
+    return out
+
+
+def _cells(bar: Text) -> list[tuple[str, str | None, str | None]]:
+    out = []
+    for span_text, style in ((bar.plain[s.start : s.end], s.style) for s in bar.spans):
+        assert isinstance(style, Style)
+        colour = style.color.name if style.color else None
+        bg = style.bgcolor.name if style.bgcolor else None
+        out.extend((ch, colour, bg) for ch in span_text)
+    return out
+
+
+@given(
+    st.lists(st.tuples(st.floats(0, 100), st.sampled_from(["red", "blue", "green", "yellow"])), max_size=6),
+    st.floats(0.5, 400),
+    st.integers(1, 60),
+)
+@settings(max_examples=300, deadline=None)
+def test_stacked_bar_matches_its_definition(parts: list[tuple[float, str]], total: float, width: int) -> None:
+    bar = stacked_bar(parts, total, width)
+    assert len(bar.plain) == width
+    assert _cells(bar) == _reference_bar(parts, total, width)

@@ -30,33 +30,48 @@ def stacked_bar(
         text.append(" " * width, Style(bgcolor=empty))
         return text
     cells = width * 8
-    # Boundaries in eighths, from cumulative sums, so rounding never accumulates along the bar.
-    edges: list[tuple[int, str]] = []
+    # Boundaries in eighths, from cumulative sums, so rounding never accumulates along the bar; parts
+    # that round to nothing are dropped (they cover no eighth).
+    runs: list[tuple[int, str]] = []  # (end eighth, colour), strictly increasing ends
     acc = 0.0
     for value, colour in parts:
         acc += max(0.0, value)
-        edges.append((min(cells, round(acc / total * cells)), colour))
-    for cell in range(width):
-        lo, hi = cell * 8, cell * 8 + 8
-        # Colour covering each eighth of this cell.
-        covering: list[str] = []
-        for eighth in range(lo, hi):
-            colour = empty
-            for edge, c in edges:
-                if eighth < edge:
-                    colour = c
-                    break
-            covering.append(colour)
-        first = covering[0]
-        n = 1
-        while n < 8 and covering[n] == first:
-            n += 1
-        if n == 8:
-            if first == empty:
-                text.append(" ", Style(bgcolor=empty))
-            else:
-                text.append("█", Style(color=first, bgcolor=empty))
+        end = min(cells, round(acc / total * cells))
+        if runs and end <= runs[-1][0]:
+            continue
+        if runs and runs[-1][1] == colour:
+            runs[-1] = (end, colour)  # one colour across two parts is one run
         else:
-            rest = covering[n]
-            text.append(EIGHTHS[n], Style(color=first, bgcolor=rest))
+            runs.append((end, colour))
+    if not runs or runs[-1][0] < cells:
+        if runs and runs[-1][1] == empty:
+            runs[-1] = (cells, empty)
+        else:
+            runs.append((cells, empty))
+    # One glyph per cell, but one append per run of identical cells: a bar is a handful of spans.
+    pending_glyph, pending_style, pending_n = "", Style(), 0
+    styles: dict[tuple[str, str], Style] = {}
+    k = 0
+    for cell in range(width):
+        lo = cell * 8
+        while runs[k][0] <= lo:
+            k += 1
+        end, first = runs[k]
+        n = min(8, end - lo)
+        if n == 8:
+            glyph, fg, bg = ("█", first, empty) if first != empty else (" ", None, empty)
+        else:
+            glyph, fg, bg = EIGHTHS[n], first, runs[k + 1][1]
+        key = (fg or "", bg)
+        style = styles.get(key)
+        if style is None:
+            style = styles[key] = Style(color=fg, bgcolor=bg) if fg else Style(bgcolor=bg)
+        if glyph == pending_glyph and style == pending_style:
+            pending_n += 1
+            continue
+        if pending_n:
+            text.append(pending_glyph * pending_n, pending_style)
+        pending_glyph, pending_style, pending_n = glyph, style, 1
+    if pending_n:
+        text.append(pending_glyph * pending_n, pending_style)
     return text

@@ -77,6 +77,7 @@ class EventFeed(Vertical):
         self._boots: tuple[Boot, ...] = ()
         self._acked: set[str] = set()
         self._errors: tuple[Error, ...] = ()
+        self._static_keys: dict[str, object] = {}
         self.filter = FeedFilter()
         self.follow = True
         self.folded = True
@@ -119,6 +120,16 @@ class EventFeed(Vertical):
         self._update_pins()
         self._update_folded()
 
+    def add_external(self, events: list[Event]) -> None:
+        """Events that come from outside the journal (the host's audit trail): placed in the current
+        boot's stream where they arrive, never counted against the journal's own totals."""
+        index = self._boot_index if self._boot_index is not None else 0
+        log = self.log_widget
+        for e in events:
+            self._events.append((index, e))
+            if self._visible(index, e):
+                log.write(self._line(e), scroll_end=self.follow, expand=True)
+
     def _visible(self, boot_index: int, event: Event) -> bool:
         if self.folded and boot_index != self._boot_index:
             return False
@@ -143,11 +154,21 @@ class EventFeed(Vertical):
         if self.follow:
             log.scroll_end(animate=False)
 
+    def _set_static(self, widget_id: str, text: Text | None) -> None:
+        """Update a pinned line only when it changes: an update re-measures the feed's layout."""
+        key = (text.plain, tuple(text.spans)) if text is not None else None
+        if self._static_keys.get(widget_id, ()) == key:
+            return
+        self._static_keys[widget_id] = key
+        widget = self.query_one(f"#{widget_id}", Static)
+        widget.display = text is not None
+        if text is not None:
+            widget.update(text)
+
     def _update_pins(self) -> None:
-        pins = self.query_one("#pins", Static)
         open_errors = [e for e in self._errors if error_key(e) not in self._acked]
-        pins.display = bool(open_errors)
         if not open_errors:
+            self._set_static("pins", None)
             return
         text = Text()
         text.append(
@@ -160,13 +181,12 @@ class EventFeed(Vertical):
         if len(open_errors) > PINS_SHOWN:
             text.append(f"… and {len(open_errors) - PINS_SHOWN} earlier\n", "grey62")
         text.rstrip()
-        pins.update(text)
+        self._set_static("pins", text)
 
     def _update_folded(self) -> None:
-        folded = self.query_one("#folded", Static)
         earlier = [b for b in self._boots if self._boot_index is not None and b.index < self._boot_index]
-        folded.display = bool(earlier)
         if not earlier:
+            self._set_static("folded", None)
             return
         text = Text()
         verb = "folded" if self.folded else "shown"
@@ -176,7 +196,7 @@ class EventFeed(Vertical):
             errs = f", {len(b.errors)} errors" if b.errors else ""
             parts.append(f"#{b.index} {b.phase} {len(b.events) + b.traffic_events + b.log_lines} lines{errs}")
         text.append(" · ".join(parts), "grey62")
-        folded.update(text)
+        self._set_static("folded", text)
 
     @property
     def open_errors(self) -> list[Error]:

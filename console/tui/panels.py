@@ -21,6 +21,8 @@ from console.tui.view import (
     CONTROLLER_BEFORE,
     SEGMENT_LABELS,
     ApplyTrack,
+    GpuRow,
+    KvGauge,
     Timeline,
     TimelineStep,
     display_boot,
@@ -55,11 +57,30 @@ class Panel(Static, can_focus=True):
 
     HELP = ""
     snap: HostSnapshot | None = None
+    _sig: object = None
+    _shape: object = None
+
+    def signature(self, snap: HostSnapshot) -> object:
+        """What the panel shows of `snap`, comparable; None means "always repaint"."""
+        return None
+
+    def shape(self, sig: object) -> object:
+        """What decides the panel's height; a change asks Textual for a new layout."""
+        return None
 
     def show(self, snap: HostSnapshot) -> None:
         self.snap = snap
-        # Auto-height panels grow when the host says more (the first GPU sample, a new phase).
-        self.refresh(layout=True)
+        sig = self.signature(snap)
+        # A snapshot that changes nothing this panel draws costs nothing: no repaint, no bytes to the
+        # terminal (over SSH to a jump host that is most of the console's idle cost).
+        if sig is not None and sig == self._sig:
+            return
+        shape = self.shape(sig) if sig is not None else object()
+        # Auto-height panels grow when the host says more (the first GPU sample, a new phase); a full
+        # layout pass costs tens of milliseconds, so only a change of height asks for one.
+        layout = shape != self._shape
+        self._sig, self._shape = sig, shape
+        self.refresh(layout=layout)
 
 
 class HeaderBar(Widget):
@@ -159,6 +180,26 @@ server's own memory: activations, NCCL buffers, the CUDA context) and [red3]othe
 GPU i is taken to hold TP rank i. Without those journal lines the bar is plain used/total.
 Right of each bar: used / total GiB and the utilization the sampler reported."""
 
+    _rows: tuple[int, tuple[GpuRow, ...]] | None = None
+
+    def _gpu_rows(self, snap: HostSnapshot) -> tuple[GpuRow, ...]:
+        if self._rows is None or self._rows[0] != id(snap):
+            self._rows = (id(snap), tuple(gpu_rows(snap)))
+        return self._rows[1]
+
+    def signature(self, snap: HostSnapshot) -> object:
+        sample = snap.gpus
+        if sample is None:
+            return ("none",)
+        if sample.state.value != "ok":
+            return (sample.state, sample.detail)
+        return (sample.state, self._gpu_rows(snap))
+
+    def shape(self, sig: object) -> object:
+        assert isinstance(sig, tuple)
+        rows = sig[1] if len(sig) == 2 and isinstance(sig[1], tuple) else ()
+        return (sig[0], len(rows), any(r.detailed for r in rows))
+
     def render(self) -> RenderableType:
         snap = self.snap
         if snap is None or snap.gpus is None:
@@ -166,7 +207,7 @@ Right of each bar: used / total GiB and the utilization the sampler reported."""
         sample = snap.gpus
         if sample.state.value != "ok":
             return Text(f"GPUs: {sample.detail or sample.state.value}", "yellow3")
-        rows = gpu_rows(snap)
+        rows = self._gpu_rows(snap)
         width = max(10, self.content_region.width - 34)
         legend = Text(" ")
         shown = {name for r in rows for name, v in r.parts if v > 0} or {"used"}
@@ -215,11 +256,24 @@ longest request the server accepts now: a pool smaller than either cannot hold o
         self.target = target
         self.target_source = target_source
 
+    def signature(self, snap: HostSnapshot) -> object:
+        return kv_gauge(snap, target=self.target, target_source=self.target_source)
+
+    def shape(self, sig: object) -> object:
+        assert isinstance(sig, KvGauge)
+        fields = (sig.pool_tokens, sig.target, sig.context_length, sig.headroom_gib)
+        return (
+            *(v is None for v in fields),
+            sig.usage is None and sig.used_tokens is None,
+            len(sig.reasons),
+        )
+
     def render(self) -> RenderableType:
         snap = self.snap
         if snap is None:
             return Text("KV pool: no data yet", "grey62")
-        g = kv_gauge(snap, target=self.target, target_source=self.target_source)
+        g = self._sig if isinstance(self._sig, KvGauge) else self.signature(snap)
+        assert isinstance(g, KvGauge)
         colour = LEVEL_STYLES[g.level]
         width = max(10, self.content_region.width - 2)
         lines: list[RenderableType] = []
@@ -283,14 +337,46 @@ after it, and the timeline ends in the verification verdict (R rolls back after 
     track_boot: int | None = None
     """The boot shown when the controller's restart began: the journal's steps count once a newer one opens."""
 
+    note: Text | None = None
+    """A line under the timeline from the host's pairing state: who holds the lock and for what, or the
+    audit trail's last word on the restart ("alice applied ctx-200k; restart 5m12s; verified ...")."""
+
+    def set_note(self, note: Text | str | None) -> None:
+        note = Text(note, "bright_cyan") if isinstance(note, str) else note
+        if note == self.note:
+            return
+        self.note = note
+        self.refresh(layout=True)
+
     def set_track(self, track: ApplyTrack | None, boot_index: int | None = None) -> None:
         self.track = track
         self.track_boot = boot_index
         self.refresh(layout=True)
 
     def render(self) -> RenderableType:
+        body = self._render_body()
+        return body if self.note is None else Group(body, self.note)
+
+    _tl: tuple[int, Timeline | None] | None = None
+
+    def _timeline(self, snap: HostSnapshot) -> Timeline | None:
+        if self._tl is None or self._tl[0] != id(snap):
+            self._tl = (id(snap), restart_timeline(snap.state, snap.ts))
+        return self._tl[1]
+
+    def signature(self, snap: HostSnapshot) -> object:
+        if self.track is not None:
+            return None  # the controller's own steps tick with the clock
+        return self._timeline(snap)
+
+    def shape(self, sig: object) -> object:
+        if not isinstance(sig, Timeline):
+            return None
+        return (len(sig.steps), sig.reason is not None)
+
+    def _render_body(self) -> RenderableType:
         snap = self.snap
-        tl = restart_timeline(snap.state, snap.ts) if snap is not None else None
+        tl = self._timeline(snap) if snap is not None else None
         if self.track is not None:
             return self._render_track(self.track, tl)
         if snap is None:

@@ -424,6 +424,7 @@ KIND_STYLES: dict[str, str] = {
     "decode_batch": "grey62",
     "http_access": "grey50",
     "log": "grey58",
+    "audit": "bold bright_cyan",
 }
 
 _PREFIX = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?(?: [^\]]*)?\]\s*")
