@@ -28,7 +28,6 @@ from console.core.probe import (
     inter_token_latencies,
     kv_bytes_per_token,
     live_tok_s,
-    merge_points,
     parse_depths,
     percentile,
     random_prompt,
@@ -321,5 +320,3 @@ def test_throughput_points_from_real_decode_batch_lines(corpus_dir: Path) -> Non
     assert [v for _, v in points] == [53.58, 86.63, 86.65]
     times = [t for t, _ in points]
     assert times[1] - times[0] == 2.0 and times[2] - times[1] == 2.0
-    merged = merge_points(points[:2], points[1:], keep_s=3.0, now=times[-1])
-    assert merged == points[1:]

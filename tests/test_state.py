@@ -273,3 +273,26 @@ def test_an_audit_entry_belongs_to_no_boot() -> None:
     unit = parse_lines(["Nov 30 10:00:00 gpu1 systemd[1]: Started sglang.service - SGLang."], host="gpu1")
     state = HostState().apply_all(unit)
     assert state.apply(audit) is state
+
+
+def test_apply_all_folds_runs_of_traffic_exactly_as_one_by_one(corpus_dir: Path) -> None:
+    """`apply_all` counts runs of traffic and log lines in one step; every corpus journal (and all of them
+    end to end, restarts and tracebacks included) folds to the same state as applying event by event."""
+    everything: list[object] = []
+    files = sorted(corpus_dir.glob("*.journal")) + sorted((corpus_dir / "public").glob("*.log"))
+    assert len(files) > 10
+    for path in files:
+        events = list(parse_text(path.read_text(errors="replace")))
+        everything.extend(events)
+        one_by_one = HostState()
+        for e in events:
+            one_by_one = one_by_one.apply(e)
+        assert HostState().apply_all(events) == one_by_one, path.name
+    one_by_one = HostState()
+    for e in everything:
+        one_by_one = one_by_one.apply(e)  # type: ignore[arg-type]
+    batched = HostState()
+    for start in range(0, len(everything), 97):  # batches that cut runs anywhere
+        batched = batched.apply_all(everything[start : start + 97])  # type: ignore[arg-type]
+    assert batched == one_by_one
+    assert sum(b.traffic_events for b in batched.boots) > 20

@@ -232,3 +232,36 @@ def test_the_pinned_sweep_matches_the_incident_numbers() -> None:
     assert deep.decode_tok_s == pytest.approx(0.70, rel=0.01) and deep.verdict.value == "attention_bound"
     assert report.results[3].status is ProbeStatus.REFUSED
     assert report.fit is not None and report.fit.verdict.value == "attention_bound"
+
+
+async def test_throughput_chart_folds_a_busy_journal_into_one_bucket_a_second() -> None:
+    """A server at thousands of decode lines a second: the chart keeps one mean per second of the
+    window and reads only the events that are new in each snapshot."""
+    from console.core.snapshot import HostSnapshot
+    from console.core.state import HostState
+
+    now = 1_780_000_000.0
+    lines = [
+        f"[2026-05-28 20:26:{40 + i // 1000:02d} TP0] Decode batch, #running-req: 3, #token: 1000, "
+        f"token usage: 0.10, cuda graph: True, gen throughput (token/s): {10 + i % 2}.00, #queue-req: 0, "
+        for i in range(3000)
+    ]
+    events = list(parse_lines(lines))
+    chart = ThroughputChart(window_s=600.0, clock=lambda: now)
+    total = 0
+    for start in range(0, 3000, 500):
+        batch = events[start : start + 500]
+        total += len(batch)
+        chart.show(
+            HostSnapshot(
+                host="h",
+                seq=total,
+                ts=now,
+                state=HostState(),
+                recent=tuple(events[:total][-2000:]),
+                events_total=total,
+            )
+        )
+    samples = chart.samples
+    assert len(samples) == 3  # three seconds of lines
+    assert all(v == 10.5 for _, v in samples)

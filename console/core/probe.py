@@ -628,15 +628,6 @@ def throughput_points(events: Iterable[Event]) -> list[tuple[float, float]]:
     return points
 
 
-def merge_points(
-    old: Sequence[tuple[float, float]], new: Iterable[tuple[float, float]], *, keep_s: float, now: float
-) -> list[tuple[float, float]]:
-    """Old and new samples, one per timestamp, only the last `keep_s` seconds before `now`."""
-    merged = dict(old)
-    merged.update(new)
-    return sorted((t, v) for t, v in merged.items() if t >= now - keep_s)
-
-
 __all__ = [
     "Curve",
     "GpuBandwidth",
@@ -660,7 +651,6 @@ __all__ = [
     "inter_token_latencies",
     "kv_bytes_per_token",
     "live_tok_s",
-    "merge_points",
     "parse_depths",
     "percentile",
     "random_prompt",

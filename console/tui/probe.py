@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,6 @@ from console.core.probe import (
     ProbeStatus,
     fmt_depth,
     fmt_pct,
-    merge_points,
     parse_depths,
     report_curve,
     throughput_points,
@@ -155,13 +154,20 @@ class DepthChart(Widget):
 
 class ThroughputChart(Widget):
     """The server's generation throughput over time. Feed it snapshots (`show`) or points (`set_samples`);
-    it keeps `window_s` seconds of (epoch seconds, tok/s) samples."""
+    it keeps `window_s` seconds of (epoch seconds, tok/s) samples, averaged per second.
+
+    A busy server logs a `Decode batch` line per rank every few steps, thousands a second: the chart reads
+    only the events that are new since the last snapshot, folds them into one bucket per second (at most
+    `window_s` of them), and redraws at most once a second — plotext's cost grows with the points drawn."""
 
     DEFAULT_CLASSES = "throughput-chart"
     HELP = (
         "[b]Generation throughput[/b]\nTokens per second the server generated, from its `Decode batch` "
         "lines (every --decode-log-interval steps) and /metrics gen_throughput, over the last minutes."
     )
+    REDRAW_S = 1.0
+    AXIS_TICK_S = 5.0
+    """How often a quiet chart is redrawn so its time axis moves on."""
 
     def __init__(
         self, *, window_s: float = 600.0, clock: Callable[[], float] = time.time, id: str | None = None
@@ -169,23 +175,63 @@ class ThroughputChart(Widget):
         super().__init__(id=id)
         self.window_s = window_s
         self.clock = clock
-        self.samples: list[tuple[float, float]] = []
+        self._buckets: dict[int, tuple[float, int]] = {}
+        self._seen_total: int | None = None
+        self._dirty = False
+        self._drawn_at = 0.0
+
+    @property
+    def samples(self) -> list[tuple[float, float]]:
+        """One (second, mean tok/s) per second that had any, oldest first."""
+        return [(float(t), total / n) for t, (total, n) in sorted(self._buckets.items())]
+
+    @samples.setter
+    def samples(self, points: Sequence[tuple[float, float]]) -> None:
+        self._buckets = {}
+        self._add(points)
+
+    def _add(self, points: Iterable[tuple[float, float]]) -> None:
+        buckets = self._buckets
+        for t, v in points:
+            key = int(t)
+            total, n = buckets.get(key, (0.0, 0))
+            buckets[key] = (total + v, n + 1)
+        horizon = self.clock() - self.window_s - 1
+        if buckets and min(buckets) < horizon:
+            self._buckets = {k: v for k, v in buckets.items() if k >= horizon}
+        self._dirty = True
 
     def set_samples(self, points: Sequence[tuple[float, float]]) -> None:
-        self.samples = merge_points(self.samples, points, keep_s=self.window_s, now=self.clock())
+        self._add(points)
         self.refresh()
 
     def show(self, snap: HostSnapshot) -> None:
-        points = throughput_points(snap.recent)
+        new = snap.events_total - (self._seen_total if self._seen_total is not None else 0)
+        self._seen_total = snap.events_total
+        fresh = snap.recent[-new:] if 0 < new <= len(snap.recent) else snap.recent if new > 0 else ()
+        points = throughput_points(fresh)
         server = snap.server
         if server is not None and server.metrics is not None and server.ts is not None:
             busy = (server.metrics.num_running_reqs or 0) > 0
             if server.metrics.gen_throughput is not None and busy:
                 points.append((server.ts, server.metrics.gen_throughput))
-        self.set_samples(points)
+        if points:
+            self._add(points)
+
+    def on_mount(self) -> None:
+        self.set_interval(self.REDRAW_S, self._tick)
+
+    def _tick(self) -> None:
+        now = self.clock()
+        if self._dirty or (self._buckets and now - self._drawn_at >= self.AXIS_TICK_S):
+            self.refresh()
 
     def render(self) -> Text:
-        return throughput_chart(self.samples, self.clock(), self.window_s, self.size.width, self.size.height)
+        self._dirty = False
+        self._drawn_at = self.clock()
+        return throughput_chart(
+            self.samples, self._drawn_at, self.window_s, self.size.width, self.size.height
+        )
 
 
 # ------------------------------------------------------------------------------------------------
