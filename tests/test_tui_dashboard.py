@@ -213,3 +213,18 @@ def test_stacked_bar_matches_its_definition(parts: list[tuple[float, str]], tota
     bar = stacked_bar(parts, total, width)
     assert len(bar.plain) == width
     assert _cells(bar) == _reference_bar(parts, total, width)
+
+
+def test_kv_gauge_of_a_failed_boot_is_not_ok() -> None:
+    """A pool that fits but belonged to a server that has since failed is not "ok"."""
+    from console.core.parser import parse_lines
+
+    events = corpus_events("case-31")  # pool 15,387 tokens, ready
+    ok = kv_gauge(snapshot(events, None), target=None, min_headroom_gib=0.0)
+    assert ok.level == "warn" and ok.pool_tokens and not any("failed" in r for r in ok.reasons), ok
+    failed = parse_lines(
+        ["Nov 30 10:00:00 gpu1 systemd[1]: sglang.service: Failed with result 'exit-code'."], host="gpu1"
+    )
+    g = kv_gauge(snapshot([*events, *failed], None), target=None, min_headroom_gib=0.0)
+    assert g.pool_tokens == ok.pool_tokens
+    assert g.level == "critical" and any("failed" in r for r in g.reasons), g

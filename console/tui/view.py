@@ -288,6 +288,12 @@ def kv_gauge(
     if pool is None:
         level = "unknown"
     else:
+        if boot is not None and boot.ended:
+            # the pool belonged to a server that is gone: its size says nothing about what runs now
+            worse(
+                "critical" if boot.phase == "failed" else "warn",
+                f"the server {boot.phase}: no pool in service",
+            )
         if target is not None and pool < target:
             worse("critical", f"pool {fmt_tokens(pool)} < target {fmt_tokens(target)}")
         if ctx is not None and pool < ctx:
