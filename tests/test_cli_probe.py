@@ -122,6 +122,14 @@ def test_done_when_sweep_refuses_185k_at_085_then_measures_it_at_094(
     verified = parse_profile(saved.read_text(), name="ctx-200k").verified
     assert verified is not None
     assert verified.tok_s_at_depth == {r["depth"]: round(r["decode_tok_s"], 2) for r in out["results"]}
+    # Both runs are in the host's audit trail, the second with its speeds and its profile.
+    trail = cli(dirs, "audit", "twin", "--json", "--hosts", hosts)
+    assert trail.returncode == 0, trail.stderr
+    probes = [e for e in json.loads(trail.stdout)["entries"] if e["action"] == "probe"]
+    assert [(e["outcome"], e["profile"]) for e in probes[-2:]] == [("failed", None), ("ok", "ctx-200k")]
+    assert (
+        "185k 0.70 tok/s" in probes[-1]["summary"] and "attention is the bottleneck" in probes[-1]["summary"]
+    )
 
 
 def test_human_output_is_a_table_and_a_diagnosis(twin: TwinHost, dirs: dict[str, str]) -> None:
