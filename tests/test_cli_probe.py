@@ -173,3 +173,13 @@ def test_a_stopped_server_is_exit_1_with_one_sentence(twin: TwinHost, dirs: dict
     assert res.returncode == 1 and res.stdout == ""
     assert res.stderr.startswith("k26-console: the SGLang server of twin is not ready to probe (")
     assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+
+
+def test_without_host_it_probes_the_server_on_this_machine(twin: TwinHost, dirs: dict[str, str]) -> None:
+    """`k26-console probe --depth N` on the GPU host itself: straight at the local URL, no SSH."""
+    res = cli(dirs, "probe", "--url", twin.sglang_url, "--depth", "2k", "--tokens", "3", "--json")
+    assert res.returncode == 0, res.stderr
+    (result,) = json.loads(res.stdout)["results"]
+    assert result["depth"] == 2_000 and result["output_tokens"] == 3 and result["decode_tok_s"] > 0
+    bad = cli(dirs, "probe", "--url", "ftp://x", "--depth", "2k")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--url" in bad.stderr

@@ -64,7 +64,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "Exit 0 when every depth was measured, 1 when one was refused or failed, 2 on bad input."
         ),
     )
-    p.add_argument("host", metavar="HOST", help="a hosts-file name or an ssh alias")
+    p.add_argument(
+        "host",
+        nargs="?",
+        metavar="HOST",
+        help="a hosts-file name or an ssh alias; without it, the SGLang server on this machine (--url)",
+    )
+    p.add_argument(
+        "--url",
+        metavar="URL",
+        help="without HOST: the local server's URL (default http://127.0.0.1:30000)",
+    )
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--depth", type=human_int, metavar="N", help="prompt tokens (e.g. 185k)")
     what.add_argument(
@@ -200,7 +210,22 @@ def run(args: argparse.Namespace) -> int:
         except ProfileError as exc:
             raise UsageError(str(exc)) from None
     try:
-        host = resolve_host(args.host, load_hosts(args.hosts))
+        if args.host is None:
+            import socket
+
+            from console.sources.hosts import DEFAULT_SERVER_URL, HostConfig
+
+            url = args.url or DEFAULT_SERVER_URL
+            try:
+                host = HostConfig(name=socket.gethostname(), ssh="localhost", local=True, server_url=url)
+            except ValueError:
+                raise UsageError(f"--url must look like http://127.0.0.1:30000, not {url!r}.") from None
+        elif args.url:
+            raise UsageError(
+                "--url is for the server on this machine; a HOST is reached by its hosts-file entry."
+            )
+        else:
+            host = resolve_host(args.host, load_hosts(args.hosts))
     except HostsError as exc:
         raise UsageError(f"{str(exc).rstrip('.')}.") from None
     options: dict[str, float] = {}
