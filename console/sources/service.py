@@ -649,8 +649,9 @@ class ServiceController:
         *,
         target: int | None,
         store: ProfileStore | None,
+        name: str | None = None,
     ) -> ApplyOutcome:
-        name = profile.name if profile else "rollback"
+        name = name or (profile.name if profile else "rollback")
         boots = fold_boots(events)
         if m.finished or m.phase == Phase.FAILED or not boots:
             if not m.finished:
@@ -744,6 +745,35 @@ class ServiceController:
             total_s=round(m.elapsed(now), 3),
             reasons=reasons if reasons is not None else ([m.reason] if m.reason else []),
             diff=list(pv.diff) if pv else [],
+        )
+
+    # ---- plain restart -------------------------------------------------------------------------
+
+    async def restart(
+        self,
+        *,
+        progress: Callable[[ApplyProgress], None] | None = None,
+        expect_pool: int | None = None,
+    ) -> ApplyOutcome:
+        """Restart the unit with the flags in force (nothing written, no profile recorded), follow the
+        boot and verify it as an apply is verified: ready, no errors since this boot, free memory at
+        ready, and a pool of at least `expect_pool` tokens when given. The outcome is named after the
+        unit, so an audit line reads "alice restarted sglang.service"."""
+        m = RestartMachine(self.unit, now=self.clock(), host=self.host.name, history=self._history())
+        report = _Reporter(m, self.clock, progress)
+        report.emit()
+        argv = await self.running_argv()  # the unit exists and has an ExecStart to restart
+        m.step_done(Phase.VALIDATE, self.clock())
+        report.emit(f"{self.unit} restarts as it is: {len(argv)} argument(s) in its ExecStart")
+        m.step_done(Phase.DIFF, self.clock())
+        # No drop-in is written and systemd is not reloaded: a plain restart must not pick up unit
+        # edits someone left on the host without reviewing them.
+        m.step_done(Phase.WRITE_DROPIN, self.clock())
+        m.step_done(Phase.DAEMON_RELOAD, self.clock())
+        report.emit("nothing written: the drop-in in force stays")
+        events = await self._restart_guarded(m, report)
+        return await self._finish(
+            m, report, None, None, events, target=expect_pool, store=None, name=self.unit
         )
 
     # ---- rollback ------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from rich.text import Text
 from textual import work
+from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.command import Hit, Hits, Provider
@@ -27,12 +28,24 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Footer, TabbedContent, TabPane
 
+from console.core.pairing import AuditAction, AuditEntry, BreakRefused, Identity, LockHeld, PairingView
 from console.core.profile_store import ProfileStore
 from console.core.profiles import Profile, ProfileError
 from console.core.snapshot import HostSnapshot
 from console.sources.hosts import HostConfig
+from console.sources.hoststate import local_identity
 from console.tui.feed import EventFeed
+from console.tui.pairing import (
+    TIMELINE_ACTIONS,
+    PairingBar,
+    PairingLink,
+    held_by_other,
+    intent_phrase,
+    lock_note,
+    refusal,
+)
 from console.tui.panels import GpuPanel, HeaderBar, KvPanel, TimelinePanel, VerdictBanner
+from console.tui.probe import ThroughputChart
 from console.tui.profiles import HostView, ProfilesScreen
 from console.tui.screens import ApplyChoice, ApplyConfirmScreen, ConfirmScreen, HelpScreen, help_keys
 from console.tui.view import ApplyTrack, display_boot
@@ -63,6 +76,9 @@ class HostEntry:
     session_options: dict[str, object] = field(default_factory=dict)
     controller_options: dict[str, object] = field(default_factory=dict)
     """Passed to `ServiceController` (tests keep its restart history in a temporary `state_dir`)."""
+    pairing_options: dict[str, object] = field(default_factory=dict)
+    """Passed to `HostStateDir` (`heartbeat_s`, `stale_factor`), except `poll_s`: how often the
+    presence directory and the lock are read."""
 
 
 class SnapshotReady(Message):
@@ -76,9 +92,15 @@ class HostDashboard(Vertical):
 
     BINDINGS = [  # noqa: RUF012 - Textual reads it as a class attribute
         Binding("p", "profiles", "Profiles"),
+        # Out of the footer: an 80-column pane must still show restart, roll back, quit and help. F1 and
+        # the palette name it.
+        Binding("P", "probe", "Probe", show=False),
         Binding("r", "restart", "Restart"),
         Binding("R", "rollback", "Roll back"),
     ]
+
+    THROUGHPUT_MIN_ROWS = 40
+    """The throughput chart needs rows the GPU bars, the gauge and the feed need more on a short pane."""
 
     def __init__(
         self,
@@ -88,6 +110,7 @@ class HostDashboard(Vertical):
         target: int | None,
         target_source: str | None,
         clock: Callable[[], float],
+        me: Identity | None = None,
     ) -> None:
         super().__init__(id=f"dash-{_dom_id(entry.name)}", classes="dashboard")
         self.entry = entry
@@ -96,6 +119,9 @@ class HostDashboard(Vertical):
         self.gpus = GpuPanel(id="gpus", classes="panel")
         self.kv = KvPanel(target=target, target_source=target_source, id="kv", classes="panel")
         self.timeline = TimelinePanel(id="timeline", classes="panel")
+        self.throughput = ThroughputChart(window_s=300.0, clock=clock, id="throughput")
+        self.throughput.add_class("panel")
+        self.pairing = PairingBar(me or local_identity(), id="pairing")
         self.feed = EventFeed(id="feed")
         self.verdict = VerdictBanner(id="verdict")
         self.snap: HostSnapshot | None = None
@@ -103,20 +129,28 @@ class HostDashboard(Vertical):
 
     def compose(self) -> ComposeResult:
         yield self.header
+        yield self.pairing
         yield self.verdict
         with Horizontal(id="top"):
             yield self.gpus
             with Vertical(id="side"):
                 yield self.kv
+                yield self.throughput
                 yield self.timeline
         yield self.feed
 
     def on_mount(self) -> None:
         self.verdict.display = False
+        # Shown once the host's state directory has been read (a console without a session has none).
+        self.pairing.display = False
         self.gpus.border_title = "GPUs"
         self.kv.border_title = "KV capacity"
+        self.throughput.border_title = "generation tok/s"
         self.timeline.border_title = "restart"
         self.feed.border_title = "events"
+
+    def on_resize(self) -> None:
+        self.throughput.display = self.size.height >= self.THROUGHPUT_MIN_ROWS
 
     def show(self, snap: HostSnapshot) -> None:
         self.snap = snap
@@ -124,11 +158,23 @@ class HostDashboard(Vertical):
         self.gpus.show(snap)
         self.kv.show(snap)
         self.timeline.show(snap)
+        self.throughput.show(snap)
         self.feed.show(snap)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action not in MUTATING_ACTIONS:
+            return True
         # Read-only: the binding is hidden from the footer and the action cannot run.
-        return not (action in MUTATING_ACTIONS and self.read_only)
+        if self.read_only:
+            return False
+        # Another console holds the lock: shown disabled; the key falls through to the app, which
+        # says who holds it and for what.
+        return None if held_by_other(self.pairing.view, self.pairing.me) else True
+
+    def action_probe(self) -> None:
+        app = self.app
+        if isinstance(app, ConsoleApp):
+            app.open_probe(self.entry.name)
 
     def action_restart(self) -> None:
         app = self.app
@@ -198,26 +244,42 @@ class ConsoleCommands(Provider):
         host = dash.entry.name
         yield ("Profiles: edit, what-if, apply", partial(app.open_profiles, host), "p")
         if not app.read_only:
+            # While another console holds the lock the entries stay listed, marked refused: choosing
+            # one says who holds it and for what.
+            view = dash.pairing.view
+            locked = (
+                f"refused now: {view.lock.holder.who} is {intent_phrase(view.lock.intent)}"
+                if view is not None and view.lock is not None and held_by_other(view, app.me)
+                else None
+            )
+            if locked and view is not None and view.lock_stale:
+                yield (
+                    f"Break the stale lock on {host}",
+                    partial(app.request_break, host),
+                    f"{view.lock.holder.who}'s console has gone quiet; asks first, then recorded"
+                    if view.lock is not None
+                    else "asks first",
+                )
             for entry in app.store.entries():
                 yield (
                     f"Apply profile {entry.name} to {host}",
                     partial(app.request_apply, host, entry.name),
-                    "shows the diff and the prediction first",
+                    locked or "shows the diff and the prediction first",
                 )
             yield (
                 f"Restart the service on {host}",
                 partial(app.request_restart, host),
-                "after a confirmation; followed on the timeline",
+                locked or "r; after a confirmation; followed on the timeline",
             )
             yield (
                 f"Roll back the last apply on {host}",
                 partial(app.request_rollback, host),
-                "R; restores the previous drop-in, restarts, verifies",
+                locked or "R; restores the previous drop-in, restarts, verifies",
             )
         yield (
             f"Probe {host}: long-context decode speed",
             partial(app.open_probe, host),
-            "a synthetic request at chosen depths",
+            "P; a synthetic request at chosen depths",
         )
         yield ("Filter the event feed", dash.feed.action_filter, "regex; ! inverts")
         yield ("Clear the event filter", partial(dash.feed.set_filter, ""), "show every line")
@@ -247,6 +309,10 @@ class ConsoleApp(App[int]):
         Binding("f1", "help", "Help"),
         # The footer shows the palette on its right already.
         Binding("ctrl+p", "command_palette", "Commands", show=False),
+        # Reached only when the dashboard's own r / R is disabled because another console holds the
+        # lock: the key then says who and for what instead of doing nothing.
+        Binding("r", "refused('a restart')", show=False),
+        Binding("R", "refused('a rollback')", show=False),
     ]
 
     def __init__(
@@ -260,11 +326,18 @@ class ConsoleApp(App[int]):
         connect: bool = True,
         store: ProfileStore | None = None,
         profile: str | None = None,
+        identity: Identity | None = None,
     ) -> None:
         """`connect=False` opens the dashboards without sessions: the tests feed snapshots themselves.
         `store` holds the flag profiles (default: the user's, then the shipped examples); `profile` is
-        the one the profiles screen opens on."""
+        the one the profiles screen opens on. `identity` is who this console says it is on the hosts
+        (default: the local login, this machine, this process)."""
         super().__init__()
+        self.me = identity or local_identity()
+        self.links: dict[str, PairingLink] = {}
+        """Each connected host's presence, lock and audit trail."""
+        self.last_audit: dict[str, AuditEntry] = {}
+        """The newest apply / restart / rollback on each host's trail: its line goes under the timeline."""
         self.entries = entries
         self.read_only = read_only
         self.target = target
@@ -295,6 +368,7 @@ class ConsoleApp(App[int]):
                 target=self.target,
                 target_source=self.target_source,
                 clock=self.clock,
+                me=self.me,
             )
         if len(self.entries) == 1:
             yield self.dashboards[self.entries[0].name]
@@ -313,6 +387,8 @@ class ConsoleApp(App[int]):
         if self.connect:
             for entry in self.entries:
                 self.run_worker(self._pump(entry), name=f"session-{entry.name}", group="sessions")
+            # The lock's age counts up, and what this console looks at changes with its screens.
+            self.set_interval(1.0, self._tick_pairing)
 
     # ---- hosts ---------------------------------------------------------------------------------------
 
@@ -371,18 +447,247 @@ class ConsoleApp(App[int]):
             return
         session = HostSession(config, **entry.session_options)  # type: ignore[arg-type]
         self.sessions[entry.name] = session
+        pairing: asyncio.Task[None] | None = None
         try:
             await session.start()
             if entry.after_start is not None:
                 self.run_worker(asyncio.to_thread(entry.after_start), group="after-start")
+            pairing = asyncio.get_running_loop().create_task(self._pair(entry.name, session))
             async for snap in session.snapshots():
                 self.post_snapshot(snap)
         finally:
+            if pairing is not None:
+                pairing.cancel()
+            link = self.links.get(entry.name)
+            if link is not None:
+                await link.leave()
             await session.close()
+
+    # ---- pairing: presence, the lock, the audit trail ------------------------------------------
+
+    async def _pair(self, host: str, session: Any) -> None:
+        from console.sources.hoststate import HostStateDir
+
+        options = dict(self.dashboards[host].entry.pairing_options)
+        poll_s = float(options.pop("poll_s", 2.0))  # type: ignore[arg-type]
+        state = HostStateDir(session.transport, session.host, self.me, **options)  # type: ignore[arg-type]
+        state.looking_at = self._looking_at(host)
+        link = PairingLink(
+            state,
+            on_view=partial(self._on_pairing_view, host),
+            on_audit=partial(self._on_audit, host),
+            on_error=partial(self._on_pairing_error, host),
+            poll_s=poll_s,
+        )
+        self.links[host] = link
+        await link.run()
+
+    def _on_pairing_view(self, host: str, view: PairingView) -> None:
+        dash = self.dashboards.get(host)
+        if dash is None or not self.is_running:
+            return
+        dash.pairing.link_error = None
+        dash.pairing.display = True
+        dash.pairing.set_view(view, self._host_now(host))
+        dash.refresh_bindings()
+        self._show_note(host)
+
+    def _on_pairing_error(self, host: str, sentence: str) -> None:
+        dash = self.dashboards.get(host)
+        if dash is None or not self.is_running:
+            return
+        dash.pairing.link_error = sentence
+        dash.pairing.display = True
+        dash.pairing.refresh()
+
+    def _on_audit(self, host: str, entries: list[AuditEntry]) -> None:
+        dash = self.dashboards.get(host)
+        if dash is None or not entries or not self.is_running:
+            return
+        dash.feed.add_external([e.to_event() for e in entries])
+        for entry in entries:
+            if entry.action in TIMELINE_ACTIONS:
+                self.last_audit[host] = entry
+        self._show_note(host)
+
+    def _host_now(self, host: str) -> Any:
+        link = self.links.get(host)
+        return link.state.now() if link is not None else None
+
+    def _show_note(self, host: str) -> None:
+        """Under the timeline: who is changing the host now, else how its last change ended."""
+        dash = self.dashboards.get(host)
+        link = self.links.get(host)
+        if dash is None or link is None:
+            return
+        view = link.view
+        note = lock_note(view, self.me, link.state.now())
+        if note is not None:
+            style = "bold red" if view is not None and view.lock_stale else "bold yellow3"
+            dash.timeline.set_note(Text(note, style))
+            return
+        last = self.last_audit.get(host)
+        dash.timeline.set_note(last.line() if last is not None else None)
+
+    def _looking_at(self, host: str) -> str:
+        from console.tui.probe import ProbeScreen
+
+        screen = self.screen if self.is_running else None
+        if isinstance(screen, ProfilesScreen) and screen.host == host:
+            what = f"profiles {screen.current}" if screen.current else "profiles"
+        elif isinstance(screen, ProbeScreen) and getattr(screen.host, "name", screen.host) == host:
+            what = "probe"
+        elif host in self.busy:
+            what = self.busy[host]
+        else:
+            what = "dashboard"
+        if self.read_only:
+            return "read-only" if what == "dashboard" else f"read-only, {what}"
+        return what
+
+    def _tick_pairing(self) -> None:
+        for host, link in self.links.items():
+            link.state.looking_at = self._looking_at(host)
+            view = link.view
+            dash = self.dashboards.get(host)
+            if view is not None and view.lock is not None and dash is not None:
+                dash.pairing.set_view(view, link.state.now())
+                self._show_note(host)
+
+    def _refuse_locked(self, host: str, what: str) -> bool:
+        """Refuse at once, naming the holder and its intent, while another console holds the lock."""
+        link = self.links.get(host)
+        sentence = refusal(link.view if link is not None else None, self.me, what)
+        if sentence is not None:
+            self.notify(f"{host}: {sentence}", title="locked", severity="warning", timeout=15)
+        return sentence is not None
+
+    async def _look_again(self, host: str, what: str) -> bool:
+        """A fresh look at the lock before asking the operator anything; True when `what` may go on."""
+        link = self.links.get(host)
+        if link is not None:
+            await link.refresh()
+        return not self._refuse_locked(host, what)
+
+    async def _under_lock(
+        self, host: str, intent: str, action: AuditAction, start: Callable[[], Awaitable[Any]]
+    ) -> Any | None:
+        """Take the host's lock for `intent`, run the controller's operation inside it with its track on
+        the timeline, and append the audit entry before letting go. None when refused or failed (the
+        operator has been told)."""
+        from console.sources.hoststate import HostStateError
+        from console.sources.transport import TransportError
+
+        link = self.links.get(host)
+        dash = self.dashboards.get(host)
+        if link is None or dash is None:
+            self.notify(
+                f"{host}: the host's state directory has not been read yet, so the lock cannot be taken; "
+                "try again in a moment.",
+                severity="warning",
+            )
+            return None
+        outcome: Any | None = None
+        try:
+            async with link.state.locked(intent) as lock:
+                link.poke()
+                dash.begin_track(intent)
+                try:
+                    outcome = await start()
+                except Exception as exc:
+                    self._fail(host, str(exc))
+                    return None
+                entry = AuditEntry.from_outcome(
+                    outcome, me=self.me, host=host, ts=link.state.now(), action=action
+                )
+                try:
+                    await link.state.append_audit(entry)
+                except (HostStateError, TransportError) as exc:
+                    self.notify(f"{host}: the audit entry could not be written: {exc}", severity="warning")
+                if lock.lost:
+                    self.notify(
+                        f"{host}: another console broke this console's lock while {intent} ran (it judged "
+                        "this console gone); see the audit trail.",
+                        severity="error",
+                        timeout=30,
+                    )
+        except LockHeld as held:
+            hint = " Break it from the palette (ctrl+p) after confirming." if held.stale else ""
+            self.notify(
+                f"{host}: {str(held).rstrip('.')}.{hint}", title="locked", severity="warning", timeout=15
+            )
+            return None
+        except (HostStateError, TransportError) as exc:
+            self.notify(f"{host}: {exc}", severity="error", timeout=15)
+            return outcome
+        finally:
+            link.poke()
+        return outcome
+
+    def request_break(self, host: str) -> None:
+        """Break a stale lock, only after a confirmation that shows whose it is and for what."""
+        link = self.links.get(host)
+        view = link.view if link is not None else None
+        if self._refuse_read_only("breaking the lock") or view is None or view.lock is None:
+            if view is not None and view.lock is None:
+                self.notify(f"{host} is not locked; there is nothing to break.")
+            return
+        lock = view.lock
+        self.push_screen(
+            ConfirmScreen(
+                f"Break the stale lock on {host}?",
+                f"{view.lock_line()}.\n\nHolder: {lock.holder.who} (pid {lock.holder.pid}); intent: "
+                f"{lock.intent}.\nBreak it only if that console is really gone: what it started may still be "
+                "running on the host. The break is recorded in the host's audit trail.",
+            ),
+            partial(self._confirmed_break, host),
+        )
+
+    def _confirmed_break(self, host: str, yes: bool | None) -> None:
+        if yes:
+            self._break(host)
+
+    @work(group="pairing")
+    async def _break(self, host: str) -> None:
+        from console.sources.hoststate import HostStateError
+        from console.sources.transport import TransportError
+
+        link = self.links.get(host)
+        if link is None:
+            return
+        try:
+            info = await link.state.break_lock(True, reason="from the console, after confirming")
+        except (BreakRefused, HostStateError, TransportError) as exc:
+            self.notify(f"{host}: {exc}", severity="warning", timeout=15)
+        else:
+            self.notify(
+                f"{host}: broke {info.holder.who}'s lock ({info.intent}); recorded in the audit trail."
+            )
+        link.poke()
+
+    async def action_quit(self) -> None:
+        # Leave before the sessions close: the other consoles see this one go at once, not after its
+        # heartbeat goes stale.
+        await asyncio.gather(*(link.leave() for link in self.links.values()))
+        self.exit()
+
+    def action_refused(self, what: str) -> None:
+        dash = self.active_dashboard
+        if dash is None or not self._refuse_locked(dash.entry.name, what):
+            raise SkipAction()
 
     # ---- actions -----------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "refused":
+            # Only while another console holds the lock (read-only keys stay silent and hidden).
+            dash = self.active_dashboard
+            return (
+                not self.read_only
+                and dash is not None
+                and len(self.screen_stack) == 1
+                and held_by_other(dash.pairing.view, self.me)
+            )
         return not (action in MUTATING_ACTIONS and self.read_only)
 
     def _refuse_read_only(self, what: str) -> bool:
@@ -501,6 +806,8 @@ class ConsoleApp(App[int]):
         """Confirm, then apply the saved profile `name` on `host` (the palette and the profiles screen)."""
         if self._refuse_read_only("applying a profile") or self._busy(host):
             return
+        if self._refuse_locked(host, f"applying {name}"):
+            return
         try:
             profile = self.store.load(name)
         except ProfileError as exc:
@@ -511,7 +818,7 @@ class ConsoleApp(App[int]):
     @work(group="preview")
     async def _preview_apply(self, host: str, profile: Profile) -> None:
         ctl = self._controller(host)
-        if ctl is None:
+        if ctl is None or not await self._look_again(host, f"applying {profile.name}"):
             return
         self.notify(f"{host}: checking {profile.name} against the host…", timeout=3)
         try:
@@ -546,23 +853,28 @@ class ConsoleApp(App[int]):
             return
         self.busy[host] = f"applying {profile.name}"
         boot = display_boot(dash.snap.state) if dash.snap is not None else None
-        # What a rollback must bring back: the pool of the boot this apply replaces.
-        self.pool_before[host] = boot.pool.tokens if boot is not None else None
-        dash.begin_track(f"apply {profile.name}")
+        pool = boot.pool.tokens if boot is not None else None
         try:
             # The preview the operator confirmed is the one applied (no second look that could differ).
-            outcome = await ctl.apply(
-                profile,
-                force=force,
-                progress=partial(self._progress, host),
-                store=self.store,
-                preview=preview,
+            outcome = await self._under_lock(
+                host,
+                f"apply {profile.name}",
+                "apply",
+                partial(
+                    ctl.apply,
+                    profile,
+                    force=force,
+                    progress=partial(self._progress, host),
+                    store=self.store,
+                    preview=preview,
+                ),
             )
-        except Exception as exc:
-            self._fail(host, str(exc))
-            return
         finally:
             self.busy.pop(host, None)
+        if outcome is None:
+            return
+        # What a rollback must bring back: the pool of the boot this apply replaced.
+        self.pool_before[host] = pool
         if outcome.ok:
             self.applied[host] = profile.name
         self._finish(host, outcome, undoable="write_dropin" in outcome.durations)
@@ -572,7 +884,11 @@ class ConsoleApp(App[int]):
     def request_rollback(self, host: str) -> None:
         if self._refuse_read_only("rolling back") or self._busy(host) or host not in self.dashboards:
             return
-        self.push_screen(
+        if self._refuse_locked(host, "a rollback"):
+            return
+        self._confirm_unlocked(
+            host,
+            "a rollback",
             ConfirmScreen(
                 f"Roll back the service on {host}?",
                 "Restores the drop-in that was in place before the last apply (or removes the console's), "
@@ -580,6 +896,15 @@ class ConsoleApp(App[int]):
             ),
             partial(self._confirmed_rollback, host),
         )
+
+    @work(group="preview")
+    async def _confirm_unlocked(
+        self, host: str, what: str, screen: ConfirmScreen, then: Callable[[bool | None], None]
+    ) -> None:
+        """Ask only once a fresh look says no other console holds the lock (the lock is still taken,
+        atomically, when the operation starts)."""
+        if await self._look_again(host, what):
+            self.push_screen(screen, then)
 
     def _confirmed_rollback(self, host: str, yes: bool | None) -> None:
         if yes:
@@ -591,31 +916,37 @@ class ConsoleApp(App[int]):
         dash = self.dashboards.get(host)
         if ctl is None or dash is None or self._busy(host):
             return
-        self.busy[host] = "a rollback"
-        dash.begin_track("rollback")
+        self.busy[host] = "rolling back"
         try:
-            outcome = await ctl.rollback(
-                progress=partial(self._progress, host), expect_pool=self.pool_before.get(host)
+            outcome = await self._under_lock(
+                host,
+                "rollback",
+                "rollback",
+                partial(
+                    ctl.rollback,
+                    progress=partial(self._progress, host),
+                    expect_pool=self.pool_before.get(host),
+                ),
             )
-        except Exception as exc:
-            self._fail(host, str(exc))
-            return
         finally:
             self.busy.pop(host, None)
-        self._finish(host, outcome, undoable=False)
+        if outcome is not None:
+            self._finish(host, outcome, undoable=False)
 
     def request_restart(self, host: str) -> None:
         if self._refuse_read_only("restarting the service") or self._busy(host):
             return
         dash = self.dashboards.get(host)
-        if dash is None:
+        if dash is None or self._refuse_locked(host, "a restart"):
             return
         unit = dash.entry.config.unit_name if dash.entry.config else "the service"
-        self.push_screen(
+        self._confirm_unlocked(
+            host,
+            "a restart",
             ConfirmScreen(
                 f"Restart {unit} on {host}?",
-                "The server stops and reloads its model with the flags in force; a restart takes minutes "
-                "on a real host.",
+                "The server stops and reloads its model with the flags in force, then is verified as after "
+                "an apply; a restart takes minutes on a real host.",
             ),
             partial(self._confirmed_restart, host),
         )
@@ -626,28 +957,20 @@ class ConsoleApp(App[int]):
 
     @work(group="apply")
     async def _restart(self, host: str) -> None:
-        from console.sources.session import HostSession
-        from console.sources.transport import TransportError
-
-        # The service controller has no plain restart: systemctl restarts with the flags in force, and
-        # the journal plays the boot on the timeline as for any restart.
-        session = self.sessions.get(host)
-        if not isinstance(session, HostSession):
-            self.notify(f"{host}: not connected.", severity="error")
+        """The controller's restart: the flags in force, followed phase by phase and verified, inside
+        the host's lock and recorded in its audit trail."""
+        ctl = self._controller(host)
+        if ctl is None or self._busy(host):
             return
-        unit = session.host.unit_name
-        self.notify(f"{host}: restarting {unit}…", timeout=3)
+        self.busy[host] = "restarting"
         try:
-            result = await session.transport.run(["systemctl", "restart", unit], timeout=900)
-        except TransportError as exc:
-            self.notify(str(exc), severity="error", timeout=10)
-            return
-        if result.ok:
-            self.notify(f"{host}: systemctl restart {unit} returned.", timeout=3)
-        else:
-            self.notify(
-                f"{host}: systemctl restart failed: {result.first_error_line()}", severity="error", timeout=15
+            outcome = await self._under_lock(
+                host, "restart", "restart", partial(ctl.restart, progress=partial(self._progress, host))
             )
+        finally:
+            self.busy.pop(host, None)
+        if outcome is not None:
+            self._finish(host, outcome, undoable=False)
 
     # ---- probe and help ----------------------------------------------------------------------------
 
@@ -682,6 +1005,7 @@ class ServiceControllerLike(Protocol):
     async def preview(self, profile: Profile) -> Any: ...
     async def apply(self, profile: Profile, **kw: Any) -> Any: ...
     async def rollback(self, **kw: Any) -> Any: ...
+    async def restart(self, **kw: Any) -> Any: ...
 
 
 def prediction_text(preview: Any, target: int) -> Text:

@@ -23,10 +23,14 @@ KEYS_CHANGING = """
   p            profiles: edit, what-if, apply
   r            restart the service (asks first, then followed and verified)
   R            roll back the last apply (asks first)
-  ctrl+p       … then "Probe": a synthetic long-context request, decode tok/s by depth"""
+  P            probe: a synthetic long-context request, decode tok/s by depth
+  Apply, restart and roll back take the host's lock: while another console holds it they are
+  refused (the bar under the header says who and for what); a stale lock is broken from
+  ctrl+p → "Break the stale lock", after a confirmation, and the break is recorded."""
 
 KEYS_READ_ONLY = """
-  p            profiles: edit, what-if (saving is local; applying is refused)"""
+  p            profiles: edit, what-if (saving is local; applying is refused)
+  P            probe: a synthetic long-context request, decode tok/s by depth"""
 
 READ_ONLY_NOTE = """
 [b]Read-only[/b]: actions that change the host (apply, restart, roll back) are hidden and refused."""

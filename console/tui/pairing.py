@@ -1,0 +1,249 @@
+"""Pairing on the dashboard: who else is on the host, who holds its lock, and the audit trail live.
+
+`PairingLink` is the glue between one host's `HostStateDir` (over the session's SSH transport) and the
+dashboard: it heartbeats this console's presence, watches the presence directory and the lock, and
+follows `audit.jsonl`, handing each change to callbacks on the app's loop. `PairingBar` is the one line
+under the header that shows it; the words (the bar, the timeline note, a refusal) are plain functions so
+the tests read them without a screen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from datetime import datetime
+
+from rich.text import Text
+from textual.widget import Widget
+
+from console.core.pairing import AuditEntry, Identity, PairingView, fmt_span
+from console.sources.hoststate import HostStateDir, HostStateError
+from console.sources.transport import TransportError
+
+__all__ = [
+    "AUDIT_BACKLOG",
+    "TIMELINE_ACTIONS",
+    "PairingBar",
+    "PairingLink",
+    "held_by_other",
+    "intent_phrase",
+    "lock_note",
+    "pairing_text",
+    "refusal",
+]
+
+AUDIT_BACKLOG = 5
+"""Entries of the trail shown on the feed when the console opens: enough to see what happened last."""
+TIMELINE_ACTIONS = frozenset({"apply", "restart", "rollback"})
+"""Audit actions whose line goes under the restart timeline (a probe or a lock break does not restart)."""
+
+
+def intent_phrase(intent: str) -> str:
+    """'apply ctx-200k' → 'applying ctx-200k': how the note says what the holder is doing."""
+    verb, _, rest = intent.partition(" ")
+    words = {"apply": "applying", "rollback": "rolling back", "restart": "restarting", "probe": "probing"}
+    if verb not in words:
+        return intent
+    if not rest:
+        rest = {"restart": "the service", "probe": "the server"}.get(verb, "")
+    return f"{words[verb]} {rest}".rstrip()
+
+
+def held_by_other(view: PairingView | None, me: Identity) -> bool:
+    return view is not None and view.lock is not None and view.lock.holder.console_id != me.console_id
+
+
+def lock_note(view: PairingView | None, me: Identity, now: datetime | None = None) -> str | None:
+    """The timeline's note while another console holds the lock: 'bob@jump2 is applying ctx-200k (lock
+    held 1m12s)', or, when its console has gone quiet, that the lock may be broken. None otherwise."""
+    if view is None or view.lock is None or not held_by_other(view, me):
+        return None
+    lock = view.lock
+    held = fmt_span(((now or view.now) - lock.taken_at).total_seconds())
+    if view.lock_stale:
+        return (
+            f"{lock.holder.who}'s lock ({lock.intent}, held {held}) is stale: its console has gone quiet; "
+            f"ctrl+p → Break the stale lock on {view.host}"
+        )
+    return f"{lock.holder.who} is {intent_phrase(lock.intent)} (lock held {held})"
+
+
+def refusal(view: PairingView | None, me: Identity, what: str) -> str | None:
+    """Why `what` ("applying ctx-200k", "a restart") is refused now, naming the holder and its intent;
+    None when no other console holds the lock."""
+    if view is None or view.lock is None or not held_by_other(view, me):
+        return None
+    head = view.lock_line().rstrip(".")
+    if view.lock_stale:
+        return f"{head}; {what} is refused until the stale lock is broken (ctrl+p → Break the stale lock)."
+    return f"{head}; {what} is refused until it is released."
+
+
+def _clock(ts: datetime) -> str:
+    return ts.astimezone().strftime("%H:%M:%S")
+
+
+def pairing_text(
+    view: PairingView | None, me: Identity, now: datetime | None = None, *, link_error: str | None = None
+) -> Text:
+    """The bar: the lock, then the other consoles (who, what they look at, since when)."""
+    out = Text(no_wrap=True, overflow="ellipsis")
+    if view is None:
+        out.append(link_error or "pairing: reading the host's state directory…", "grey62")
+        return out
+    # The lock first: on a narrow pane the bar is cut on the right, and the lock is what stops a change.
+    lock = view.lock
+    if lock is None:
+        out.append("lock free", "green3")
+    elif not held_by_other(view, me):
+        out.append(f"lock held by this console: {lock.intent}", "bold yellow3")
+    else:
+        held = fmt_span(((now or view.now) - lock.taken_at).total_seconds())
+        if view.lock_stale:
+            out.append("STALE lock ", "bold red")
+            out.append(f"{lock.holder.who}: {lock.intent}, {held}; its console has gone quiet", "red")
+        else:
+            out.append("locked ", "bold yellow3")
+            out.append(f"by {lock.holder.who}: {lock.intent}, {held}", "yellow3")
+    out.append("  │  ", "grey42")
+    others = view.others(me)
+    if others:
+        out.append("with ", "grey62")
+        for i, p in enumerate(others):
+            if i:
+                out.append(", ", "grey62")
+            out.append(p.who, "bold bright_cyan")
+            detail = f" ({p.looking_at}, " if p.looking_at else " ("
+            out.append(f"{detail}since {_clock(p.since)})", "grey62")
+    else:
+        out.append(f"no other console on {view.host}", "grey62")
+    if link_error:
+        out.append(f"  ({link_error})", "grey62")
+    return out
+
+
+class PairingBar(Widget):
+    """One line under the header: the other consoles on this host and the lock."""
+
+    DEFAULT_CLASSES = "pairing-bar"
+    HELP = (
+        "[b]Pairing[/b]\nThe other consoles open on this host (user@jump host, what they show, since when) "
+        "and the host's lock: free, held by this console, held by another (apply, restart and roll back "
+        "are refused until it is released) or stale (its console has gone quiet; ctrl+p → Break the "
+        "stale lock, after a confirmation). Every change to the service is recorded in the host's "
+        "audit.jsonl and shown on the feed."
+    )
+
+    def __init__(self, me: Identity, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.me = me
+        self.view: PairingView | None = None
+        self.now: datetime | None = None
+        self.link_error: str | None = None
+
+    def set_view(self, view: PairingView | None, now: datetime | None = None) -> None:
+        self.view = view
+        self.now = now
+        self.refresh()
+
+    def render(self) -> Text:
+        return pairing_text(self.view, self.me, self.now, link_error=self.link_error)
+
+
+class PairingLink:
+    """One host's presence, lock and audit trail for the console, over the session's transport."""
+
+    def __init__(
+        self,
+        state: HostStateDir,
+        *,
+        on_view: Callable[[PairingView], None],
+        on_audit: Callable[[list[AuditEntry]], None],
+        on_error: Callable[[str], None] | None = None,
+        poll_s: float = 2.0,
+        backlog: int = AUDIT_BACKLOG,
+    ) -> None:
+        self.state = state
+        self.on_view = on_view
+        self.on_audit = on_audit
+        self.on_error = on_error
+        self.poll_s = poll_s
+        self.backlog = backlog
+        self.view: PairingView | None = None
+        self.left = False
+        self._wake = asyncio.Event()
+
+    @property
+    def me(self) -> Identity:
+        return self.state.me
+
+    async def run(self) -> None:
+        """Heartbeat, watch and follow until cancelled."""
+        tasks = [
+            asyncio.create_task(self.state.keep_alive(), name="k26-pairing-heartbeat"),
+            asyncio.create_task(self._watch(), name="k26-pairing-watch"),
+            asyncio.create_task(self._follow(), name="k26-pairing-audit"),
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait(tasks)
+
+    def poke(self) -> None:
+        """Look again now rather than at the next poll (after this console took, released or broke
+        the lock)."""
+        self._wake.set()
+
+    async def refresh(self) -> PairingView | None:
+        """A fresh look at the lock and the consoles, published as any other; None when the host's
+        state directory cannot be read right now."""
+        try:
+            view = await self.state.view()
+        except (TransportError, HostStateError) as exc:
+            if self.on_error is not None:
+                self.on_error(str(exc))
+            return None
+        self._publish(view)
+        return view
+
+    def _publish(self, view: PairingView) -> None:
+        changed = self.view is None or view.signature() != self.view.signature()
+        self.view = view
+        if changed:
+            self.on_view(view)
+
+    async def _watch(self) -> None:
+        # Not `HostStateDir.watch`: a poke must be able to cut the wait short.
+        while True:
+            await self.refresh()
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_s)
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                log = await self.state.read_audit_log()
+                break
+            except (TransportError, HostStateError):
+                await asyncio.sleep(self.poll_s)
+        if log.entries and self.backlog:
+            self.on_audit(log.entries[-self.backlog :])
+        try:
+            async for entry in self.state.follow_audit(after_line=log.lines):
+                self.on_audit([entry])
+        except HostStateError as exc:
+            if self.on_error is not None:
+                self.on_error(str(exc))
+
+    async def leave(self, timeout: float = 3.0) -> None:
+        """Take this console's heartbeat off the host (and a lock it still holds); best effort."""
+        if self.left:
+            return
+        self.left = True
+        with contextlib.suppress(TransportError, HostStateError, TimeoutError, OSError):
+            await asyncio.wait_for(self.state.leave(), timeout)

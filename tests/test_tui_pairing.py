@@ -1,0 +1,363 @@
+"""Two consoles on one twin, each a `ConsoleApp` driven by its own pilot in one test, over real SSH on
+loopback (issue 9): presence, the lock and the audit trail as the operators see them.
+
+- alice applies ctx-200k; bob's console shows alice here and holding the lock, plays the same restart
+  phase by phase from the journal, refuses his own apply and restart at once naming alice and her
+  intent, and ends with alice's audit line on his feed and under his timeline;
+- a lock whose holder went quiet is shown stale; bob breaks it only after a confirmation that names the
+  holder and the intent (a "no" leaves it), the break is on the trail, and his restart then runs through
+  the service controller inside the lock and is audited; a read-only console is seen as such and never
+  takes the lock.
+
+One twin serves the module at a small time scale; the tests run in file order.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual._context import active_app
+
+from console.core.events import Audit
+from console.core.pairing import Identity, LockInfo, PairingView, Presence
+from console.core.profile_store import ProfileStore, shipped_profile_dir
+from console.core.restart import BOOT
+from console.sources.hosts import load_hosts
+from console.sources.hoststate import HostStateDir
+from console.sources.transport import Transport
+from console.tui.app import ConsoleApp, ConsoleCommands, HostDashboard, HostEntry
+from console.tui.pairing import intent_phrase, lock_note, pairing_text, refusal
+from console.tui.probe import ProbeScreen
+from console.tui.screens import ApplyConfirmScreen, ConfirmScreen
+from console.tui.view import display_boot, restart_timeline
+from console.twin.host import TwinHost
+from tests.tui_support import plain
+
+TIME_SCALE = 0.004
+SIZE = (160, 48)
+BEAT = 0.5  # heartbeat and poll interval: a console is stale 1.5 s after its last beat
+
+ALICE = Identity(user="alice", jump_host="jump1", pid=4242, console_id="alice1")
+BOB = Identity(user="bob", jump_host="jump2", pid=5151, console_id="bob2")
+CAROL = Identity(user="carol", jump_host="jump3", pid=6161, console_id="carol3")
+READER = Identity(user="dave", jump_host="jump4", pid=7171, console_id="dave4")
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
+    host = TwinHost(tmp_path_factory.mktemp("tui-pairing-twin") / "state", time_scale=TIME_SCALE)
+    host.start_sync()
+    try:
+        yield host
+    finally:
+        host.stop_sync()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> ProfileStore:
+    shipped = shipped_profile_dir()
+    assert shipped is not None
+    return ProfileStore([tmp_path_factory.mktemp("tui-pairing-profiles"), shipped])
+
+
+class Told:
+    """The notifications a console showed (Textual's toasts fade; the test keeps them)."""
+
+    def __init__(self, app: ConsoleApp) -> None:
+        self.messages: list[str] = []
+        shown = app.notify
+
+        def notify(message: str, *args: Any, **kw: Any) -> None:
+            self.messages.append(str(message))
+            shown(message, *args, **kw)
+
+        app.notify = notify  # type: ignore[method-assign]
+
+    def since(self, n: int) -> list[str]:
+        return self.messages[n:]
+
+
+def console(
+    twin: TwinHost, store: ProfileStore, state: Path, me: Identity, *, read_only: bool = False
+) -> ConsoleApp:
+    config = load_hosts(twin.hosts_toml).get(twin.name)
+    assert config is not None
+    entry = HostEntry(
+        twin.name,
+        config=config,
+        simulated=True,
+        session_options={"gpu_interval_s": 0.5, "server_interval_s": 0.5},
+        controller_options={"state_dir": state},
+        pairing_options={"heartbeat_s": BEAT, "poll_s": BEAT},
+    )
+    return ConsoleApp([entry], read_only=read_only, store=store, identity=me, target=200_000)
+
+
+async def until(pilot: Any, what: str, predicate: Callable[[], object], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+
+
+def ready_pool(dash: HostDashboard) -> int | None:
+    boot = display_boot(dash.snap.state) if dash.snap is not None else None
+    return boot.pool.tokens if boot is not None and boot.ready and not boot.ended else None
+
+
+def others(app: ConsoleApp, host: str) -> dict[str, str]:
+    link = app.links.get(host)
+    view = link.view if link is not None else None
+    return {p.who: p.looking_at for p in view.others(app.me)} if view is not None else {}
+
+
+def lock_holder(app: ConsoleApp, host: str) -> str | None:
+    link = app.links.get(host)
+    view = link.view if link is not None else None
+    return view.lock.holder.who if view is not None and view.lock is not None else None
+
+
+def audits(dash: HostDashboard) -> list[Audit]:
+    return [e for _, e in dash.feed._events if isinstance(e, Audit)]
+
+
+def trail(twin: TwinHost) -> list[dict[str, Any]]:
+    path = twin.layout.home_dir / ".k26-console" / "audit.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def palette(app: ConsoleApp) -> dict[str, str]:
+    """The palette's commands (name → help) as `app` lists them. A provider finds its app through
+    Textual's active-app context, which with two consoles in one test is the last one started."""
+    token = active_app.set(app)
+    try:
+        return {name: text for name, _, text in ConsoleCommands(app.screen)._commands()}
+    finally:
+        active_app.reset(token)
+
+
+async def test_b_watches_a_apply_live_and_is_refused_by_name(twin, store, tmp_path) -> None:
+    a, b = console(twin, store, tmp_path / "a", ALICE), console(twin, store, tmp_path / "b", BOB)
+    told_b = Told(b)
+    host = twin.name
+    async with a.run_test(size=SIZE) as pa, b.run_test(size=SIZE) as pb:
+        da, db = a.dashboards[host], b.dashboards[host]
+        await until(pa, "alice's first boot", lambda: ready_pool(da) == 101_134)
+        await until(pb, "bob's first boot", lambda: ready_pool(db) == 101_134)
+        # Each sees the other, with what they look at, in the bar under the header.
+        await until(pb, "alice in bob's console", lambda: others(b, host).get("alice@jump1") == "dashboard")
+        await until(pa, "bob in alice's console", lambda: "bob@jump2" in others(a, host))
+        bar = plain(db.pairing.render())
+        assert bar.startswith("lock free  │  with alice@jump1 (dashboard, since "), bar
+        # What alice looks at follows her screens: P opens the probe.
+        await pa.press("P")
+        await until(pa, "the probe screen", lambda: isinstance(a.screen, ProbeScreen))
+        await until(pb, "alice on the probe", lambda: others(b, host).get("alice@jump1") == "probe")
+        await pa.press("escape")
+        await until(pb, "alice back", lambda: others(b, host).get("alice@jump1") == "dashboard")
+        boots_before = len(db.snap.state.boots)
+
+        a.request_apply(host, "ctx-200k")
+        await until(pa, "alice's confirmation", lambda: isinstance(a.screen, ApplyConfirmScreen))
+        await pa.press("y")
+        await until(pb, "alice's lock in bob's console", lambda: lock_holder(b, host) == "alice@jump1")
+        bar = plain(db.pairing.render())
+        assert "locked by alice@jump1: apply ctx-200k" in bar, bar
+        note = plain(db.timeline.note) if db.timeline.note is not None else ""
+        assert note.startswith("alice@jump1 is applying ctx-200k (lock held "), note
+
+        # Bob's own changes are refused at once, naming alice and her intent; nothing opens or runs.
+        n = len(told_b.messages)
+        b.request_apply(host, "ctx-128k")
+        await pb.press("r")
+        await pb.press("R")
+        await pb.pause(0.2)
+        refusals = told_b.since(n)
+        assert len(refusals) == 3, refusals
+        for sentence in refusals:
+            assert "alice@jump1 holds the lock on twin: apply ctx-200k" in sentence, sentence
+        assert "applying ctx-128k is refused" in refusals[0] and "a restart is refused" in refusals[1]
+        assert len(b.screen_stack) == 1 and not b.busy and db.track is None
+        # Shown disabled in the footer, and marked refused in the palette.
+        assert db.check_action("restart", ()) is None and db.check_action("rollback", ()) is None
+        helps = palette(b)
+        assert helps[f"Restart the service on {host}"].startswith("refused now: alice@jump1 is applying")
+
+        # The same restart, live in bob's console from the journal: the new boot's phases as they run.
+        seen: set[str] = set()
+        track = da.track
+        assert track is not None and track.action == "apply ctx-200k"
+        deadline = time.monotonic() + 120
+        while not track.done:
+            snap = db.snap
+            tl = restart_timeline(snap.state, snap.ts) if snap is not None else None
+            if tl is not None and len(snap.state.boots) > boots_before:
+                seen.update(s.phase.value for s in tl.steps if s.state == "active")
+            await pb.pause(0.05)
+            assert time.monotonic() < deadline, "alice's apply did not end"
+        assert track.ok, track.summary
+        boot_phases = {p.value for p in BOOT}
+        assert seen & boot_phases, seen  # at least one boot phase was seen running, not just its end
+        assert seen & boot_phases <= set(track.durations), (seen, track.durations)
+
+        # The end: alice's audit line on bob's feed and under his timeline; the lock is free again.
+        await until(pb, "alice's audit entry", lambda: any(e.user == "alice" for e in audits(db)))
+        entry = next(e for e in audits(db) if e.user == "alice")
+        assert entry.action == "apply" and entry.profile == "ctx-200k" and entry.outcome == "ok"
+        assert entry.message.startswith("alice applied ctx-200k; restart ")
+        assert f"verified {entry.pool_tokens:,} tokens" in entry.message and entry.pool_tokens >= 200_000
+        await until(pb, "the lock free", lambda: lock_holder(b, host) is None)
+        await until(
+            pb, "the note", lambda: db.timeline.note is not None and "applied" in db.timeline.note.plain
+        )
+        assert db.timeline.note.plain == entry.message
+        await until(pb, "the new boot", lambda: (ready_pool(db) or 0) >= 200_000)
+        assert db.check_action("restart", ()) is True
+        # The trail on the host holds the one apply, by alice, with its phases.
+        (applied,) = [e for e in trail(twin) if e["action"] == "apply"]
+        assert applied["user"] == "alice" and applied["jump_host"] == "jump1"
+        assert {"loading_weights", "kv_pool", "cuda_graphs"} <= set(applied["durations"])
+
+
+async def test_stale_lock_broken_only_after_confirming_then_restart_is_audited(twin, store, tmp_path) -> None:
+    host = twin.name
+    config = load_hosts(twin.hosts_toml).get(host)
+    assert config is not None
+    b = console(twin, store, tmp_path / "b", BOB)
+    reader = console(twin, store, tmp_path / "r", READER, read_only=True)
+    told_b = Told(b)
+    async with Transport(config, ssh_config=[]) as transport:
+        # carol took the lock and then her console went quiet: no heartbeat after the acquire.
+        carol = HostStateDir(transport, config, CAROL, heartbeat_s=BEAT)
+        # Something on the trail from before the consoles open: it is on their feeds when they do.
+        await carol.append_audit(
+            carol.audit_entry("probe", profile="ctx-256k", outcome="ok", summary="0.7 tok/s")
+        )
+        await carol.acquire("apply ctx-256k")
+        async with b.run_test(size=SIZE) as pb, reader.run_test(size=SIZE) as pr:
+            db = b.dashboards[host]
+            await until(pb, "bob's boot", lambda: ready_pool(db) is not None)
+            await until(pb, "the stale lock", lambda: b.links[host].view and b.links[host].view.lock_stale)
+            bar = plain(db.pairing.render())
+            assert "STALE lock carol@jump3: apply ctx-256k" in bar, bar
+            await until(pb, "the trail's backlog", lambda: any(e.action == "probe" for e in audits(db)))
+            assert audits(db)[-1].message == "carol probed ctx-256k; 0.7 tok/s"
+            assert "is stale" in db.timeline.note.plain
+            # The read-only console is seen as such, and its keys take no lock.
+            await until(pb, "the reader", lambda: others(b, host).get("dave@jump4") == "read-only")
+            await pr.press("r")
+            assert len(reader.screen_stack) == 1 and not reader.busy
+
+            # A restart is refused while the stale lock stands, with the way out.
+            n = len(told_b.messages)
+            await pb.press("r")
+            await pb.pause(0.2)
+            (sentence,) = told_b.since(n)
+            assert "carol@jump3 holds the lock on twin: apply ctx-256k" in sentence
+            assert "Break the stale lock" in sentence
+            assert f"Break the stale lock on {host}" in palette(b)
+
+            # No: the lock stays. Yes: broken, and the trail says by whom.
+            b.request_break(host)
+            await until(pb, "the confirmation", lambda: isinstance(b.screen, ConfirmScreen))
+            detail = b.screen.detail
+            assert "carol@jump3" in detail and "apply ctx-256k" in detail and "pid 6161" in detail
+            await pb.press("n")
+            await pb.pause(0.3)
+            assert (twin.layout.home_dir / ".k26-console" / "lock").exists()
+            b.request_break(host)
+            await until(pb, "the confirmation again", lambda: isinstance(b.screen, ConfirmScreen))
+            await pb.press("y")
+            await until(
+                pb, "the break on bob's feed", lambda: any(e.action == "lock_break" for e in audits(db))
+            )
+            broke = next(e for e in audits(db) if e.action == "lock_break")
+            assert broke.user == "bob" and broke.message.startswith(
+                "bob broke carol@jump3's lock (apply ctx-256k"
+            )
+            await until(pb, "the lock free", lambda: lock_holder(b, host) is None)
+            assert f"Break the stale lock on {host}" not in palette(b)
+
+            # Bob's restart: the controller's steps and the boot on the timeline, in the lock, audited.
+            before = ready_pool(db)
+            await pb.press("r")
+            await until(pb, "the restart confirmation", lambda: isinstance(b.screen, ConfirmScreen))
+            await pb.press("y")
+            await until(pb, "the restart", lambda: db.track is not None)
+            track = db.track
+            assert track.action == "restart"
+            await until(pr, "bob's lock in the reader", lambda: lock_holder(reader, host) == "bob@jump2")
+            assert "bob@jump2 is restarting the service" in reader.dashboards[host].timeline.note.plain
+            await until(pb, "the verdict", lambda: track.done)
+            assert track.ok, track.summary
+            timeline = plain(db.timeline.render())
+            assert "restart verified" in timeline
+            for step in ("validate", "restart", "KV pool", "verify"):
+                assert f"✔ {step}" in timeline, (step, timeline)
+            await until(
+                pb, "bob's restart on the feed", lambda: any(e.action == "restart" for e in audits(db))
+            )
+            done = next(e for e in audits(db) if e.action == "restart")
+            assert done.user == "bob" and done.outcome == "ok" and done.pool_tokens == before
+            assert done.message.startswith(f"bob restarted {twin.unit}; restart ")
+            rd = reader.dashboards[host]
+            await until(
+                pr, "the reader's note", lambda: rd.timeline.note and "restarted" in rd.timeline.note.plain
+            )
+            actions = [(e["user"], e["action"]) for e in trail(twin)]
+            assert actions[-2:] == [("bob", "lock_break"), ("bob", "restart")]
+            assert not any(user == "dave" for user, _ in actions)
+
+
+# ---- the words, on fixed views ---------------------------------------------------------------------
+
+T0 = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
+
+
+def _view(lock_by: Identity | None, *, stale: bool = False, here: tuple[Identity, ...] = ()) -> PairingView:
+    presence = [
+        Presence(**who.model_dump(), since=T0, heartbeat=T0 + timedelta(seconds=70), looking_at="dashboard")
+        for who in here
+    ]
+    lock = LockInfo(holder=lock_by, intent="apply ctx-200k", taken_at=T0, lock_id="L1") if lock_by else None
+    return PairingView(
+        host="gpu1", now=T0 + timedelta(seconds=72), presence=presence, lock=lock, lock_stale=stale
+    )
+
+
+def test_words_for_a_lock_held_by_another_console() -> None:
+    view = _view(BOB, here=(ALICE, BOB))
+    assert lock_note(view, ALICE) == "bob@jump2 is applying ctx-200k (lock held 1m12s)"
+    sentence = refusal(view, ALICE, "a restart")
+    assert sentence is not None and sentence.startswith("bob@jump2 holds the lock on gpu1: apply ctx-200k")
+    assert sentence.endswith("; a restart is refused until it is released.")
+    bar = pairing_text(view, ALICE).plain
+    assert bar.startswith("locked by bob@jump2: apply ctx-200k, 1m12s  │  with bob@jump2 (dashboard, since ")
+    # The holder itself is told nothing is in its way.
+    assert lock_note(view, BOB) is None and refusal(view, BOB, "a restart") is None
+    assert pairing_text(view, BOB).plain.startswith("lock held by this console: apply ctx-200k")
+
+
+def test_words_for_a_stale_lock_and_no_lock() -> None:
+    stale = _view(CAROL, stale=True, here=(ALICE,))
+    note = lock_note(stale, ALICE)
+    assert note is not None and note.startswith("carol@jump3's lock (apply ctx-200k, held 1m12s) is stale")
+    assert "Break the stale lock on gpu1" in note
+    assert "until the stale lock is broken" in (refusal(stale, ALICE, "a rollback") or "")
+    assert pairing_text(stale, ALICE).plain.startswith("STALE lock carol@jump3: apply ctx-200k, 1m12s")
+    free = _view(None, here=(ALICE,))
+    assert lock_note(free, ALICE) is None and refusal(free, ALICE, "a restart") is None
+    assert pairing_text(free, ALICE).plain == "lock free  │  no other console on gpu1"
+    assert [intent_phrase(i) for i in ("apply ctx-200k", "rollback", "restart", "fix it")] == [
+        "applying ctx-200k",
+        "rolling back",
+        "restarting the service",
+        "fix it",
+    ]
