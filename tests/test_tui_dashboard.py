@@ -228,3 +228,18 @@ def test_kv_gauge_of_a_failed_boot_is_not_ok() -> None:
     g = kv_gauge(snapshot([*events, *failed], None), target=None, min_headroom_gib=0.0)
     assert g.pool_tokens == ok.pool_tokens
     assert g.level == "critical" and any("failed" in r for r in g.reasons), g
+
+
+async def test_feed_hides_monitoring_polls_until_m() -> None:
+    """GET /get_model_info (a poll) is hidden; POST /generate (traffic) is not; m shows the polls."""
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.post_snapshot(snapshot(corpus_events("case-31"), None))
+        await pilot.pause()
+        feed = app.dashboards["gpu1"].feed
+        lines = "\n".join(feed.visible_lines())
+        assert "POST /generate" in lines and "/get_model_info" not in lines
+        feed.log_widget.focus()
+        await pilot.press("m")
+        await pilot.pause()
+        assert "/get_model_info" in "\n".join(feed.visible_lines())

@@ -13,7 +13,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Input, RichLog, Static
 
-from console.core.events import Error, Event
+from console.core.events import Error, Event, HttpAccess
 from console.core.snapshot import HostSnapshot
 from console.core.state import Boot
 from console.tui.view import KIND_STYLES, clock_text, display_boot, event_text, feed_line, rank_label
@@ -55,7 +55,30 @@ time, rank, kind, text. Colours: [bold red]errors[/], [cyan]systemd[/], [blue]st
 [green]KV pool[/], [magenta]CUDA graphs[/], [grey62]batch statistics and access lines[/].
 Errors of this boot are pinned above the feed until acknowledged (a). Earlier boots are folded
 into one line each (z shows them). / filters with a regular expression (case-insensitive);
-start it with ! to show the lines that do NOT match; Esc clears it. f follows the tail."""
+start it with ! to show the lines that do NOT match; Esc clears it. f follows the tail.
+Monitoring polls (GET /health, /metrics, /server_info ...: this console's own, a scraper's) are hidden:
+every console on the host adds two every few seconds and they would bury real traffic; m shows them."""
+
+
+POLL_PATHS = frozenset(
+    {
+        "/health",
+        "/health_generate",
+        "/metrics",
+        "/server_info",
+        "/get_server_info",
+        "/get_model_info",
+        "/model_info",
+        "/v1/models",
+    }
+)
+
+
+def is_poll(event: Event) -> bool:
+    """A monitoring GET (a console's or a scraper's), not traffic anybody asked the model for."""
+    if not isinstance(event, HttpAccess) or event.method != "GET":
+        return False
+    return event.path.split("?", 1)[0] in POLL_PATHS
 
 
 class EventFeed(Vertical):
@@ -66,6 +89,7 @@ class EventFeed(Vertical):
         Binding("f", "follow", "Follow", show=False),
         Binding("a", "ack", "Ack"),
         Binding("z", "fold", "Fold boots", show=False),
+        Binding("m", "polls", "Monitoring polls", show=False),
     ]
 
     def __init__(self, *, history: int = HISTORY, id: str | None = None) -> None:
@@ -81,6 +105,7 @@ class EventFeed(Vertical):
         self.filter = FeedFilter()
         self.follow = True
         self.folded = True
+        self.show_polls = False
 
     def compose(self) -> ComposeResult:
         yield Static(id="pins", classes="pins")
@@ -132,6 +157,8 @@ class EventFeed(Vertical):
 
     def _visible(self, boot_index: int, event: Event) -> bool:
         if self.folded and boot_index != self._boot_index:
+            return False
+        if not self.show_polls and is_poll(event):
             return False
         return self.filter.matches(feed_line(event))
 
@@ -228,6 +255,11 @@ class EventFeed(Vertical):
         self._update_pins()
         if n:
             self.notify(f"{n} error{'s' if n > 1 else ''} acknowledged", timeout=2)
+
+    def action_polls(self) -> None:
+        self.show_polls = not self.show_polls
+        self._rebuild()
+        self.notify("monitoring polls shown" if self.show_polls else "monitoring polls hidden", timeout=2)
 
     def action_fold(self) -> None:
         self.folded = not self.folded
