@@ -9,10 +9,13 @@ One streaming parser reads what an SGLang host prints, however it reached us:
   the v0.1 `Rank N:` form, and the rank tags `DPn PPn ATTN_CPn MOE_DPn TPn EPn` in any order.
 
 Speed matters (a restart of an 8-rank server prints tens of thousands of lines and the console replays
-whole journals), so the hot path avoids regexes where a slice or `startswith` will do: a journald line
-with SGLang's bracket is cut with `str.find` and its parts (who, rank tags, clock) come from small caches,
-the message is dispatched on its first six characters through a dict, and events are built without
-re-validation — the parser has already typed every value (see `_build`). Figures: docs/performance.md.
+whole journals). `JournalParser.feed_many` (what `parse_lines` and `k26-console parse` use) builds the
+bulk of a journal — journald `short` lines from the server's processes: stats, access lines, noise —
+with one regex per line and templates cached per process and rank tags (see `_HOT`); every
+other item takes the careful path, `feed`'s, which cuts a journald line with `str.find`, takes its parts
+from small caches and dispatches the message on its first six characters through a dict. Events are
+built without re-validation — the parser has already typed every value (see `_build`). Figures and
+what did and did not help: docs/performance.md.
 
 The parser never raises on input: anything it does not know, or cannot make sense of, becomes a `log`
 event that keeps the line.
@@ -28,8 +31,10 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
+from itertools import chain, repeat
 from typing import Any
 
 from pydantic import BaseModel
@@ -87,6 +92,9 @@ _CACHE_SIZE = 4096
 
 _new = object.__new__
 _set_attr = object.__setattr__
+# The `__dict__` slot's own setter: what `object.__setattr__(obj, "__dict__", d)` ends in, without
+# looking the name up first.
+_set_dict = BaseModel.__dict__["__dict__"].__set__
 _set_fields_set = BaseModel.__pydantic_fields_set__.__set__  # type: ignore[attr-defined]
 _set_extra = BaseModel.__pydantic_extra__.__set__  # type: ignore[attr-defined]
 _set_private = BaseModel.__pydantic_private__.__set__  # type: ignore[attr-defined]
@@ -129,11 +137,36 @@ for _cls in (
 def _build(cls: type[BaseModel], meta: dict[str, Any], fields: dict[str, Any] | None = None) -> Any:
     values = {**_DEFAULTS[cls], **meta, **fields} if fields else {**_DEFAULTS[cls], **meta}
     obj = _new(cls)
-    _set_attr(obj, "__dict__", values)
+    _set_dict(obj, values)
     _set_fields_set(obj, _FIELDS_SET[cls])
     _set_extra(obj, None)
     _set_private(obj, None)
     return obj
+
+
+def _shared_dict(cls: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
+    """`values` (in field order) as an instance dict of `cls` that shares its keys with the class.
+
+    CPython keeps such a dict as a "split table": its copies are a third of the size of a plain dict's
+    and quicker to make and free. It behaves exactly as a plain dict; on a Python that does not split
+    it, it is a plain dict.
+    """
+    obj = _new(cls)
+    for name, value in values.items():
+        _set_attr(obj, name, value)
+    shared: dict[str, Any] = obj.__dict__
+    return shared
+
+
+# Number fields that take few values, read by a dict lookup rather than `int()`/`float()` (several times
+# the cost here): request counts and HTTP status, and token usage as SGLang prints it (two decimals).
+# A count outside the table raises KeyError in `_hot_run` and that line goes the careful way; a token
+# usage outside it is parsed there.
+_SMALL_INTS: dict[str, int] = {str(i): i for i in range(4096)}
+_USAGE: dict[str, float] = {f"{i / 100:.2f}": i / 100 for i in range(1000)}
+
+
+_STR_ONLY = {str}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -936,24 +969,68 @@ def _jint(value: Any) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# The hot path (`JournalParser.feed_many`): one regex for a whole journald `short` line that carries
-# SGLang's bracket and one of the three lines that make up nearly all of a serving journal — decode
-# stats, prefill stats, uvicorn's access line. Its message parts are the handlers' own regexes, so a
-# match gives exactly the fields `_decode` / `_prefill` / `_info` would; the prefix is held to what
-# `JournalParser._text`'s own fast path accepts (`host ident[pid]` without `:` or brackets, a full
-# `YYYY-MM-DD hh:mm:ss` stamp, rank tags), and anything else takes the careful path.
+# The hot path (`JournalParser.feed_many` → `_hot_run`): one regex over a whole journald `short` line
+# from a process (`May 30 22:00:23 host ident[pid]: msg`) that finds its parts and, for the three lines
+# that make up nearly all of a serving journal — decode stats, prefill stats, uvicorn's access line —
+# checks and captures the message with the handlers' own regexes, so a match gives exactly the fields
+# `_decode` / `_prefill` / `_info` would. Any other message is captured whole, and becomes the `log`
+# event the careful path would make when nothing in it could make it more (no handler for its first
+# six characters, no error hint, no other prefix, no `\r` or ESC; see `_hot_run`).
+#
+# The regex only finds where the parts are; the parts that vary little (`host ident[pid]`, SGLang's
+# year and month, the rank tags; the minute) are judged once per value by the careful path's own
+# functions in `_template` and `_retime`, whose verdicts are cached. Where the regex is looser than
+# `_text`'s own paths, those refuse, and the line goes the careful way. What the regex holds itself:
+# - `who` has no `:` (so `_text` finds the same `: [`), the stamp is `YYYY-MM-DD hh:mm:ss` and the tags
+#   have no `]` (so `_text` finds the same `] `);
+# - no trailing `:` or `\r` (the look-behind before `\Z`): `feed` strips a trailing `\r`, and a trailing
+#   `:` may open a traceback. (`feed_many` hands it no line with a `\n`: `feed` splits on those.)
+# Character classes are kept to negated literals (`[^:]`, `[^\]]`), which sre scans in a tight loop,
+# and quantifiers that need no backtracking are possessive: this regex is the largest single cost of
+# a line.
+
+
+def _possessive(pattern: str, *quantified: str) -> str:
+    """`pattern` with each of the `quantified` parts made possessive (`\\d+` → `\\d++`, `)?` → `)?+`):
+    sre then keeps no backtracking state for them, a good part of a long pattern's cost. Only for parts
+    that cannot give anything back to what follows them (digits before `,`, `.` or the end; an optional
+    group whose text the next part cannot start with; runs of a class before a character outside it),
+    so every match is the same."""
+    for part in quantified:
+        assert part in pattern, part  # a changed handler regex must be looked at again here
+        pattern = pattern.replace(part, part + "+")
+    return pattern
+
 
 _HOT = re.compile(
-    r"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d)(:\d\d) "
-    r"([^\s:\[\]]+ [^\s:\[\]]+\[\d+\]): \[(\d{4}-\d\d)-\d\d \d\d:\d\d:\d\d((?: [A-Z_]+\d+)*)\] "
-    r"(?:" + _DECODE_FAST.pattern + "|" + _PREFILL_FAST.pattern + "|" + _ACCESS.pattern + ")",
+    r"(.{12}+):\d\d "
+    r"(?:([^:]++: \[\d\d\d\d-\d\d)-\d\d \d\d:\d\d:\d\d([^\]]*+)\] "
+    r"(?:"
+    + _possessive(_DECODE_FAST.pattern, r"\d+", r", )?")
+    + ".*+|"
+    + _possessive(_PREFILL_FAST.pattern, r"\d+", r", )?")
+    + ".*+|"
+    + _possessive(_ACCESS.pattern, r"INFO: +(\S+", r"INFO: +", r"[A-Z]+")
+    + ".*+"
+    r"|(.*+))"
+    r"|([^:]++): (.*+))"
+    r"(?<![:\r])\Z",
     re.ASCII,
 )
-# `m.lastindex` names the alternative that matched: its last group.
-_HOT_DECODE = 5 + _DECODE_FAST.groups
+# `m.lastindex` names the alternative that matched: its last group. Groups 1-3 (the minute, `host
+# ident[pid]: [YYYY-MM`, the rank tags) are the key of the line's template; `: [` keeps it unambiguous.
+_HOT_DECODE = 3 + _DECODE_FAST.groups
 _HOT_PREFILL = _HOT_DECODE + _PREFILL_FAST.groups
 _HOT_ACCESS = _HOT_PREFILL + _ACCESS.groups
-_HOT_CLASSES = {_HOT_DECODE: DecodeBatch, _HOT_PREFILL: PrefillBatch, _HOT_ACCESS: HttpAccess}
+_HOT_LOG = _HOT_ACCESS + 1  # any other message after SGLang's bracket
+_HOT_PLAIN = _HOT_LOG + 2  # a message without SGLang's bracket; the group before it is `host ident[pid]`
+_HOT_CLASSES = {
+    _HOT_DECODE: DecodeBatch,
+    _HOT_PREFILL: PrefillBatch,
+    _HOT_ACCESS: HttpAccess,
+    _HOT_LOG: Log,
+    _HOT_PLAIN: Log,
+}
 _CHUNK = 1024
 
 
@@ -977,9 +1054,9 @@ class JournalParser:
         self._ts_cache: dict[str, str | bool] = {}
         self._tag_cache: dict[str, dict[str, int] | bool] = {}
         self._second_cache: tuple[int, str] = (-1, "")
-        self._tmpl_cache: dict[int, dict[str, tuple[dict[str, Any] | None, str]]] = {
-            kind: {} for kind in _HOT_CLASSES
-        }
+        # One template cache per alternative of `_HOT`, indexed by its last group.
+        self._tmpl_cache: list[dict[str, list[Any]]] = [{} for _ in range(_HOT.groups + 1)]
+        self._head_cache: dict[str, str] = {}
 
     # -- public -----------------------------------------------------------------------------------
 
@@ -1000,107 +1077,250 @@ class JournalParser:
     def feed_many(self, items: Iterable[str | bytes | dict[str, Any]]) -> list[Event]:
         """`feed` for many items at once: the same events, in order, as feeding them one by one.
 
-        The bulk of a serving journal (decode/prefill stats and access lines in journald `short` text)
-        takes one regex match and one event build here; every other item goes through `feed`'s path.
+        The bulk of a journal (journald `short` text lines from the server's processes) takes one regex
+        match, a template lookup and one event build here (`_hot_run`); every other item goes through
+        `feed`'s path.
         """
+        if not isinstance(items, list | tuple):
+            items = list(items)
         out: list[Event] = []
+        if not items:
+            return out
+        # `_hot_run` takes only single text lines of a length the parser reads (`feed` splits on `\n`,
+        # which the regex's classes would cross). Checked here for the whole chunk in a few C loops;
+        # a chunk that fails goes item by item, in runs.
+        try:
+            fits = (
+                set(map(type, items)) == _STR_ONLY
+                and max(map(len, items)) <= MAX_PARSE_CHARS
+                and "\n" not in "".join(items)  # type: ignore[arg-type]
+            )
+        except TypeError:
+            fits = False
+        if fits:
+            self._hot_run(items, out)  # type: ignore[arg-type]
+            return out
+        run: list[str] = []
+        for item in items:
+            if type(item) is str and len(item) <= MAX_PARSE_CHARS and "\n" not in item:
+                run.append(item)
+                continue
+            if run:
+                self._hot_run(run, out)
+                run = []
+            try:
+                self._feed(item, out)
+            except Exception as exc:  # the parser never raises on input; keep the line instead
+                out.append(self._fallback(item, exc))
+        if run:
+            self._hot_run(run, out)
+        return out
+
+    def _hot_run(self, items: list[str] | tuple[str, ...], out: list[Event]) -> None:
+        """`feed` for single text lines: `_HOT`'s lines built here, the others through `_feed`."""
         append = out.append
         held = self._held
-        feed = self._feed
         hot = _HOT.match
-        tmpl_cache = self._tmpl_cache
+        caches = self._tmpl_cache
+        handlers = _HANDLERS
+        h0, h1, h2, h3, h4, h5, h6 = _ERROR_HINTS  # `_body`'s hints, unrolled below: a loop costs more
+        usage = _USAGE
+        small = _SMALL_INTS
         new = _new
-        set_dict = _set_attr
+        set_dict = _set_dict
         set_fields = _set_fields_set
-        set_extra = _set_extra
-        set_private = _set_private
         fields_dec = _FIELDS_SET[DecodeBatch]
         fields_pre = _FIELDS_SET[PrefillBatch]
         fields_acc = _FIELDS_SET[HttpAccess]
-        str_ = str
+        fields_log = _FIELDS_SET[Log]
         int_ = int
         float_ = float
-        max_chars = MAX_PARSE_CHARS
+        start = counted = len(out)
+        # Each hot line adds one event, so the hot lines since `self._seen` was last brought up to
+        # date are `len(out) - counted`.
         for item in items:
-            if type(item) is str_ and not held:
+            if not held:
                 m = hot(item)
-                # A trailing `:` may open a traceback, `\r`/`\n` are cut by `feed`: those go the careful way.
-                if m is not None and item[-1] not in ":\r" and "\n" not in item and len(item) <= max_chars:
+                if m is not None:
                     g = m.groups()
                     last = m.lastindex
-                    # One entry per kind, process, rank tags and minute: a few hundred lines share it.
-                    key = g[0] + g[2] + g[3] + g[4]
-                    entry = tmpl_cache[last].get(key)
+                    entry = caches[last].get(g[1] + g[2] if last != _HOT_PLAIN else g[24])  # type: ignore[index, operator]
                     if entry is None:
-                        entry = self._template(key, last, g[0], g[2], g[3], g[4])
-                    tmpl = entry[0]
-                    if tmpl is not None:
-                        d = tmpl.copy()
-                        d["ts"] = entry[1] + g[1]
-                        d["raw"] = item
-                        if last == _HOT_DECODE:
-                            d["running_req"] = int_(g[5])
-                            d["num_tokens"] = int_(g[6])
-                            d["token_usage"] = float_(g[7])
-                            d["accept_len"] = float_(g[8]) if g[8] else None
-                            d["accept_rate"] = float_(g[9]) if g[9] else None
-                            d["cuda_graph"] = g[10] == "True"
-                            d["gen_throughput"] = float_(g[11])
-                            d["queue_req"] = int_(g[12])
-                            obj = new(DecodeBatch)
-                            set_fields(obj, fields_dec)
-                        elif last == _HOT_PREFILL:
-                            d["new_seq"] = int_(g[13])
-                            d["new_token"] = int_(g[14])
-                            d["cached_token"] = int_(g[15])
-                            d["token_usage"] = float_(g[16])
-                            d["running_req"] = int_(g[17])
-                            d["queue_req"] = int_(g[18])
-                            d["cuda_graph"] = g[19] == "True"
-                            d["input_throughput"] = float_(g[20])
-                            obj = new(PrefillBatch)
-                            set_fields(obj, fields_pre)
+                        entry = self._template(last, g)  # type: ignore[arg-type]
+                    # entry: [the event's fields but time, raw line and its own; minute; its ISO head]
+                    if entry[0] is not None and (g[0] == entry[1] or self._retime(entry, last, g)):  # type: ignore[arg-type]
+                        try:
+                            if last == _HOT_DECODE:
+                                d = entry[0].copy()
+                                d["ts"] = entry[2] + item[12:15]
+                                d["raw"] = item
+                                d["running_req"] = small[g[3]]
+                                d["num_tokens"] = int_(g[4])  # type: ignore[arg-type]
+                                try:
+                                    d["token_usage"] = usage[g[5]]
+                                except KeyError:
+                                    d["token_usage"] = float_(g[5])  # type: ignore[arg-type]
+                                if g[6] is not None:
+                                    d["accept_len"] = float_(g[6])
+                                    d["accept_rate"] = float_(g[7])  # type: ignore[arg-type]
+                                d["cuda_graph"] = g[8] == "True"
+                                d["gen_throughput"] = float_(g[9])  # type: ignore[arg-type]
+                                d["queue_req"] = small[g[10]]
+                                obj = new(DecodeBatch)
+                                set_fields(obj, fields_dec)
+                                set_dict(obj, d)
+                                append(obj)
+                                continue
+                            if last == _HOT_ACCESS:
+                                d = entry[0].copy()
+                                d["ts"] = entry[2] + item[12:15]
+                                d["raw"] = item
+                                d["client"] = g[19]
+                                d["method"] = g[20]
+                                d["path"] = g[21]
+                                d["status"] = small[g[22]]
+                                obj = new(HttpAccess)
+                                set_fields(obj, fields_acc)
+                                set_dict(obj, d)
+                                append(obj)
+                                continue
+                            if last == _HOT_PREFILL:
+                                d = entry[0].copy()
+                                d["ts"] = entry[2] + item[12:15]
+                                d["raw"] = item
+                                d["new_seq"] = small[g[11]]
+                                d["new_token"] = int_(g[12])  # type: ignore[arg-type]
+                                d["cached_token"] = int_(g[13])  # type: ignore[arg-type]
+                                try:
+                                    d["token_usage"] = usage[g[14]]
+                                except KeyError:
+                                    d["token_usage"] = float_(g[14])  # type: ignore[arg-type]
+                                d["running_req"] = small[g[15]]
+                                d["queue_req"] = small[g[16]]
+                                d["cuda_graph"] = g[17] == "True"
+                                d["input_throughput"] = float_(g[18])  # type: ignore[arg-type]
+                                obj = new(PrefillBatch)
+                                set_fields(obj, fields_pre)
+                                set_dict(obj, d)
+                                append(obj)
+                                continue
+                        except KeyError:  # a number outside `_SMALL_INTS` / `_USAGE`: the careful way
+                            pass
                         else:
-                            d["client"] = g[21]
-                            d["method"] = g[22]
-                            d["path"] = g[23]
-                            d["status"] = int_(g[24])
-                            obj = new(HttpAccess)
-                            set_fields(obj, fields_acc)
-                        set_dict(obj, "__dict__", d)
-                        set_extra(obj, None)
-                        set_private(obj, None)
-                        append(obj)
-                        self._seen += 1
-                        continue
+                            msg: str = g[last - 1]  # type: ignore[assignment]
+                            # A `log` unless `_body` would make more of it (a handler's kind, an error)
+                            # or, without SGLang's bracket, `_message` would rewrite it or might read
+                            # another prefix in it: those go the careful way.
+                            if not (
+                                msg[:6] in handlers
+                                or h0 in msg
+                                or h1 in msg
+                                or h2 in msg
+                                or h3 in msg
+                                or h4 in msg
+                                or h5 in msg
+                                or h6 in msg
+                                or (last == _HOT_PLAIN and self._plain_prefixed(msg))
+                            ):
+                                d = entry[0].copy()
+                                d["ts"] = entry[2] + item[12:15]
+                                d["raw"] = item
+                                d["message"] = msg
+                                obj = new(Log)
+                                set_fields(obj, fields_log)
+                                set_dict(obj, d)
+                                append(obj)
+                                continue
+            self._seen += len(out) - counted
             try:
-                feed(item, out)
+                self._feed(item, out)
             except Exception as exc:  # the parser never raises on input; keep the line instead
                 append(self._fallback(item, exc))
-        return out
+            counted = len(out)
+        self._seen += len(out) - counted
+        # pydantic's two other slots, for the whole run in C loops: None on every event the parser
+        # makes (`_build`'s too, so setting them again on the careful path's events changes nothing).
+        events = out[start:] if start else out
+        deque(map(_set_extra, events, repeat(None)), maxlen=0)
+        deque(map(_set_private, events, repeat(None)), maxlen=0)
 
-    def _template(
-        self, key: str, last: int, clock: str, who_text: str, year_month: str, tags: str
-    ) -> tuple[dict[str, Any] | None, str]:
-        """A hot line's event dict before its time, raw line and fields, with its minute's time.
+    def _plain_prefixed(self, msg: str) -> bool:
+        """Whether `_message` would rewrite this message (tqdm's `\\r`) or might read more into it than
+        a `log`: another prefix, or a tqdm bar glued to SGLang's bracket. ESC: `_text` strips ANSI."""
+        if "\r" in msg or "\x1b" in msg or "][" in msg:
+            return True
+        first = msg[:1]
+        if first == "[":
+            if msg.startswith(("[rank", "[gpu")):
+                return True
+            end = msg.find("] ")
+            if end > 0:
+                inner = msg[1:end]
+                cache = self._bracket_cache
+                parsed = cache.get(inner, False)
+                if parsed is False:
+                    if len(cache) >= _BRACKET_CACHE_SIZE:
+                        cache.clear()
+                    parsed = cache[inner] = _parse_bracket(inner)
+                return parsed is not None
+        return first == "R" and msg.startswith("Rank ")
 
-        (None, "") when `host ident[pid]` or the rank tags are not what `_text` accepts.
-        """
+    def _template(self, last: int, g: tuple[str | None, ...]) -> list[Any]:
+        """A hot line's template: `[fields, minute, head]` (see `_hot_run`), cached per `_HOT`
+        alternative, `host ident[pid]`, SGLang's year-month and rank tags; the fields are None when
+        those are not what `_text` accepts on the path it would take."""
+        if last == _HOT_PLAIN:
+            key: str = g[_HOT_PLAIN - 2]  # type: ignore[assignment]
+            who_text, year_month, tags = key, None, None
+        else:
+            key = g[1] + g[2]  # type: ignore[operator]  # `: [` keeps it unambiguous
+            who_text, _, year_month = g[1].partition(": [")  # type: ignore[union-attr]
+            tags = g[2]
         cache = self._tmpl_cache[last]
         if len(cache) >= _CACHE_SIZE:
             cache.clear()
+        fields: dict[str, Any] | None = None
         who = _parse_who(who_text, {})
-        ranks = _parse_tags(tags[1:])
-        if who is False or ranks is False:
-            entry: tuple[dict[str, Any] | None, str] = (None, "")
-        else:
-            # `May 30 21:18` + `2026-05` → `2026-05-30T21:18`: journald's time, SGLang's year.
-            month = _MONTHS[clock[:3]]
-            head = f"{_year_for(month, year_month)}-{month}-{clock[4:6].replace(' ', '0')}T{clock[7:]}"
-            tmpl = {**_DEFAULTS[_HOT_CLASSES[last]], **who[0], **ranks}  # type: ignore[index, dict-item]
-            entry = (tmpl, head)
-        cache[key] = entry
+        if who is not False:
+            cls = _HOT_CLASSES[last]
+            if year_month is None:
+                # No SGLang bracket: `_JOURNAL_SHORT` reads the same `host ident[pid]` (its ident stops
+                # at the same `:`), but only after `_ANSI` has cleaned the line.
+                if "\x1b" not in who_text:
+                    fields = _shared_dict(cls, {**_DEFAULTS[cls], **who[0]})  # type: ignore[index]
+            elif tags is not None and tags[:1] in ("", " "):
+                ranks = _parse_tags(tags[1:])
+                if ranks is not False:
+                    fields = _shared_dict(cls, {**_DEFAULTS[cls], **who[0], **ranks})  # type: ignore[index, dict-item]
+        entry = cache[key] = [fields, None, ""]
         return entry
+
+    def _retime(self, entry: list[Any], last: int, g: tuple[str | None, ...]) -> bool:
+        """Point a template at this line's minute; False when journald's stamp is not one `_text` reads."""
+        clock: str = g[0]  # type: ignore[assignment]
+        year_month = None if last == _HOT_PLAIN else g[1][-7:]  # type: ignore[index]
+        key = clock + (year_month or "")
+        head = self._head_cache.get(key)
+        if head is None:
+            if len(self._head_cache) >= _CACHE_SIZE:
+                self._head_cache.clear()
+            head = ""
+            stamp = _JOURNAL_CLOCK.fullmatch(clock + ":00")  # the seconds are the regex's `\d\d`
+            if stamp is not None:
+                month = _MONTHS[stamp.group(1)]
+                day = stamp.group(2).replace(" ", "0")
+                minute = stamp.group(3)[:5]
+                if year_month is None:
+                    head = f"--{month}-{day}T{minute}"
+                else:
+                    # `May 30 21:18` + `2026-05` → `2026-05-30T21:18`: journald's time, SGLang's year.
+                    head = f"{_year_for(month, year_month)}-{month}-{day}T{minute}"
+            self._head_cache[key] = head
+        if not head:
+            return False
+        entry[1] = clock
+        entry[2] = head
+        return True
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -1478,16 +1698,25 @@ def parse_lines(lines: Iterable[str | bytes | dict[str, Any]], host: str | None 
     """Events from journal items (text lines, JSON text or dicts; detected per item), flushed at the end.
 
     A list or tuple is parsed in chunks through `JournalParser.feed_many`; any other iterable one item at
-    a time, so a live stream yields each line's events as soon as the line arrives.
+    a time, so a live stream yields each line's events as soon as the line arrives. The events are
+    handed on by `itertools.chain` rather than a generator: per event, that is C instead of bytecode.
     """
     parser = JournalParser(host)
-    feed_many = parser.feed_many
-    if isinstance(lines, list | tuple):
-        for start in range(0, len(lines), _CHUNK):
-            yield from feed_many(lines[start : start + _CHUNK])
-    else:
-        for item in lines:
-            yield from feed_many((item,))
+    chunks = _chunked(lines) if isinstance(lines, list | tuple) else map(_single, lines)
+    return chain(chain.from_iterable(map(parser.feed_many, chunks)), _flushed(parser))
+
+
+def _chunked(lines: list[Any] | tuple[Any, ...]) -> Iterator[list[Any] | tuple[Any, ...]]:
+    for start in range(0, len(lines), _CHUNK):
+        yield lines[start : start + _CHUNK]
+
+
+def _single(item: Any) -> tuple[Any]:
+    return (item,)
+
+
+def _flushed(parser: JournalParser) -> Iterator[Event]:
+    """The parser's held events, once everything before has been read."""
     yield from parser.flush()
 
 
