@@ -101,7 +101,9 @@ async def test_profiles_screen_takes_the_host_to_a_verified_200k(twin, store, tm
         assert "✔ fits" in confirm.prediction.plain
         await pilot.press("y")
         # Back on the dashboard, where the restart plays on the timeline.
-        await until(pilot, "the dashboard", lambda: not isinstance(app.screen, ProfilesScreen | ApplyConfirmScreen))
+        await until(
+            pilot, "the dashboard", lambda: not isinstance(app.screen, ProfilesScreen | ApplyConfirmScreen)
+        )
         track = dash.track
         assert track is not None and track.action == "apply ctx-200k"
         await until(pilot, "the verdict", lambda: track.done)
@@ -164,7 +166,11 @@ async def test_read_only_console_refuses_apply_on_a_live_host(twin, store, tmp_p
     app = console(twin, store, tmp_path, read_only=True)
     async with app.run_test(size=SIZE) as pilot:
         dash = app.dashboards[twin.name]
-        await until(pilot, "the link", lambda: dash.snap and dash.snap.connection and dash.snap.connection.state == "up")
+        await until(
+            pilot,
+            "the link",
+            lambda: dash.snap and dash.snap.connection and dash.snap.connection.state == "up",
+        )
         invocation = twin.systemctl("show", "-p", "InvocationID", twin.unit).stdout
         app.request_apply(twin.name, "ctx-200k")
         app.request_rollback(twin.name)

@@ -85,7 +85,13 @@ async def test_lists_profiles_by_target_and_opens_one(store) -> None:
         prompts = [plain(plist.get_option_at_index(i).prompt).strip() for i in range(plist.option_count)]
         # Grouped by target context, smallest first; the user profile sits under its own target.
         heads = [p for p in prompts if p.endswith("tokens")]
-        assert heads == ["32,768 tokens", "131,072 tokens", "200,000 tokens", "262,144 tokens", "3,000,000 tokens"]
+        assert heads == [
+            "32,768 tokens",
+            "131,072 tokens",
+            "200,000 tokens",
+            "262,144 tokens",
+            "3,000,000 tokens",
+        ]
         assert prompts[prompts.index("3,000,000 tokens") + 1].startswith("k25-3m")
         assert screen.editor.text == K25
         check = screen.check
@@ -119,7 +125,9 @@ async def test_validation_as_you_type_names_the_flag(store) -> None:
         # One that fits a single flag is a warning: it works, but should be written in full.
         await replace_line(pilot, screen, "disable-cuda = true", "disable-cuda-graph-pad = true")
         assert screen.check.ok
-        assert [i.where for i in screen.check.issues if i.level == "warning"] == ["flags.disable-cuda-graph-pad"]
+        assert [i.where for i in screen.check.issues if i.level == "warning"] == [
+            "flags.disable-cuda-graph-pad"
+        ]
         await replace_line(pilot, screen, "disable-cuda-graph-pad = true", "tp-size = 8")
         assert screen.check.ok and not screen.check.issues
 

@@ -142,7 +142,12 @@ def child_bare() -> None:
             self.dismiss(None)
 
     class Bare(App[None]):
-        BINDINGS = [Binding("f1", "help", "Help"), Binding("q", "quit", "Quit")]  # noqa: RUF012
+        BINDINGS = [Binding("f1", "help", "Help"), Binding("q", "quit", "Quit"), Binding("m", "toggle")]  # noqa: RUF012
+        shown = False
+
+        def action_toggle(self) -> None:
+            self.shown = not self.shown
+            self.notify("polls shown" if self.shown else "polls hidden", timeout=2)
 
         def compose(self) -> ComposeResult:
             yield Static("k26 baseline " * 40)
@@ -393,6 +398,25 @@ def key_latencies(term: Terminal, presses: int) -> list[float]:
     return out
 
 
+def toggle_latencies(term: Terminal, presses: int) -> list[float]:
+    """`m` (monitoring polls shown / hidden in the feed): a light key, answered by a toast whose text is
+    unique to each state."""
+    out: list[float] = []
+    for i in range(presses):
+        want = b"polls shown" if i % 2 == 0 else b"polls hidden"
+        mark = term.mark()
+        t0 = term.write(b"m")
+        t = term.wait_for(want, mark, 5.0)
+        if t is not None:
+            out.append(t - t0)
+        time.sleep(0.4)
+    return out
+
+
+def bare_toggle_latencies(term: Terminal, presses: int) -> list[float]:
+    return toggle_latencies(term, presses)
+
+
 def settle(term: Terminal, seconds: float) -> None:
     time.sleep(seconds)
     term.trim()
@@ -448,22 +472,40 @@ def main() -> int:
                 settle(bare, 3.0)
                 figures["bare_idle"] = idle_window(bare, args.seconds / 2)
                 figures["bare_key_ms"] = _ms(key_latencies(bare, args.presses))
+                figures["bare_toggle_ms"] = _ms(bare_toggle_latencies(bare, args.presses))
             finally:
                 bare.close()
 
             # -- idle: 8 GPUs at 1 Hz, quiet journal, after a day of history
             say("idle console after a day of history (8 GPUs at 1 Hz, quiet journal)")
-            term = Terminal([me, "--child", "console", "--hosts", hosts, "--name", "bench", "--gpu-interval", "1.0", "--preload-day"])
+            term = Terminal(
+                [
+                    me,
+                    "--child",
+                    "console",
+                    "--hosts",
+                    hosts,
+                    "--name",
+                    "bench",
+                    "--gpu-interval",
+                    "1.0",
+                    "--preload-day",
+                ]
+            )
             try:
                 settle(term, 12.0)
                 figures["idle"] = idle_window(term, args.seconds)
+                figures["idle_key_ms"] = _ms(key_latencies(term, args.presses))
+                figures["idle_toggle_ms"] = _ms(toggle_latencies(term, args.presses))
             finally:
                 term.close()
 
             # -- load: 2,000 lines/s, 8 GPUs at 4 Hz
             say(f"under load: {args.rate:.0f} journal lines/s, 8 GPUs at 4 Hz")
             load = JournalLoad(twin, args.rate)
-            term = Terminal([me, "--child", "console", "--hosts", hosts, "--name", "bench", "--gpu-interval", "0.25"])
+            term = Terminal(
+                [me, "--child", "console", "--hosts", hosts, "--name", "bench", "--gpu-interval", "0.25"]
+            )
             try:
                 settle(term, 8.0)
                 term.write(b"/")
@@ -483,6 +525,7 @@ def main() -> int:
                 sent = len(load.markers) - first
                 figures["event_to_screen_ms"] = _ms(lat) | {"markers": sent, "seen": len(lat)}
                 figures["key_ms"] = _ms(key_latencies(term, args.presses))
+                figures["toggle_ms"] = _ms(toggle_latencies(term, args.presses))
                 figures["journal_lines_per_s"] = load.written / max(1e-9, time.monotonic() - t0 + 3.0)
                 say("baseline: the same markers through a bare journalctl -f over the same SSH")
                 figures["journalctl_ms"] = _ms(journal_baseline(twin, load, args.seconds / 2))
@@ -522,17 +565,31 @@ def report(f: dict[str, object]) -> None:
         g("idle"),
         g("bare_idle"),
     )
-    print(f"event → screen   p50 {ev.get('p50')} ms  p95 {ev.get('p95')} ms  max {ev.get('max')} ms  "
-          f"({ev.get('seen')}/{ev.get('markers')} markers)   target ≤ 250 ms")
+    print(
+        f"event → screen   p50 {ev.get('p50')} ms  p95 {ev.get('p95')} ms  max {ev.get('max')} ms  "
+        f"({ev.get('seen')}/{ev.get('markers')} markers)   target ≤ 250 ms"
+    )
     print(f"  baseline journalctl -f over SSH: p50 {base.get('p50')} ms  p95 {base.get('p95')} ms")
     print(f"key → repaint    p50 {key.get('p50')} ms  p95 {key.get('p95')} ms   target p95 ≤ 50 ms")
     print(f"  baseline bare Textual app: p50 {bkey.get('p50')} ms  p95 {bkey.get('p95')} ms")
-    print(f"under load       CPU {f.get('load_cpu_pct', float('nan')):.1f}% of a core  RSS {f.get('load_rss_mb', float('nan')):.0f} MB  "
-          f"terminal {f.get('load_bytes_per_s', 0) / 1024:.1f} KiB/s  journal {f.get('journal_lines_per_s', 0):.0f} lines/s")
-    print(f"idle (after a day) CPU {idle.get('cpu_pct', float('nan')):.2f}% of a core  RSS {idle.get('rss_mb', float('nan')):.0f} MB  "
-          f"terminal {idle.get('bytes_per_s', 0) / 1024:.2f} KiB/s   targets ≤ 2%, ≤ 150 MB")
-    print(f"  baseline bare Textual app: CPU {bidle.get('cpu_pct', float('nan')):.2f}%  RSS {bidle.get('rss_mb', float('nan')):.0f} MB  "
-          f"terminal {bidle.get('bytes_per_s', 0) / 1024:.2f} KiB/s")
+    tog, btog, ikey, itog = g("toggle_ms"), g("bare_toggle_ms"), g("idle_key_ms"), g("idle_toggle_ms")
+    print(
+        f"light key (m)    p50 {tog.get('p50')} ms  p95 {tog.get('p95')} ms under load; "
+        f"idle p50 {itog.get('p50')} / p95 {itog.get('p95')} ms; bare app p50 {btog.get('p50')} / p95 {btog.get('p95')} ms"
+    )
+    print(f"F1 when idle     p50 {ikey.get('p50')} ms  p95 {ikey.get('p95')} ms")
+    print(
+        f"under load       CPU {f.get('load_cpu_pct', float('nan')):.1f}% of a core  RSS {f.get('load_rss_mb', float('nan')):.0f} MB  "
+        f"terminal {f.get('load_bytes_per_s', 0) / 1024:.1f} KiB/s  journal {f.get('journal_lines_per_s', 0):.0f} lines/s"
+    )
+    print(
+        f"idle (after a day) CPU {idle.get('cpu_pct', float('nan')):.2f}% of a core  RSS {idle.get('rss_mb', float('nan')):.0f} MB  "
+        f"terminal {idle.get('bytes_per_s', 0) / 1024:.2f} KiB/s   targets ≤ 2%, ≤ 150 MB"
+    )
+    print(
+        f"  baseline bare Textual app: CPU {bidle.get('cpu_pct', float('nan')):.2f}%  RSS {bidle.get('rss_mb', float('nan')):.0f} MB  "
+        f"terminal {bidle.get('bytes_per_s', 0) / 1024:.2f} KiB/s"
+    )
     print(json.dumps(f))
 
 
