@@ -69,6 +69,9 @@ def child_console(hosts: str, name: str, gpu_interval: float, preload_day: bool)
     app = ConsoleApp([entry], target=200_000, target_source="--target-context")
     if preload_day:
         _preload_day(app, name)
+    gclog = os.environ.get("K26_BENCH_GCLOG")
+    if gclog:
+        _log_gc_pauses(gclog)
     profile = os.environ.get("K26_BENCH_PROFILE")
     if not profile:
         app.run()
@@ -81,6 +84,30 @@ def child_console(hosts: str, name: str, gpu_interval: float, preload_day: bool)
         prof.runcall(app.run)
     finally:
         prof.dump_stats(profile)
+
+
+def _log_gc_pauses(path: str) -> None:
+    """Every collection's generation and pause, written at exit (to tell GC pauses from slow code)."""
+    import atexit
+    import gc
+
+    pauses: list[tuple[int, float]] = []
+    started: list[float] = [0.0]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pauses.append((info["generation"], (time.perf_counter() - started[0]) * 1000))
+
+    gc.callbacks.append(callback)
+    def dump() -> None:
+        counts = {str(g): len(gc.get_objects(g)) for g in (0, 1, 2)}
+        counts["frozen"] = gc.get_freeze_count()
+        Path(path).write_text(json.dumps({"pauses": pauses, "objects": counts}))
+
+    atexit.register(dump)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
 
 def _preload_day(app: object, name: str) -> None:
