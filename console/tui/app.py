@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -36,6 +35,7 @@ from console.core.snapshot import HostSnapshot
 from console.sources.hosts import HostConfig
 from console.sources.hoststate import local_identity
 from console.tui.feed import EventFeed
+from console.tui.gcpace import GcPacer
 from console.tui.pairing import (
     TIMELINE_ACTIONS,
     PairingBar,
@@ -360,6 +360,7 @@ class ConsoleApp(App[int]):
         self._posted: set[str] = set()
         self.dashboards: dict[str, HostDashboard] = {}
         self._closing = False
+        self._pacer = GcPacer()
 
     def compose(self) -> ComposeResult:
         for entry in self.entries:
@@ -385,10 +386,8 @@ class ConsoleApp(App[int]):
         dash = self.active_dashboard
         if dash is not None:
             dash.feed.log_widget.focus()
-        # Everything built so far (modules, classes, the widget tree) lives as long as the app: out of
-        # the collector's sight, a full collection scans only what the hosts feed in, and its pauses
-        # (50-140 ms with them in sight, measured) stop showing up as late key presses.
-        self.call_after_refresh(gc.freeze)
+        # Full collections of everything were 40-140 ms pauses, several a minute under load: see gcpace.
+        self.call_after_refresh(self._pacer.install, self.set_interval)
         if self.connect:
             for entry in self.entries:
                 self.run_worker(self._pump(entry), name=f"session-{entry.name}", group="sessions")
@@ -669,6 +668,9 @@ class ConsoleApp(App[int]):
                 f"{host}: broke {info.holder.who}'s lock ({info.intent}); recorded in the audit trail."
             )
         link.poke()
+
+    def on_unmount(self) -> None:
+        self._pacer.release()
 
     async def action_quit(self) -> None:
         # Leave before the sessions close: the other consoles see this one go at once, not after its

@@ -98,8 +98,24 @@ class HeaderBar(Widget):
         self.note: str | None = None
 
     def show(self, snap: HostSnapshot) -> None:
-        self.snap = snap
-        self.refresh()
+        prev, self.snap = self.snap, snap
+        # The age of the freshest sample ticks on its own timer; a snapshot repaints the header only when
+        # something else it shows changed (ten snapshots a second under load).
+        if prev is None or self._key(prev) != self._key(snap):
+            self.refresh()
+
+    @staticmethod
+    def _key(snap: HostSnapshot) -> object:
+        boot = display_boot(snap.state)
+        server = snap.server
+        return (
+            boot.index if boot is not None else None,
+            unit_state(snap, boot),
+            snap.connection,
+            (server.health, server.version, server.model) if server is not None else None,
+            model_name(boot),
+            freshest(snap) is None,
+        )
 
     def on_mount(self) -> None:
         # The age of the freshest sample moves with the clock even when the host is quiet.
