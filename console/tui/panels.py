@@ -4,6 +4,7 @@ burst of snapshots costs one repaint and nothing here waits on the host."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from rich.console import Group, RenderableType
 from rich.style import Style
@@ -209,12 +210,26 @@ Right of each bar: used / total GiB and the utilization the sampler reported."""
             return ("none",)
         if sample.state.value != "ok":
             return (sample.state, sample.detail)
-        return (sample.state, self._gpu_rows(snap))
+        # At the precision the panel prints: a sampler's noise in the last digit is not a repaint.
+        return (
+            sample.state,
+            tuple(
+                (
+                    r.index,
+                    r.name,
+                    None if r.total_gib is None else round(r.total_gib, 1),
+                    None if r.used_gib is None else round(r.used_gib, 1),
+                    None if r.util_pct is None else round(r.util_pct),
+                    tuple((name, round(v, 2)) for name, v in r.parts),
+                )
+                for r in self._gpu_rows(snap)
+            ),
+        )
 
     def shape(self, sig: object) -> object:
         assert isinstance(sig, tuple)
         rows = sig[1] if len(sig) == 2 and isinstance(sig[1], tuple) else ()
-        return (sig[0], len(rows), any(r.detailed for r in rows))
+        return (sig[0], len(rows), any(row[5] for row in rows))
 
     def render(self) -> RenderableType:
         snap = self.snap
@@ -272,24 +287,29 @@ longest request the server accepts now: a pool smaller than either cannot hold o
         self.target = target
         self.target_source = target_source
 
+    _gauge: KvGauge | None = None
+
     def signature(self, snap: HostSnapshot) -> object:
-        return kv_gauge(snap, target=self.target, target_source=self.target_source)
+        g = self._gauge = kv_gauge(snap, target=self.target, target_source=self.target_source)
+        # Live usage moves with every decode batch: it repaints only when the printed figures change.
+        used = (fmt_tokens(g.used_tokens), None if g.usage is None else f"{g.usage:.1%}")
+        return (replace(g, used_tokens=None, usage=None), used, g.usage is None and g.used_tokens is None)
 
     def shape(self, sig: object) -> object:
-        assert isinstance(sig, KvGauge)
-        fields = (sig.pool_tokens, sig.target, sig.context_length, sig.headroom_gib)
-        return (
-            *(v is None for v in fields),
-            sig.usage is None and sig.used_tokens is None,
-            len(sig.reasons),
-        )
+        assert isinstance(sig, tuple) and isinstance(sig[0], KvGauge)
+        g = sig[0]
+        fields = (g.pool_tokens, g.target, g.context_length, g.headroom_gib)
+        return (*(v is None for v in fields), sig[2], len(g.reasons))
 
     def render(self) -> RenderableType:
         snap = self.snap
         if snap is None:
             return Text("KV pool: no data yet", "grey62")
-        g = self._sig if isinstance(self._sig, KvGauge) else self.signature(snap)
-        assert isinstance(g, KvGauge)
+        g = (
+            self._gauge
+            if self._gauge is not None
+            else kv_gauge(snap, target=self.target, target_source=self.target_source)
+        )
         colour = LEVEL_STYLES[g.level]
         width = max(10, self.content_region.width - 2)
         lines: list[RenderableType] = []
