@@ -265,3 +265,40 @@ async def test_throughput_chart_folds_a_busy_journal_into_one_bucket_a_second() 
     samples = chart.samples
     assert len(samples) == 3  # three seconds of lines
     assert all(v == 10.5 for _, v in samples)
+
+
+async def test_the_probe_screen_charts_a_run_of_the_command_line(twin, tmp_path: Path) -> None:
+    """`k26-console probe HOST --sweep ...` then the console's probe screen: the same run, charted."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    hosts = tmp_path / "hosts.toml"
+    config = host_of(twin)
+    hosts.write_text(
+        f'[hosts.{config.name}]\nssh = "{config.ssh}"\nport = {config.port}\nunit = "{config.unit}"\n'
+        f'server_url = "{config.server_url}"\nidentity_file = "{config.identity_file}"\n'
+        f'known_hosts = "{config.known_hosts}"\n'
+    )
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    argv = [sys.executable, "-m", "console.cli.main", "probe", config.name, "--sweep", "2k,8k"]
+    argv.extend(["--tokens", "3", "--json", "--hosts", str(hosts)])
+    res = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert res.returncode == 0, res.stderr
+    cli = json.loads(res.stdout)
+    history = tmp_path / "state" / "k26-console" / "probes.jsonl"
+    app = ScreenApp(config, history)
+    async with app.run_test(size=SIZE) as pilot:
+        panel = pilot.app.screen.query_one(ProbePanel)
+        await _until(pilot, lambda: bool(panel.earlier))
+        (curve,) = panel.earlier
+        assert curve.run_id == cli["run_id"]
+        assert curve.points == [(r["depth"], r["decode_tok_s"]) for r in cli["results"]]
+        await app.transport.close()
