@@ -4,6 +4,7 @@ probe screen driven with Pilot against a twin over SSH: fire, watch, cancel, and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -180,6 +181,13 @@ async def test_probe_screen_fires_a_sweep_and_charts_it(twin, tmp_path: Path) ->
         await _fire(pilot, "4k", "3")
         await _until(pilot, lambda: panel.report is not None and panel.report.run_id != report.run_id)
         assert [c.run_id for c in panel.earlier] == [report.run_id]
+        # Both runs are on the host's audit trail, with their speeds.
+        from console.sources.hoststate import HostStateDir
+
+        trail = await HostStateDir(app.transport, host_of(twin)).read_audit()
+        probes = [e for e in trail if e.action == "probe"][-2:]
+        assert len(probes) == 2 and all(e.outcome == "ok" and "tok/s" in e.summary for e in probes)
+        assert "2k " in probes[0].summary and "4k " in probes[1].summary
         await app.transport.close()
     assert {r.run_id for r in load_history(history)} == {report.run_id, panel.report.run_id}
 
@@ -282,6 +290,16 @@ async def test_the_probe_screen_charts_a_run_of_the_command_line(twin, tmp_path:
         f'known_hosts = "{config.known_hosts}"\n'
     )
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    import httpx
+
+    await asyncio.to_thread(twin.systemctl, "start", twin.unit)  # an earlier test stops it mid-stream
+    deadline = time.monotonic() + 90
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{twin.sglang_url}/health", timeout=2).status_code == 200:
+                break
+        assert time.monotonic() < deadline, "the twin's server did not come back"
+        await asyncio.sleep(0.2)
     argv = [sys.executable, "-m", "console.cli.main", "probe", config.name, "--sweep", "2k,8k"]
     argv.extend(["--tokens", "3", "--json", "--hosts", str(hosts)])
     res = subprocess.run(

@@ -28,8 +28,7 @@ from console.core.probe import (
 )
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
-    from console.sources.hosts import HostConfig
-    from console.sources.transport import Transport
+    pass
 
 MAX_TOKENS = 4096
 
@@ -158,38 +157,13 @@ def _progress_printer(enabled: bool) -> Callable[[ProbeProgress], None]:
     return show
 
 
-async def _audit(transport: Transport, host: HostConfig, report: ProbeReport, took_s: float) -> None:
-    """The probe goes into the host's audit trail, as the issue's pairing asks: who probed, at which
-    depths, how fast. A trail that cannot be written is said, not fatal: the measurement stands."""
-    from console.sources.hoststate import HostStateDir, HostStateError
-    from console.sources.transport import TransportError
-
-    speeds = ", ".join(
-        f"{fmt_depth(r.depth)} {r.decode_tok_s:.2f} tok/s"
-        if r.decode_tok_s is not None
-        else f"{fmt_depth(r.depth)} {r.status.value}"
-        for r in report.results
-    )
-    state = HostStateDir(transport, host)
-    try:
-        entry = state.audit_entry(
-            "probe",
-            profile=report.profile,
-            outcome="ok" if report.ok else "failed",
-            summary=f"{speeds}; {report.summary().rstrip('.')}",
-            total_s=round(took_s, 3),
-        )
-        await state.append_audit(entry)
-    except (HostStateError, TransportError) as exc:
-        sys.stderr.write(f"k26-console: the probe could not be written to {host.name}'s audit trail: {exc}\n")
-
-
 def run(args: argparse.Namespace) -> int:
     from console.core.profiles import ProfileError
     from console.sources.hosts import HostsError, load_hosts, resolve_host
     from console.sources.probe import (
         DEFAULT_NEW_TOKENS,
         ProbeError,
+        audit_probe,
         keep_report,
         open_prober,
         report_json,
@@ -240,7 +214,9 @@ def run(args: argparse.Namespace) -> int:
             started = time.monotonic()
             report = await prober.sweep(depths, tokens, profile=args.profile, on_progress=show)
             if prober.transport is not None:
-                await _audit(prober.transport, host, report, time.monotonic() - started)
+                trouble = await audit_probe(prober.transport, host, report, time.monotonic() - started)
+                if trouble:
+                    sys.stderr.write(f"k26-console: {trouble}\n")
             return report
 
     try:

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from console.core.events import PoolSummary
 from console.core.metrics import Histogram, SglangMetrics
 from console.core.models import ModelConfigError, find_model, get_model
+from console.core.pairing import Identity
 from console.core.parser import parse_lines
 from console.core.probe import (
     ProbeMeasurement,
@@ -547,6 +548,34 @@ def keep_report(
     append_history(report, history)
     if report.profile:
         record_profile(report, report.profile, store)
+
+
+async def audit_probe(
+    transport: Transport, host: HostConfig, report: ProbeReport, took_s: float, *, me: Identity | None = None
+) -> str | None:
+    """Put the run into the host's audit trail (who probed, at which depths, how fast). Returns the
+    sentence to show when the trail could not be written: the measurement stands either way."""
+    from console.sources.hoststate import HostStateDir, HostStateError
+
+    speeds = ", ".join(
+        f"{fmt_depth(r.depth)} {r.decode_tok_s:.2f} tok/s"
+        if r.decode_tok_s is not None
+        else f"{fmt_depth(r.depth)} {r.status.value}"
+        for r in report.results
+    )
+    state = HostStateDir(transport, host, me)
+    try:
+        entry = state.audit_entry(
+            "probe",
+            profile=report.profile,
+            outcome="ok" if report.ok else "failed",
+            summary=f"{speeds}; {report.summary().rstrip('.')}",
+            total_s=round(took_s, 3),
+        )
+        await state.append_audit(entry)
+    except (HostStateError, TransportError) as exc:
+        return f"the probe could not be written to {host.name}'s audit trail: {exc}"
+    return None
 
 
 def report_json(report: ProbeReport) -> str:

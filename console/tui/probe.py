@@ -552,15 +552,23 @@ class ProbeScreen(Screen[None]):
             self._worker.cancel()
 
     async def _probe(self, depths: list[int], tokens: int) -> None:
-        from console.sources.probe import ProbeError, keep_report, open_prober
+        from console.sources.probe import ProbeError, audit_probe, keep_report, open_prober
         from console.sources.server import ServerError
         from console.sources.transport import TransportError
 
         try:
             async with open_prober(self.host, transport=self.transport, **self.prober_options) as prober:
+                started = time.monotonic()
                 report = await prober.sweep(
                     depths, tokens, profile=self.profile, on_progress=self.panel.show_progress
                 )
+                if prober.transport is not None:
+                    me = getattr(self.app, "me", None)
+                    trouble = await audit_probe(
+                        prober.transport, self.host, report, time.monotonic() - started, me=me
+                    )
+                    if trouble:
+                        self.notify(trouble, severity="warning")
             try:
                 await asyncio.to_thread(keep_report, report, history=self.history)
             except Exception as exc:  # a full disk must not lose the run on screen
