@@ -115,3 +115,31 @@ async def test_a_dead_server_port_is_down_not_a_crash(twin: TwinHost) -> None:
         await client.aclose()
         await transport.close()
     await asyncio.sleep(0)
+
+
+async def test_polls_do_not_make_the_server_generate_every_few_seconds(twin: TwinHost) -> None:
+    """SGLang's /health runs a one-token generation: the session asks it once per health interval (and
+    whenever the cheap poll fails); in between it polls /metrics. A stopped server is still seen at once."""
+    from console.core.events import HttpAccess
+
+    session = HostSession(
+        _config(twin), ssh_config=[], gpu_interval_s=1.0, server_interval_s=0.2, health_interval_s=30.0
+    )
+    async with session:
+        await session.wait_for(_ready, 30)
+        seen = session.snapshot.events_total
+        await asyncio.sleep(3.0)  # ~15 polls
+        snap = session.snapshot
+        new = snap.recent[-(snap.events_total - seen) :] if snap.events_total > seen else ()
+        paths = [e.path for e in new if isinstance(e, HttpAccess)]
+        assert paths.count("/metrics") >= 8, paths
+        assert paths.count("/health") == 0, paths
+        await asyncio.to_thread(twin.systemctl, "stop", twin.unit)
+        try:
+            down = await session.wait_for(
+                lambda s: s.server is not None and s.server.health is not HealthState.OK, 15
+            )
+            assert down.server is not None and down.server.health in (HealthState.DOWN, HealthState.ERROR)
+        finally:
+            await asyncio.to_thread(twin.systemctl, "start", twin.unit)
+            await session.wait_for(_ready, 60)

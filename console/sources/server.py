@@ -135,6 +135,38 @@ class ServerClient:
     async def metrics(self) -> SglangMetrics:
         return SglangMetrics.from_metrics(parse_prometheus(await self.metrics_text()))
 
+    async def light_sample(self) -> ServerSample:
+        """Liveness without a generation: `/metrics` (its numbers come along), else `/get_model_info`
+        when metrics are off. SGLang's `/health` runs a one-token generation on the server (see
+        `sample`), which a console polling every few seconds should not inflict on a busy host."""
+        started = time.monotonic()
+        try:
+            response = await self._http.get("/metrics")
+            if response.status_code == 404:
+                response = await self._http.get("/get_model_info")
+        except httpx.HTTPError as exc:
+            return ServerSample(
+                health=HealthState.DOWN,
+                detail=f"{self.label} does not answer ({type(exc).__name__})",
+                ts=time.time(),
+            )
+        latency = time.monotonic() - started
+        code = response.status_code
+        if code != 200:
+            # not a verdict on health: the caller asks /health for one
+            return ServerSample(
+                health=HealthState.ERROR,
+                status_code=code,
+                detail=f"{response.url.path} answered {code}",
+                ts=time.time(),
+            )
+        metrics = None
+        if response.url.path == "/metrics":
+            metrics = SglangMetrics.from_metrics(parse_prometheus(response.text))
+        return ServerSample(
+            health=HealthState.OK, status_code=code, latency_s=latency, metrics=metrics, ts=time.time()
+        )
+
     async def sample(self, *, with_metrics: bool = True) -> ServerSample:
         """Health, and metrics when the server is up (a failed scrape leaves them None)."""
         sample = await self.health()

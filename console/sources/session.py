@@ -56,6 +56,7 @@ class HostSession:
         nvml: Any = None,
         poll_server: bool = True,
         server_interval_s: float = 2.0,
+        health_interval_s: float = 30.0,
         keep_events: int = 2000,
         idle_flush_s: float = 1.0,
         publish_interval_s: float = 0.1,
@@ -93,6 +94,7 @@ class HostSession:
         )
         self.poll_server = poll_server
         self.server_interval_s = server_interval_s
+        self.health_interval_s = health_interval_s
         self.idle_flush_s = idle_flush_s
         self.publish_interval_s = publish_interval_s
         self._parser = JournalParser(host=host.name)
@@ -267,9 +269,19 @@ class HostSession:
             self.transport, self.host, timeout_s=self.server_interval_s * 2
         )
         info: dict[str, str | None] | None = None
+        deep_at = -1e18  # when /health (a one-token generation on the server) last ran
         while True:
             started = loop.time()
-            sample = await self._client.sample()
+            sample = None
+            healthy = self._server is not None and self._server.health is HealthState.OK
+            if healthy and started - deep_at < self.health_interval_s:
+                light = await self._client.light_sample()
+                if light.health is HealthState.OK:
+                    sample = light
+            if sample is None:
+                # starting, just failed, or due: the real verdict (and /metrics with it)
+                sample = await self._client.sample()
+                deep_at = started
             if sample.health is not HealthState.OK:
                 info = None  # the next healthy server may be another build
             elif info is None:
