@@ -118,10 +118,11 @@ class ServerClient:
         return ServerSample(health=health, status_code=code, latency_s=latency, detail=detail, ts=time.time())
 
     async def server_info(self) -> dict[str, Any]:
-        return await self._json("/get_server_info", "/server_info")
+        # The current name first: the old one answers too, but logs a deprecation warning every call.
+        return await self._json("/server_info", "/get_server_info")
 
     async def model_info(self) -> dict[str, Any]:
-        return await self._json("/get_model_info", "/model_info")
+        return await self._json("/model_info", "/get_model_info")
 
     async def metrics_text(self) -> str:
         response = await self._get("/metrics")
@@ -143,7 +144,9 @@ class ServerClient:
         try:
             response = await self._http.get("/metrics")
             if response.status_code == 404:
-                response = await self._http.get("/get_model_info")
+                response = await self._http.get("/model_info")
+                if response.status_code == 404:
+                    response = await self._http.get("/get_model_info")
         except httpx.HTTPError as exc:
             return ServerSample(
                 health=HealthState.DOWN,
