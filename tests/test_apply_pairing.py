@@ -70,6 +70,19 @@ def _start_apply(twin: TwinHost, home: Path, profile: Path, *extra: str) -> subp
     )
 
 
+def _apply_now(
+    twin: TwinHost, home: Path, profile: Path, *extra: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, "apply", "twin", str(profile), "--hosts", str(twin.hosts_toml), *extra],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(home),
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def _audit(twin: TwinHost, home: Path) -> list[dict[str, object]]:
     res = subprocess.run(
         [*CLI, "audit", "twin", "--hosts", str(twin.hosts_toml), "--json"],
@@ -126,46 +139,18 @@ def test_a_killed_apply_leaves_a_stale_lock_that_is_broken_only_on_purpose(
     victim.wait(10)
 
     profile = _profile(tmp_path, "pair-after", 0.91)
-    res = subprocess.run(
-        [*CLI, "apply", "twin", str(profile), "--hosts", str(twin.hosts_toml), "--yes"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=_env(tmp_path),
-        stdin=subprocess.DEVNULL,
-    )
+    res = _apply_now(twin, tmp_path, profile, "--yes", timeout=60)
     assert res.returncode == 3, (res.stdout, res.stderr)
     assert "apply pair-killed" in res.stderr
 
     time.sleep(7.0)  # three missed heartbeats of 2 s: stale
-    res = subprocess.run(
-        [*CLI, "apply", "twin", str(profile), "--hosts", str(twin.hosts_toml), "--yes"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=_env(tmp_path),
-        stdin=subprocess.DEVNULL,
-    )
+    res = _apply_now(twin, tmp_path, profile, "--yes", timeout=60)
     assert res.returncode == 3 and "--break-stale-lock" in res.stderr, res.stderr
 
-    res = subprocess.run(
-        [*CLI, "apply", "twin", str(profile), "--hosts", str(twin.hosts_toml), "--break-stale-lock"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=_env(tmp_path),
-        stdin=subprocess.DEVNULL,
-    )
+    res = _apply_now(twin, tmp_path, profile, "--break-stale-lock", timeout=60)
     assert res.returncode == 3 and "no terminal to confirm" in res.stderr, res.stderr
 
-    res = subprocess.run(
-        [*CLI, "apply", "twin", str(profile), "--hosts", str(twin.hosts_toml), "--break-stale-lock", "--yes"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=_env(tmp_path),
-        stdin=subprocess.DEVNULL,
-    )
+    res = _apply_now(twin, tmp_path, profile, "--break-stale-lock", "--yes", timeout=240)
     assert res.returncode == 0, (res.stdout, res.stderr)
     assert "broke the stale lock" in res.stdout
     actions = [(e["action"], e.get("profile")) for e in _audit(twin, tmp_path)[before:]]

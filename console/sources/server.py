@@ -96,17 +96,20 @@ class ServerClient:
             raise ServerError(f"{self.label} sent JSON that is not an object for {paths[0]}")
         return data
 
+    def _down(self, exc: httpx.HTTPError) -> ServerSample:
+        return ServerSample(
+            health=HealthState.DOWN,
+            detail=f"{self.label} does not answer ({type(exc).__name__})",
+            ts=time.time(),
+        )
+
     async def health(self) -> ServerSample:
         """`/health` as a sample: ok (200), starting (503), down (no answer), error (anything else)."""
         started = time.monotonic()
         try:
             response = await self._http.get("/health")
         except httpx.HTTPError as exc:
-            return ServerSample(
-                health=HealthState.DOWN,
-                detail=f"{self.label} does not answer ({type(exc).__name__})",
-                ts=time.time(),
-            )
+            return self._down(exc)
         latency = time.monotonic() - started
         code = response.status_code
         if code == 200:
@@ -148,11 +151,7 @@ class ServerClient:
                 if response.status_code == 404:
                     response = await self._http.get("/get_model_info")
         except httpx.HTTPError as exc:
-            return ServerSample(
-                health=HealthState.DOWN,
-                detail=f"{self.label} does not answer ({type(exc).__name__})",
-                ts=time.time(),
-            )
+            return self._down(exc)
         latency = time.monotonic() - started
         code = response.status_code
         if code != 200:

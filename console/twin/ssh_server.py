@@ -37,8 +37,15 @@ def _take_tty() -> None:
 
 class _Session(asyncssh.SSHServerSession[bytes]):
     def __init__(
-        self, env: Mapping[str, str], cwd: str, peer: tuple[str, int], local: tuple[str, int]
+        self,
+        env: Mapping[str, str],
+        cwd: str,
+        peer: tuple[str, int],
+        local: tuple[str, int],
+        sessions: set[_Session] | None = None,
     ) -> None:
+        self.sessions = sessions if sessions is not None else set()
+        self.sessions.add(self)
         self.env = dict(env)
         self.env["SSH_CLIENT"] = f"{peer[0]} {peer[1]} {local[1]}"
         self.env["SSH_CONNECTION"] = f"{peer[0]} {peer[1]} {local[0]} {local[1]}"
@@ -118,7 +125,13 @@ class _Session(asyncssh.SSHServerSession[bytes]):
     def resume_writing(self) -> None:
         self.writable.set()
 
+    def kill(self) -> None:
+        """End the session's command and everything it started, now (the twin is going away)."""
+        if self.proc is not None and self.proc.returncode is None:
+            self._kill_group(self.proc.pid)
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self.sessions.discard(self)
         self.closed = True
         self.writable.set()
         if self.proc is not None and self.proc.returncode is None:
@@ -272,8 +285,10 @@ class _Server(asyncssh.SSHServer):
         env: Mapping[str, str],
         cwd: str,
         live: set[asyncssh.SSHServerConnection],
+        sessions: set[_Session],
     ) -> None:
         self.live = live
+        self.sessions = sessions
         self.user = user
         self.client_keys = {k.public_data for k in client_keys}
         self.env = env
@@ -304,7 +319,7 @@ class _Server(asyncssh.SSHServer):
         assert self.conn is not None
         peer = self.conn.get_extra_info("peername")[:2]
         local = self.conn.get_extra_info("sockname")[:2]
-        return _Session(self.env, self.cwd, peer, local)
+        return _Session(self.env, self.cwd, peer, local, self.sessions)
 
     def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int) -> bool:
         # The twin is a loopback host: forwarding reaches its own services, never the network.
@@ -337,12 +352,13 @@ class TwinSSHServer:
         self.cwd = cwd
         self._acceptor: asyncssh.SSHAcceptor | None = None
         self._live: set[asyncssh.SSHServerConnection] = set()
+        self._sessions: set[_Session] = set()
 
     async def start(self) -> int:
         host_key = asyncssh.read_private_key(str(self.host_key))
         client_keys = [asyncssh.read_public_key(str(self.client_public_key))]
         self._acceptor = await asyncssh.create_server(
-            lambda: _Server(self.user, client_keys, self.env, str(self.cwd), self._live),
+            lambda: _Server(self.user, client_keys, self.env, str(self.cwd), self._live, self._sessions),
             self.host,
             self.port,
             server_host_keys=[host_key],
@@ -355,6 +371,11 @@ class TwinSSHServer:
         return self.port
 
     async def close(self) -> None:
+        # A session's SIGHUP-then-SIGKILL runs on this loop, which stops right after: a `journalctl -f`
+        # or `tail -F` that ignored the hang-up would outlive the twin. End them all here.
+        for session in list(self._sessions):
+            session.kill()
+        self._sessions.clear()
         if self._acceptor is not None:
             self._acceptor.close()
             for conn in list(self._live):
