@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +27,7 @@ from console.core.restart import PHASE_LABELS, Phase
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
     from console.sources.hosts import HostConfig
-    from console.sources.hoststate import HostStateDir, Lock
+    from console.sources.hoststate import HostStateDir
     from console.sources.transport import Transport
 
 
@@ -225,7 +224,8 @@ def run(args: argparse.Namespace) -> int:
             # From here on a lost connection is waited out rather than given up on.
             transport.backoff = Backoff()
             state = HostStateDir(transport, host)
-            async with _host_lock(state, f"apply {profile.name}", args):
+            async with contextlib.AsyncExitStack() as stack:
+                await _take_lock(stack, state, f"apply {profile.name}", args)
                 outcome = await _preview_and_apply(transport, host, state, profile, store, printer, args)
         except ServiceError as exc:
             sentence = f"{str(exc).rstrip('.')}."
@@ -244,13 +244,14 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
-@contextlib.asynccontextmanager
-async def _host_lock(state: HostStateDir, intent: str, args: argparse.Namespace) -> AsyncIterator[Lock]:
-    """The host's lock for the whole apply; exit 3 at once when another console holds it. A stale
-    holder's lock is broken only with --break-stale-lock, after a confirmation (or --yes)."""
+async def _take_lock(
+    stack: contextlib.AsyncExitStack, state: HostStateDir, intent: str, args: argparse.Namespace
+) -> None:
+    """The host's lock, held until `stack` closes; exit 3 at once when another console holds it. A
+    stale holder's lock is broken only with --break-stale-lock, after a confirmation (or --yes)."""
     try:
-        cm = state.locked(intent)
-        lock = await cm.__aenter__()
+        await stack.enter_async_context(state.locked(intent))
+        return
     except LockHeld as held:
         if not (held.stale and args.break_stale_lock):
             hint = " (--break-stale-lock breaks it)" if held.stale else ""
@@ -262,18 +263,10 @@ async def _host_lock(state: HostStateDir, intent: str, args: argparse.Namespace)
         except BreakRefused as exc:
             raise HostBusy(f"{str(exc).rstrip('.')}.") from None
         _out(f"broke the stale lock: {held}")
-        try:
-            cm = state.locked(intent)
-            lock = await cm.__aenter__()
-        except LockHeld as again:
-            raise HostBusy(f"{str(again).rstrip('.')}.") from None
     try:
-        yield lock
-    except BaseException as exc:
-        if not await cm.__aexit__(type(exc), exc, exc.__traceback__):
-            raise
-    else:
-        await cm.__aexit__(None, None, None)
+        await stack.enter_async_context(state.locked(intent))
+    except LockHeld as again:
+        raise HostBusy(f"{str(again).rstrip('.')}.") from None
 
 
 def _confirm_break(sentence: str) -> None:
