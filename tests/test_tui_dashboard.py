@@ -243,3 +243,57 @@ async def test_feed_hides_monitoring_polls_until_m() -> None:
         await pilot.press("m")
         await pilot.pause()
         assert "/get_model_info" in "\n".join(feed.visible_lines())
+
+
+async def test_help_screens_are_kept_and_follow_focus_each_time() -> None:
+    """F1 reuses the help screen built for the same text; another panel's help is its own screen."""
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        dash = app.dashboards["gpu1"]
+        seen = []
+        for widget, words in ((dash.gpus, "GPU memory"), (dash.feed.log_widget, "Event feed")) * 2:
+            widget.focus()
+            await pilot.press("f1")
+            await pilot.pause()
+            assert words in app.screen.panel_help
+            seen.append(app.screen)
+            await pilot.press("escape")
+            await pilot.pause()
+        assert seen[0] is seen[2] and seen[1] is seen[3] and seen[0] is not seen[1]
+
+
+def _footer_keys(app) -> list[str]:  # type: ignore[no-untyped-def]
+    from textual.widgets._footer import FooterKey
+
+    return [k.description for k in app.screen.query(FooterKey)]
+
+
+async def test_footer_follows_the_focused_panels_keys_without_recomposing_for_nothing(monkeypatch) -> None:
+    from console.tui.footer import KeyFooter
+
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        dash = app.dashboards["gpu1"]
+        dash.feed.log_widget.focus()
+        await pilot.pause()
+        assert "Filter" in _footer_keys(app)
+        dash.gpus.focus()
+        await pilot.pause()
+        assert "Filter" not in _footer_keys(app)
+        recomposed: list[int] = []
+        original = KeyFooter.recompose
+
+        async def counted(self: KeyFooter) -> None:
+            recomposed.append(1)
+            await original(self)
+
+        monkeypatch.setattr(KeyFooter, "recompose", counted)
+        for _ in range(3):  # a modal opened and closed: the dashboard's keys are the same after
+            await pilot.press("f1")
+            await pilot.pause()
+            await pilot.press("escape")
+            await pilot.pause()
+        assert recomposed == []
+        dash.feed.log_widget.focus()
+        await pilot.pause()
+        assert recomposed and "Filter" in _footer_keys(app)

@@ -249,10 +249,7 @@ class HostSession:
                     self._apply(events)
                     self._touch()
                 continue
-            events: list[Event] = []
-            for entry in batch:
-                events.extend(self._parser.feed(entry))
-            self._apply(events)
+            self._apply(self._parser.feed_many(batch))
             self._touch()
             # Let the other hosts' tasks run between batches.
             await asyncio.sleep(0)

@@ -26,7 +26,7 @@ from textual.command import Hit, Hits, Provider
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import Footer, TabbedContent, TabPane
+from textual.widgets import TabbedContent, TabPane
 
 from console.core.pairing import AuditAction, AuditEntry, BreakRefused, Identity, LockHeld, PairingView
 from console.core.profile_store import ProfileStore
@@ -35,6 +35,7 @@ from console.core.snapshot import HostSnapshot
 from console.sources.hosts import HostConfig
 from console.sources.hoststate import local_identity
 from console.tui.feed import EventFeed
+from console.tui.footer import KeyFooter
 from console.tui.gcpace import GcPacer
 from console.tui.pairing import (
     TIMELINE_ACTIONS,
@@ -355,10 +356,11 @@ class ConsoleApp(App[int]):
         self.running_argv: dict[str, list[str]] = {}
         """Each host's running ExecStart argv, for the editor's diff; dropped after every restart."""
         self.busy: dict[str, str] = {}
+        """Hosts with an apply, rollback or restart in flight (one at a time per host)."""
         self.pool_before: dict[str, int | None] = {}
         self.applied: dict[str, str] = {}
         """The profile last applied and verified on each host (the probe keeps its results there)."""
-        """Hosts with an apply, rollback or restart in flight (one at a time per host)."""
+        self._help_screens: dict[tuple[str, str], str] = {}
         self._pending: dict[str, HostSnapshot] = {}
         self._posted: set[str] = set()
         self.dashboards: dict[str, HostDashboard] = {}
@@ -383,7 +385,7 @@ class ConsoleApp(App[int]):
                     with TabPane(entry.name, id=f"tab-{_dom_id(entry.name)}"):
                         yield self.dashboards[entry.name]
         # Compact: an 80-column pane still shows restart, roll back, quit and help.
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         dash = self.active_dashboard
@@ -1013,7 +1015,14 @@ class ConsoleApp(App[int]):
             parent = node.parent
             node = parent if isinstance(parent, Widget) else None
         keys = help_keys(self.read_only, profiles=isinstance(self.screen, ProfilesScreen))
-        self.push_screen(HelpScreen(text, read_only=self.read_only, keys=keys))
+        # Each help text is built once and kept installed: composing and styling a new screen on
+        # every F1 was most of the key's cost under load.
+        name = self._help_screens.get((text, keys))
+        if name is None:
+            name = f"help-{len(self._help_screens)}"
+            self.install_screen(HelpScreen(text, read_only=self.read_only, keys=keys), name)
+            self._help_screens[(text, keys)] = name
+        self.push_screen(name)
 
 
 class ServiceControllerLike(Protocol):

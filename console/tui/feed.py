@@ -5,18 +5,29 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.cache import LRUCache
 from textual.containers import Vertical
-from textual.widgets import Input, RichLog, Static
+from textual.geometry import Region, Size
+from textual.reactive import Reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Input, Static
 
 from console.core.events import Error, Event, HttpAccess
 from console.core.snapshot import HostSnapshot
 from console.core.state import Boot
 from console.tui.view import KIND_STYLES, clock_text, display_boot, event_text, feed_line, rank_label
+
+Pieces = list[tuple[str, str]]
+"""A feed row as (text, Rich style name) pieces."""
 
 HISTORY = 5000
 """Events kept per host (all boots together); older ones fall off."""
@@ -48,7 +59,29 @@ def error_key(e: Error) -> str:
     return e.cursor or f"{e.ts}|{e.pid}|{e.category}|{e.message}"
 
 
-class FeedLog(RichLog):
+# Control characters drawn as their Unicode pictures (one cell each, so spans keep their offsets): a
+# raw ESC or CR from a journal line must never reach the operator's terminal.
+_CONTROL_PICTURES = {c: 0x2400 + c for c in range(32)} | {0x7F: 0x2421, 0x2028: 0x2424, 0x2029: 0x2424}
+_CONTROL_PICTURES |= {c: 0xFFFD for c in range(0x80, 0xA0)}
+
+
+class FeedLog(ScrollView, can_focus=True):
+    """The feed's rows, drawn on demand: a row is an event, rendered only when it is on screen.
+
+    RichLog renders every line as it is written (~1 ms each) and asks for a layout of the whole screen
+    per write; at 2,000 journal lines a second that took 60% of a core and delayed keys by seconds.
+    Here a new row costs a deque append, and a frame renders the rows in view (cached per row)."""
+
+    DEFAULT_CSS = """
+    FeedLog {
+        background: $surface;
+        color: $foreground;
+        overflow-y: scroll;
+        &:focus {
+            background-tint: $foreground 5%;
+        }
+    }
+    """
     HELP = """\
 [b]Event feed[/b] — what the server said in this boot, parsed, one line per event:
 time, rank, kind, text. Colours: [bold red]errors[/], [cyan]systemd[/], [blue]start-up[/],
@@ -58,6 +91,95 @@ into one line each (z shows them). / filters with a regular expression (case-ins
 start it with ! to show the lines that do NOT match; Esc clears it. f follows the tail.
 Monitoring polls (GET /health, /metrics, /server_info ...: this console's own, a scraper's) are hidden:
 every console on the host adds two every few seconds and they would bury real traffic; m shows them."""
+
+    # Textual's widgets ask for a layout of the whole screen when their virtual size changes (one
+    # pass is 20-30 ms at 160x48); the feed's box never depends on how many rows it holds, so a new
+    # row needs only the scrollbars updated. A scrollbar appearing still asks for a layout (its own
+    # reactive does).
+    virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
+
+    def __init__(self, pieces: Callable[[Event], Pieces], *, max_lines: int, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._pieces = pieces
+        self._styles: dict[str, Style] = {}
+        self._row_style: Style | None = None
+        self._rows: deque[Event] = deque(maxlen=max_lines)
+        self._base = 0  # the absolute number of `_rows[0]`: cached strips stay valid as rows fall off
+        self._strips: LRUCache[tuple[int, int], Strip] = LRUCache(1024)
+
+    @property
+    def row_count(self) -> int:
+        return len(self._rows)
+
+    def append_rows(self, rows: Iterable[Event], *, follow: bool) -> None:
+        """Rows at the end, scrolled to in the same frame when following."""
+        new = list(rows)
+        if not new:
+            return
+        total = self._base + len(self._rows) + len(new)  # rows appended since the last replace
+        self._rows.extend(new)
+        self._base = total - len(self._rows)  # the deque keeps the newest `max_lines`
+        self._resized(follow)
+
+    def replace_rows(self, rows: Iterable[Event], *, follow: bool) -> None:
+        self._rows.clear()
+        self._strips.clear()
+        self._rows.extend(rows)
+        self._resized(follow)
+
+    def _resized(self, follow: bool) -> None:
+        # Lines are cut to the feed's width with an ellipsis (the pinned errors show a message in
+        # full), so there is nothing to scroll sideways.
+        self.virtual_size = Size(0, len(self._rows))
+        if follow:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self.refresh()
+
+    def watch_virtual_size(self, size: Size) -> None:
+        if self.is_mounted:
+            self._scroll_update(size)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # `rich_style` walks the ancestors' styles: once per frame, not once per row
+        self._row_style = self.rich_style
+        return super().render_lines(crop)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        index = self.scroll_offset.y + y
+        style = self._row_style if self._row_style is not None else self.rich_style
+        if index >= len(self._rows):
+            return Strip.blank(width, style)
+        key = (self._base + index, width)
+        strip = self._strips.get(key)
+        if strip is None:
+            strip = self._strip(self._rows[index], width)
+            self._strips[key] = strip
+        return strip.apply_style(style)
+
+    def _strip(self, event: Event, width: int) -> Strip:
+        """One row as segments, cut to `width` with an ellipsis in the style of the cell it replaces
+        (what Rich's `Text.truncate` draws, at a tenth of its cost: this runs for every row that
+        scrolls into view, hundreds a second under a busy journal)."""
+        segments = []
+        for text, style_name in self._pieces(event):
+            if not text.isprintable():
+                text = text.translate(_CONTROL_PICTURES)
+            style = self._styles.get(style_name)
+            if style is None:
+                style = self._styles[style_name] = self.app.console.get_style(style_name or "none")
+            segments.append(Segment(text, style))
+        strip = Strip(segments)
+        if strip.cell_length > width > 0:
+            cut = strip.crop(0, width - 1)
+            last = strip.crop(width - 1, width)
+            style = next((seg.style for seg in last if seg.text), None)
+            strip = Strip([*cut, Segment("…", style)])
+        return strip.extend_cell_length(width)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips.clear()
 
 
 POLL_PATHS = frozenset(
@@ -95,7 +217,7 @@ class EventFeed(Vertical):
     def __init__(self, *, history: int = HISTORY, id: str | None = None) -> None:
         super().__init__(id=id)
         self.history = history
-        self._events: deque[tuple[int, Event]] = deque(maxlen=history)
+        self._events: deque[tuple[int, Event]] = deque(maxlen=history)  # (boot index, event)
         self._seen_total = 0
         self._boot_index: int | None = None
         self._boots: tuple[Boot, ...] = ()
@@ -110,7 +232,7 @@ class EventFeed(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(id="pins", classes="pins")
         yield Static(id="folded", classes="folded")
-        yield FeedLog(max_lines=self.history, wrap=False, auto_scroll=True, id="log")
+        yield FeedLog(self._pieces, max_lines=self.history, id="log")
         yield Input(placeholder="regex (start with ! to invert), Enter keeps, Esc clears", id="filter")
 
     @property
@@ -126,6 +248,8 @@ class EventFeed(Vertical):
         fresh: list[tuple[int, Event]] = []
         if new > 0:
             recent = snap.recent[-new:] if new <= len(snap.recent) else snap.recent
+            # only the events that can be on screen: a burst larger than the history would fall off
+            recent = recent[-self.history :]
             ids = {id(e): b.index for b in snap.state.boots[-3:] for e in b.events}
             for e in recent:
                 fresh.append((ids.get(id(e), index), e))
@@ -138,10 +262,7 @@ class EventFeed(Vertical):
         if rebuilt:
             self._rebuild()
         else:
-            log = self.log_widget
-            for b, e in fresh:
-                if self._visible(b, e):
-                    log.write(self._line(e), scroll_end=self.follow, expand=True)
+            self.log_widget.append_rows((e for b, e in fresh if self._visible(b, e)), follow=self.follow)
         self._update_pins()
         self._update_folded()
 
@@ -149,37 +270,30 @@ class EventFeed(Vertical):
         """Events that come from outside the journal (the host's audit trail): placed in the current
         boot's stream where they arrive, never counted against the journal's own totals."""
         index = self._boot_index if self._boot_index is not None else 0
-        log = self.log_widget
-        for e in events:
-            self._events.append((index, e))
-            if self._visible(index, e):
-                log.write(self._line(e), scroll_end=self.follow, expand=True)
+        rows = [(index, e) for e in events]
+        self._events.extend(rows)
+        self.log_widget.append_rows((e for b, e in rows if self._visible(b, e)), follow=self.follow)
 
     def _visible(self, boot_index: int, event: Event) -> bool:
         if self.folded and boot_index != self._boot_index:
             return False
         if not self.show_polls and is_poll(event):
             return False
-        return self.filter.matches(feed_line(event))
+        return self.filter.pattern is None or self.filter.matches(feed_line(event))
 
     @staticmethod
-    def _line(event: Event) -> Text:
+    def _pieces(event: Event) -> Pieces:
+        """A feed row as (text, style) pieces: time, rank, kind, what the server said."""
         style = KIND_STYLES.get(event.kind, "")
-        line = Text(no_wrap=True, overflow="ellipsis")
-        line.append(clock_text(event), "grey50")
-        line.append(f" {rank_label(event):4} ", "grey50")
-        line.append(f"{event.kind:17} ", style)
-        line.append(event_text(event), style if event.kind in ("error", "server_ready") else "")
-        return line
+        return [
+            (clock_text(event), "grey50"),
+            (f" {rank_label(event):4} ", "grey50"),
+            (f"{event.kind:17} ", style),
+            (event_text(event), style if event.kind in ("error", "server_ready") else ""),
+        ]
 
     def _rebuild(self) -> None:
-        log = self.log_widget
-        log.clear()
-        for b, e in self._events:
-            if self._visible(b, e):
-                log.write(self._line(e), scroll_end=False, expand=True)
-        if self.follow:
-            log.scroll_end(animate=False)
+        self.log_widget.replace_rows((e for b, e in self._events if self._visible(b, e)), follow=self.follow)
 
     def _set_static(self, widget_id: str, text: Text | None) -> None:
         """Update a pinned line only when it changes: an update re-measures the feed's layout."""
@@ -243,10 +357,8 @@ class EventFeed(Vertical):
 
     def action_follow(self) -> None:
         self.follow = not self.follow
-        log = self.log_widget
-        log.auto_scroll = self.follow
         if self.follow:
-            log.scroll_end(animate=False)
+            self.log_widget.scroll_end(animate=False)
         self.notify("following the tail" if self.follow else "tail not followed", timeout=2)
 
     def action_ack(self) -> None:

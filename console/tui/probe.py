@@ -31,7 +31,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Button, Footer, Input, Label, Static
+from textual.widgets import Button, Input, Label, Static
 from textual.worker import Worker
 
 from console.core.probe import (
@@ -48,6 +48,7 @@ from console.core.probe import (
     throughput_points,
 )
 from console.core.snapshot import HostSnapshot
+from console.tui.footer import KeyFooter
 
 CURRENT_STYLE = "bold green3"
 EARLIER_MARKERS: tuple[tuple[str, str], ...] = (
@@ -512,7 +513,7 @@ class ProbeScreen(Screen[None]):
             title.append(f"   profile {self.profile}", "grey62")
         yield Static(title, id="probe-title")
         yield self.panel
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.run_worker(self._load_earlier(), group="probe-history")

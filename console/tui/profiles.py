@@ -19,13 +19,14 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, OptionList, Static, TextArea
+from textual.widgets import OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
 from console.core.apply import PlannerVerdict
 from console.core.profile_store import ProfileEntry, ProfileStore, shipped_profile_dir
 from console.core.profiles import ProfileError
 from console.core.state import Boot
+from console.tui.footer import KeyFooter
 from console.tui.profile_check import ProfileCheck, check_profile_text, named_in
 from console.tui.screens import diff_text
 from console.tui.view import fmt_tokens
@@ -129,7 +130,7 @@ class ProfilesScreen(Screen[None]):
                 yield Static(id="profile-issues")
                 yield Static(id="profile-whatif")
                 yield Static(id="profile-diff")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         title = Text()

@@ -53,6 +53,8 @@ if str(REPO) not in sys.path:
 COLS, ROWS = 160, 48
 CSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>78]")
 HELP_TEXT = b"Esc closes"
+# (written, seen) of every F1 press, dumped next to the child's K26_BENCH_LOOPLOG when it is set
+KEY_LOG: list[tuple[float, float]] = []
 
 
 # ---------------------------------------------------------------------------------------------- child
@@ -72,6 +74,9 @@ def child_console(hosts: str, name: str, gpu_interval: float, preload_day: bool)
     gclog = os.environ.get("K26_BENCH_GCLOG")
     if gclog:
         _log_gc_pauses(gclog)
+    looplog = os.environ.get("K26_BENCH_LOOPLOG")
+    if looplog:
+        _log_loop_stalls(looplog)
     profile = os.environ.get("K26_BENCH_PROFILE")
     if not profile:
         app.run()
@@ -101,6 +106,7 @@ def _log_gc_pauses(path: str) -> None:
             pauses.append((info["generation"], (time.perf_counter() - started[0]) * 1000))
 
     gc.callbacks.append(callback)
+
     def dump() -> None:
         counts = {str(g): len(gc.get_objects(g)) for g in (0, 1, 2)}
         counts["frozen"] = gc.get_freeze_count()
@@ -108,6 +114,39 @@ def _log_gc_pauses(path: str) -> None:
 
     atexit.register(dump)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+
+def _log_loop_stalls(path: str) -> None:
+    """Every event-loop callback that held the loop ≥ 5 ms, one JSON line `[start, ms, what]` each, in
+    `time.monotonic` seconds: the same clock as the parent's key timestamps. Written as they happen
+    (the child may be killed at the end)."""
+    import asyncio.events
+
+    out = open(path, "w", buffering=1)  # noqa: SIM115 - open for the child's whole life
+    run = asyncio.events.Handle._run
+
+    def timed(handle: asyncio.events.Handle) -> None:
+        t0 = time.monotonic()
+        run(handle)
+        ms = (time.monotonic() - t0) * 1000
+        if ms >= 5.0:
+            out.write(json.dumps([t0, round(ms, 2), _handle_name(handle)]) + "\n")
+
+    asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+
+
+def _handle_name(handle: object) -> str:
+    """The task behind a loop callback (its name and coroutine) where there is one."""
+    import asyncio
+    import gc
+
+    callback = getattr(handle, "_callback", None)
+    owners = [getattr(callback, "__self__", None), *gc.get_referents(callback)]
+    for owner in owners:
+        if isinstance(owner, asyncio.Task):
+            coro = owner.get_coro()
+            return f"task {owner.get_name()} {getattr(coro, '__qualname__', coro)}"[:300]
+    return repr(handle)[:300]
 
 
 def _preload_day(app: object, name: str) -> None:
@@ -419,6 +458,7 @@ def key_latencies(term: Terminal, presses: int) -> list[float]:
         t = term.wait_for(HELP_TEXT, mark, 5.0)
         if t is not None:
             out.append(t - t0)
+            KEY_LOG.append((t0, t))
         time.sleep(0.15)
         term.write(b"\x1b")  # Esc closes
         time.sleep(0.35)
@@ -468,6 +508,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each measuring window")
     ap.add_argument("--presses", type=int, default=30)
     ap.add_argument("--rate", type=float, default=2000.0, help="journal lines per second under load")
+    ap.add_argument(
+        "--only", choices=["load"], help="run only the load phase (quicker, for profiling with K26_BENCH_*)"
+    )
     ap.add_argument("--child", choices=["console", "bare"], help=argparse.SUPPRESS)
     ap.add_argument("--hosts", help=argparse.SUPPRESS)
     ap.add_argument("--name", help=argparse.SUPPRESS)
@@ -492,40 +535,41 @@ def main() -> int:
             hosts = str(twin.hosts_toml)
             say = _say
 
-            # -- baseline process: a bare Textual app
-            say("baseline: bare Textual app")
-            bare = Terminal([me, "--child", "bare"])
-            try:
-                settle(bare, 3.0)
-                figures["bare_idle"] = idle_window(bare, args.seconds / 2)
-                figures["bare_key_ms"] = _ms(key_latencies(bare, args.presses))
-                figures["bare_toggle_ms"] = _ms(bare_toggle_latencies(bare, args.presses))
-            finally:
-                bare.close()
+            if not args.only:
+                # -- baseline process: a bare Textual app
+                say("baseline: bare Textual app")
+                bare = Terminal([me, "--child", "bare"])
+                try:
+                    settle(bare, 3.0)
+                    figures["bare_idle"] = idle_window(bare, args.seconds / 2)
+                    figures["bare_key_ms"] = _ms(key_latencies(bare, args.presses))
+                    figures["bare_toggle_ms"] = _ms(bare_toggle_latencies(bare, args.presses))
+                finally:
+                    bare.close()
 
-            # -- idle: 8 GPUs at 1 Hz, quiet journal, after a day of history
-            say("idle console after a day of history (8 GPUs at 1 Hz, quiet journal)")
-            term = Terminal(
-                [
-                    me,
-                    "--child",
-                    "console",
-                    "--hosts",
-                    hosts,
-                    "--name",
-                    "bench",
-                    "--gpu-interval",
-                    "1.0",
-                    "--preload-day",
-                ]
-            )
-            try:
-                settle(term, 12.0)
-                figures["idle"] = idle_window(term, args.seconds)
-                figures["idle_key_ms"] = _ms(key_latencies(term, args.presses))
-                figures["idle_toggle_ms"] = _ms(toggle_latencies(term, args.presses))
-            finally:
-                term.close()
+                # -- idle: 8 GPUs at 1 Hz, quiet journal, after a day of history
+                say("idle console after a day of history (8 GPUs at 1 Hz, quiet journal)")
+                term = Terminal(
+                    [
+                        me,
+                        "--child",
+                        "console",
+                        "--hosts",
+                        hosts,
+                        "--name",
+                        "bench",
+                        "--gpu-interval",
+                        "1.0",
+                        "--preload-day",
+                    ]
+                )
+                try:
+                    settle(term, 12.0)
+                    figures["idle"] = idle_window(term, args.seconds)
+                    figures["idle_key_ms"] = _ms(key_latencies(term, args.presses))
+                    figures["idle_toggle_ms"] = _ms(toggle_latencies(term, args.presses))
+                finally:
+                    term.close()
 
             # -- load: 2,000 lines/s, 8 GPUs at 4 Hz
             say(f"under load: {args.rate:.0f} journal lines/s, 8 GPUs at 4 Hz")
@@ -553,6 +597,16 @@ def main() -> int:
                 figures["event_to_screen_ms"] = _ms(lat) | {"markers": sent, "seen": len(lat)}
                 figures["key_ms"] = _ms(key_latencies(term, args.presses))
                 figures["toggle_ms"] = _ms(toggle_latencies(term, args.presses))
+                # The same keys with the feed unfiltered, as an operator usually has it: every line
+                # of the 2,000 a second is written to the feed.
+                term.write(b"/")
+                time.sleep(0.3)
+                term.write(b"\x1b")  # Esc in the filter box clears the filter
+                settle(term, 2.0)
+                cpu0, t0u = term.cpu_seconds(), time.monotonic()
+                figures["key_unfiltered_ms"] = _ms(key_latencies(term, args.presses))
+                cpu1, t1u = term.cpu_seconds(), time.monotonic()
+                figures["load_unfiltered_cpu_pct"] = 100 * (cpu1 - cpu0) / (t1u - t0u)
                 figures["journal_lines_per_s"] = load.written / max(1e-9, time.monotonic() - t0 + 3.0)
                 say("baseline: the same markers through a bare journalctl -f over the same SSH")
                 figures["journalctl_ms"] = _ms(journal_baseline(twin, load, args.seconds / 2))
@@ -562,6 +616,9 @@ def main() -> int:
         finally:
             twin.stop_sync()
 
+    looplog = os.environ.get("K26_BENCH_LOOPLOG")
+    if looplog:
+        Path(looplog + ".keys").write_text(json.dumps(KEY_LOG))
     report(figures)
     return 0
 
@@ -599,6 +656,11 @@ def report(f: dict[str, object]) -> None:
     print(f"  baseline journalctl -f over SSH: p50 {base.get('p50')} ms  p95 {base.get('p95')} ms")
     print(f"key → repaint    p50 {key.get('p50')} ms  p95 {key.get('p95')} ms   target p95 ≤ 50 ms")
     print(f"  baseline bare Textual app: p50 {bkey.get('p50')} ms  p95 {bkey.get('p95')} ms")
+    ukey = g("key_unfiltered_ms")
+    print(
+        f"  the same, feed unfiltered: p50 {ukey.get('p50')} ms  p95 {ukey.get('p95')} ms  "
+        f"(CPU {f.get('load_unfiltered_cpu_pct', float('nan')):.1f}% of a core)"
+    )
     tog, btog, ikey, itog = g("toggle_ms"), g("bare_toggle_ms"), g("idle_key_ms"), g("idle_toggle_ms")
     print(
         f"light key (m)    p50 {tog.get('p50')} ms  p95 {tog.get('p95')} ms under load; "

@@ -1,0 +1,126 @@
+"""The event feed's rows: drawn on demand, bounded, never a layout per line, control characters shown
+as pictures. Real decode lines from the corpus, a real Textual app."""
+
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+from textual.screen import Screen
+
+from console.core.events import Event
+from console.core.parser import parse_lines
+from console.tui.feed import EventFeed
+from console.tui.view import feed_line
+from tests.tui_support import CORPUS, snapshot
+
+DECODE = next(line for line in (CORPUS / "case-15.log").read_text().splitlines() if "Decode batch" in line)
+
+
+def decode_events(n: int, start: int = 0) -> list[Event]:
+    """`n` real decode lines, each with its own number in #running-req so that rows can be told apart."""
+    lines = [DECODE.replace("#running-req: ", f"#running-req: {start + i}0", 1) for i in range(n)]
+    return list(parse_lines(lines, host="gpu1"))
+
+
+class FeedApp(App[None]):
+    def __init__(self, history: int) -> None:
+        super().__init__()
+        self.history = history
+
+    def compose(self) -> ComposeResult:
+        yield EventFeed(history=self.history, id="feed")
+
+
+def screen_rows(feed: EventFeed) -> list[str]:
+    log = feed.log_widget
+    return [log.render_line(y).text.rstrip() for y in range(log.scrollable_content_region.height)]
+
+
+async def test_feed_keeps_the_newest_rows_and_shows_the_tail() -> None:
+    app = FeedApp(history=100)
+    async with app.run_test(size=(140, 30)) as pilot:
+        feed = app.query_one(EventFeed)
+        events: list[Event] = []
+        for batch in range(5):
+            events += decode_events(50, start=batch * 50)
+            feed.show(snapshot(events, None, seq=batch + 1))
+            await pilot.pause()
+        log = feed.log_widget
+        assert log.row_count == 100
+        assert len(feed.visible_lines()) == 100
+        rows = [r for r in screen_rows(feed) if r]
+        # following: the last rows on screen are the newest events, in order
+        newest = [feed_line(e) for e in events[-len(rows) :]]
+        assert [r[:60] for r in rows] == [n[:60] for n in newest]
+        assert "#running-req: 2490" in rows[-1]
+
+
+async def test_a_new_row_repaints_the_feed_without_a_layout(monkeypatch) -> None:
+    """A layout of the whole screen per journal line was what made keys wait seconds at 2,000 lines/s."""
+    app = FeedApp(history=1000)
+    async with app.run_test(size=(140, 30)) as pilot:
+        feed = app.query_one(EventFeed)
+        events = decode_events(200)
+        feed.show(snapshot(events, None, seq=1))  # enough rows for the scrollbar: its layout happens here
+        await pilot.pause()
+        layouts: list[int] = []
+        original = Screen._refresh_layout
+
+        def counted(self: Screen, *args: object, **kwargs: object) -> None:
+            layouts.append(1)
+            original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(Screen, "_refresh_layout", counted)
+        for seq in range(2, 12):
+            events = events + decode_events(20, start=seq * 100)
+            feed.show(snapshot(events, None, seq=seq))
+            await pilot.pause()
+        assert layouts == []
+        assert "#running-req: 11190" in screen_rows(feed)[-1]
+
+
+async def test_only_rows_in_view_are_rendered() -> None:
+    app = FeedApp(history=5000)
+    async with app.run_test(size=(140, 30)) as pilot:
+        feed = app.query_one(EventFeed)
+        log = feed.log_widget
+        rendered: list[Event] = []
+        original = log._pieces
+
+        def counting(event: Event):  # type: ignore[no-untyped-def]
+            rendered.append(event)
+            return original(event)
+
+        log._pieces = counting
+        feed.show(snapshot(decode_events(2000), None, seq=1))  # a snapshot carries 2,000
+        await pilot.pause()
+        await pilot.pause()
+        height = log.scrollable_content_region.height
+        assert log.row_count == 2000
+        assert 0 < len(rendered) <= 3 * height
+
+
+async def test_control_characters_never_reach_the_terminal() -> None:
+    raw = "Nov 30 10:00:00 gpu1 python3[7]: progress \x1b[31mred\x1b[0m 50%\rtail\x07 end"
+    app = FeedApp(history=100)
+    async with app.run_test(size=(140, 30)) as pilot:
+        feed = app.query_one(EventFeed)
+        feed.show(snapshot(list(parse_lines([raw], host="gpu1")), None))
+        await pilot.pause()
+        row = next(r for r in screen_rows(feed) if "progress" in r)
+        assert not any(ord(c) < 32 or ord(c) == 0x7F for c in row)
+        assert "progress ␛[31mred␛[0m 50%" in row
+
+
+async def test_filter_and_fold_rebuild_the_rows_from_history() -> None:
+    app = FeedApp(history=500)
+    async with app.run_test(size=(140, 30)) as pilot:
+        feed = app.query_one(EventFeed)
+        feed.show(snapshot(decode_events(300), None))
+        await pilot.pause()
+        assert feed.set_filter("running-req: 1[0-9]01,")
+        await pilot.pause()
+        assert feed.log_widget.row_count == len(feed.visible_lines()) == 10
+        assert all("running-req: 1" in r for r in screen_rows(feed) if r)
+        assert feed.set_filter("")
+        await pilot.pause()
+        assert feed.log_widget.row_count == 300
