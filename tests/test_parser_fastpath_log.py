@@ -209,3 +209,32 @@ def _mutate(spec: tuple[str, int, int, str]) -> str:
 def test_mutated_log_lines_match_feed(specs: list[tuple[str, int, int, str]], size: int) -> None:
     items = [_mutate(spec) for spec in specs]
     _assert_same(_careful(items), _batched(items, size))
+
+
+def test_cached_verdicts_are_per_alternative_and_keep_refusing() -> None:
+    # The batch path remembers, per message, whether it is a plain `log`: a message refused once must
+    # be refused every time, and the same words read differently with and without SGLang's bracket
+    # (`Rank 0: ` is another prefix only without it).
+    plain = [PREFIX + "Rank 0: weights here", PREFIX + "RuntimeError: boom", PREFIX + "[aiter] import x"]
+    bracketed = [SGL + "Rank 0: weights here", SGL + "[aiter] import x"]
+    long_msg = PREFIX + "w" * 600 + " failed"  # past the cached length, judged each time
+    items = plain + bracketed + [long_msg] + bracketed + plain + [long_msg]
+    parser = _Recording()
+    events = parser.feed_many(items) + parser.flush()
+    _assert_same(_careful(items), events)
+    refused = [PREFIX + "Rank 0: weights here", PREFIX + "RuntimeError: boom", long_msg]
+    assert parser.careful == refused + refused
+    assert [e.kind for e in events if e.raw == SGL + "Rank 0: weights here"] == ["log", "log"]
+
+
+def test_verdict_caches_stay_bounded_and_right_after_clearing() -> None:
+    # More distinct messages than a cache holds, then the first ones again and some refused ones.
+    items = [f"{PREFIX}noise line {i}" for i in range(5000)]
+    refused = [PREFIX + f"step {i} failed" for i in range(3)]  # an error hint: the careful path decides
+    items += items[:50] + refused + items[:50] + refused
+    parser = _Recording()
+    events = parser.feed_many(items) + parser.flush()
+    _assert_same(_careful(items), events)
+    sizes = [len(verdicts) for verdicts in parser._log_verdicts.values()]
+    assert 0 < max(sizes) <= 4096
+    assert parser.careful == refused + refused
