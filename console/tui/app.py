@@ -50,7 +50,7 @@ from console.tui.panels import GpuPanel, HeaderBar, KvPanel, TimelinePanel, Verd
 from console.tui.probe import ThroughputChart
 from console.tui.profiles import HostView, ProfilesScreen
 from console.tui.screens import ApplyChoice, ApplyConfirmScreen, ConfirmScreen, HelpScreen, help_keys
-from console.tui.view import ApplyTrack, display_boot
+from console.tui.view import ApplyTrack, display_boot, rich_style
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONSOLE_HEARTBEAT_S = 5.0
@@ -541,7 +541,7 @@ class ConsoleApp(App[int]):
         note = lock_note(view, self.me, link.state.now())
         if note is not None:
             style = "bold red" if view is not None and view.lock_stale else "bold yellow3"
-            dash.timeline.set_note(Text(note, style))
+            dash.timeline.set_note(Text(note, rich_style(style)))
             return
         last = self.last_audit.get(host)
         dash.timeline.set_note(last.line() if last is not None else None)

@@ -34,6 +34,7 @@ from console.tui.view import (
     kv_gauge,
     model_name,
     restart_timeline,
+    rich_style,
     unit_state,
 )
 
@@ -234,10 +235,10 @@ Right of each bar: used / total GiB and the utilization the sampler reported."""
     def render(self) -> RenderableType:
         snap = self.snap
         if snap is None or snap.gpus is None:
-            return Text("GPUs: waiting for the first sample…", "grey62")
+            return Text("GPUs: waiting for the first sample…", rich_style("grey62"))
         sample = snap.gpus
         if sample.state.value != "ok":
-            return Text(f"GPUs: {sample.detail or sample.state.value}", "yellow3")
+            return Text(f"GPUs: {sample.detail or sample.state.value}", rich_style("yellow3"))
         rows = self._gpu_rows(snap)
         width = max(10, self.content_region.width - 34)
         legend = Text(" ")
@@ -267,7 +268,7 @@ Right of each bar: used / total GiB and the utilization the sampler reported."""
             lines.append(line)
         if rows and not any(r.detailed for r in rows):
             lines.append(
-                Text(" used/total only: this boot's journal has not reported per-rank memory", "grey50")
+                Text(" used/total only: this boot's journal has not reported per-rank memory", rich_style("grey50"))
             )
         return Group(*lines)
 
@@ -304,7 +305,7 @@ longest request the server accepts now: a pool smaller than either cannot hold o
     def render(self) -> RenderableType:
         snap = self.snap
         if snap is None:
-            return Text("KV pool: no data yet", "grey62")
+            return Text("KV pool: no data yet", rich_style("grey62"))
         g = (
             self._gauge
             if self._gauge is not None
@@ -340,7 +341,7 @@ longest request the server accepts now: a pool smaller than either cannot hold o
             ok = g.pool_tokens is not None and g.pool_tokens >= g.target
             tbl.add_row("T target", Text(f"{g.target:,}{src}", "green3" if ok else "bold red"))
         else:
-            tbl.add_row("T target", Text("none (pass --profile or --target-context)", "grey50"))
+            tbl.add_row("T target", Text("none (pass --profile or --target-context)", rich_style("grey50")))
         if g.context_length is not None:
             ok = g.pool_tokens is not None and g.pool_tokens >= g.context_length
             tbl.add_row("c --context-length", Text(f"{g.context_length:,}", "green3" if ok else "yellow3"))
@@ -378,7 +379,7 @@ after it, and the timeline ends in the verification verdict (R rolls back after 
     audit trail's last word on the restart ("alice applied ctx-200k; restart 5m12s; verified ...")."""
 
     def set_note(self, note: Text | str | None) -> None:
-        note = Text(note, "bright_cyan") if isinstance(note, str) else note
+        note = Text(note, rich_style("bright_cyan")) if isinstance(note, str) else note
         if note == self.note:
             return
         self.note = note
@@ -416,9 +417,9 @@ after it, and the timeline ends in the verification verdict (R rolls back after 
         if self.track is not None:
             return self._render_track(self.track, tl)
         if snap is None:
-            return Text("restart: no boot seen", "grey62")
+            return Text("restart: no boot seen", rich_style("grey62"))
         if tl is None:
-            return Text("restart: no boot with timestamps yet", "grey62")
+            return Text("restart: no boot with timestamps yet", rich_style("grey62"))
         colour = OUTCOME_STYLES[tl.outcome]
         head = Text()
         head.append(f"boot #{tl.boot_index} ", "bold")
@@ -460,9 +461,9 @@ after it, and the timeline ends in the verification verdict (R rolls back after 
             for why in [r for r in track.reasons if r not in track.summary][:4]:
                 lines.append(Text(f"  {why}", "red"))
             if track.can_roll_back:
-                lines.append(Text("R rolls back to the previous drop-in", "bold yellow3"))
+                lines.append(Text("R rolls back to the previous drop-in", rich_style("bold yellow3")))
         elif track.message:
-            lines.append(Text(track.message, "grey62", overflow="ellipsis", no_wrap=True))
+            lines.append(Text(track.message, rich_style("grey62"), overflow="ellipsis", no_wrap=True))
         return Group(*lines)
 
 

@@ -49,6 +49,7 @@ from console.core.probe import (
 )
 from console.core.snapshot import HostSnapshot
 from console.tui.footer import KeyFooter
+from console.tui.view import rich_style
 
 CURRENT_STYLE = "bold green3"
 EARLIER_MARKERS: tuple[tuple[str, str], ...] = (
@@ -88,7 +89,7 @@ def depth_chart(current: Curve | None, earlier: Sequence[Curve], width: int, hei
     curves = [c for c in earlier[-len(EARLIER_MARKERS) :] if c.points]
     plotted = ([current] if current and current.points else []) + curves
     if not plotted:
-        return Text("No depth measured yet: fire a probe to draw tok/s against depth.", "grey62")
+        return Text("No depth measured yet: fire a probe to draw tok/s against depth.", rich_style("grey62"))
     values = [v for c in plotted for _, v in c.points if v > 0]
     log = bool(values) and max(values) / min(values) > 10
     styles: dict[str, str] = {"hd": CURRENT_STYLE}
@@ -123,7 +124,7 @@ def throughput_chart(
     """Generation tok/s over the last `window_s` seconds (x: seconds before now)."""
     shown = [(t - now, v) for t, v in points if now - window_s <= t <= now]
     if not shown:
-        return Text("No generation yet: the server has logged no Decode batch line in this window.", "grey62")
+        return Text("No generation yet: the server has logged no Decode batch line in this window.", rich_style("grey62"))
 
     def build(fig: Any) -> None:
         fig.draw(fig.signal([x for x, _ in shown], [v for _, v in shown]).lines())
@@ -284,16 +285,16 @@ def results_table(
                     fmt_depth(depth),
                     f"{live.tokens}/{live.requested_tokens}",
                     _num(live.ttft_s, ".2f"),
-                    Text(_num(live.live_tok_s, ".2f"), "bold yellow3"),
+                    Text(_num(live.live_tok_s, ".2f"), rich_style("bold yellow3")),
                     "",
                     "",
                     "",
                     "",
                 )
             elif live is not None and live.depth == depth and live.phase is ProbePhase.PREFILL:
-                table.add_row(fmt_depth(depth), Text("prefill…", "yellow3"), "", "", "", "", "", "")
+                table.add_row(fmt_depth(depth), Text("prefill…", rich_style("yellow3")), "", "", "", "", "", "")
             else:
-                table.add_row(fmt_depth(depth), Text("waiting", "grey50"), "", "", "", "", "", "")
+                table.add_row(fmt_depth(depth), Text("waiting", rich_style("grey50")), "", "", "", "", "", "")
             continue
         if result.status is not ProbeStatus.OK:
             style = "yellow3" if result.status is ProbeStatus.REFUSED else "red3"
@@ -344,7 +345,7 @@ class ProbePanel(Vertical, can_focus=False):
         self.report: ProbeReport | None = None
         self.earlier: list[Curve] = []
         self.running = False
-        self.status = Text("Ready: Enter or Fire sends the probe.", "grey62")
+        self.status = Text("Ready: Enter or Fire sends the probe.", rich_style("grey62"))
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="probe-controls"):
@@ -403,7 +404,7 @@ class ProbePanel(Vertical, can_focus=False):
         self.live = None
         self.report = None
         self.set_running(True)
-        self._status(Text(f"Probing {len(depths)} depth(s), {tokens} new tokens each…", "yellow3"))
+        self._status(Text(f"Probing {len(depths)} depth(s), {tokens} new tokens each…", rich_style("yellow3")))
         self._draw()
 
     def show_progress(self, p: ProbeProgress) -> None:
@@ -412,17 +413,17 @@ class ProbePanel(Vertical, can_focus=False):
             self.rows[p.index] = (p.depth, p.result)
         where = f"[{p.index + 1}/{p.total}] {fmt_depth(p.depth)}"
         if p.phase is ProbePhase.PREFILL:
-            line = Text(f"{where}: prefill of {p.depth:,} tokens…", "yellow3")
+            line = Text(f"{where}: prefill of {p.depth:,} tokens…", rich_style("yellow3"))
         elif p.phase is ProbePhase.DECODING:
-            line = Text(f"{where}: decoding {p.tokens}/{p.requested_tokens}", "yellow3")
+            line = Text(f"{where}: decoding {p.tokens}/{p.requested_tokens}", rich_style("yellow3"))
             if p.live_tok_s is not None:
                 line.append(f"   {p.live_tok_s:.2f} tok/s live", "bold yellow3")
             if p.ttft_s is not None:
                 line.append(f"   TTFT {p.ttft_s:.2f} s", "grey62")
         elif p.phase is ProbePhase.DONE and p.result is not None:
-            line = Text(f"{where}: {p.result.diagnosis}", "green3")
+            line = Text(f"{where}: {p.result.diagnosis}", rich_style("green3"))
         else:
-            line = Text(f"{where}: {p.phase.value}: {p.detail or ''}", "red3")
+            line = Text(f"{where}: {p.phase.value}: {p.detail or ''}", rich_style("red3"))
         self._status(line)
         self._draw()
 

@@ -29,7 +29,7 @@ from console.core.state import Boot
 from console.tui.footer import KeyFooter
 from console.tui.profile_check import ProfileCheck, check_profile_text, named_in
 from console.tui.screens import diff_text
-from console.tui.view import fmt_tokens
+from console.tui.view import fmt_tokens, rich_style
 
 CHECK_DELAY_S = 0.25
 """Validation and the what-if run this long after the last keystroke, not on every one."""
@@ -323,7 +323,7 @@ class ProfilesScreen(Screen[None]):
         self.reload_list()
         self.run_check()
         errors = len(self.check.errors) if self.check else 0
-        note = Text(f"saved to {path}", "green3")
+        note = Text(f"saved to {path}", rich_style("green3"))
         if errors:
             note.append(f" with {errors} error(s): applying it is refused", "yellow3")
         self._status(note)
@@ -379,7 +379,7 @@ def issues_text(check: ProfileCheck) -> Text:
 def whatif_text(w: PlannerVerdict | None) -> RenderableType:
     head = Text("what-if", "bold")
     if w is None:
-        return Group(head, Text("no prediction until the profile reads", "grey62"))
+        return Group(head, Text("no prediction until the profile reads", rich_style("grey62")))
     lines: list[RenderableType] = [head]
     row = Text()
     row.append("pool ", "grey62")
@@ -403,13 +403,13 @@ def whatif_text(w: PlannerVerdict | None) -> RenderableType:
     if w.mem_fraction_static is not None:
         lines.append(Text.assemble(("mem-fraction-static ", "grey62"), f"{w.mem_fraction_static:g}"))
     if w.fits is True:
-        lines.append(Text("✔ fits", "bold green3"))
+        lines.append(Text("✔ fits", rich_style("bold green3")))
     elif w.fits is False:
         lines.append(Text("✘ does not fit", "bold red"))
     elif not w.checked:
-        lines.append(Text("not checked", "yellow3"))
+        lines.append(Text("not checked", rich_style("yellow3")))
     for why in w.reasons:
         lines.append(Text(f"  {why}", "red" if w.fits is False else "grey62"))
     if w.calibration != "none":
-        lines.append(Text(f"calibration: {w.calibration} on this host's boots ({w.model})", "grey50"))
+        lines.append(Text(f"calibration: {w.calibration} on this host's boots ({w.model})", rich_style("grey50")))
     return Group(*lines)

@@ -11,6 +11,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from console.tui.view import rich_style
+
 KEYS = """\
 [b]Keys[/b]
   q            quit                       F1      this help
@@ -71,7 +73,7 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="help-box"):
             yield Static(Text.from_markup(body), id="help-panel")
             yield Static(Text.from_markup(keys), id="help-keys")
-            yield Static(Text("Esc closes", "grey62"), id="help-close")
+            yield Static(Text("Esc closes", rich_style("grey62")), id="help-close")
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)
@@ -92,7 +94,7 @@ class ConfirmScreen(ModalScreen[bool]):
         with Vertical(id="confirm-box"):
             yield Static(Text(self.question, "bold"), id="confirm-question")
             if self.detail:
-                yield Static(Text(self.detail, "grey70"), id="confirm-detail")
+                yield Static(Text(self.detail, rich_style("grey70")), id="confirm-detail")
             with Horizontal(id="confirm-buttons"):
                 yield Button("Yes (y)", id="yes", variant="warning")
                 yield Button("No (n)", id="no", variant="primary")
