@@ -125,7 +125,7 @@ def lock_holder(app: ConsoleApp, host: str) -> str | None:
 
 
 def audits(dash: HostDashboard) -> list[Audit]:
-    return [e for _, e in dash.feed._events if isinstance(e, Audit)]
+    return [e for e in dash.feed.events() if isinstance(e, Audit)]
 
 
 def trail(twin: TwinHost) -> list[dict[str, Any]]:

@@ -72,14 +72,13 @@ class FeedLog(ScrollView, can_focus=True):
     per write; at 2,000 journal lines a second that took 60% of a core and delayed keys by seconds.
     Here a new row costs a deque append, and a frame renders the rows in view (cached per row)."""
 
+    # No tint on focus (RichLog's has one): the feed's border already shows it, and a tint is a colour
+    # filter over every cell of the feed at every frame.
     DEFAULT_CSS = """
     FeedLog {
         background: $surface;
         color: $foreground;
         overflow-y: scroll;
-        &:focus {
-            background-tint: $foreground 5%;
-        }
     }
     """
     HELP = """\
@@ -203,6 +202,23 @@ def is_poll(event: Event) -> bool:
     return event.path.split("?", 1)[0] in POLL_PATHS
 
 
+class FeedEntry:
+    """An event in the feed's history, with the boot it belongs to and its line as the operator reads
+    it (what a filter matches), made once on demand: a filter or `m` re-judges all 5,000."""
+
+    __slots__ = ("_text", "boot", "event")
+
+    def __init__(self, boot: int, event: Event) -> None:
+        self.boot = boot
+        self.event = event
+        self._text: str | None = None
+
+    def text(self) -> str:
+        if self._text is None:
+            self._text = feed_line(self.event)
+        return self._text
+
+
 class EventFeed(Vertical):
     BINDINGS = [  # noqa: RUF012 - Textual reads it as a class attribute
         Binding("slash", "filter", "Filter"),
@@ -217,7 +233,7 @@ class EventFeed(Vertical):
     def __init__(self, *, history: int = HISTORY, id: str | None = None) -> None:
         super().__init__(id=id)
         self.history = history
-        self._events: deque[tuple[int, Event]] = deque(maxlen=history)  # (boot index, event)
+        self._events: deque[FeedEntry] = deque(maxlen=history)
         self._seen_total = 0
         self._boot_index: int | None = None
         self._boots: tuple[Boot, ...] = ()
@@ -245,14 +261,14 @@ class EventFeed(Vertical):
         boot = display_boot(snap.state)
         index = boot.index if boot is not None else 0
         new = snap.events_total - self._seen_total
-        fresh: list[tuple[int, Event]] = []
+        fresh: list[FeedEntry] = []
         if new > 0:
             recent = snap.recent[-new:] if new <= len(snap.recent) else snap.recent
             # only the events that can be on screen: a burst larger than the history would fall off
             recent = recent[-self.history :]
             ids = {id(e): b.index for b in snap.state.boots[-3:] for e in b.events}
             for e in recent:
-                fresh.append((ids.get(id(e), index), e))
+                fresh.append(FeedEntry(ids.get(id(e), index), e))
             self._seen_total = snap.events_total
         self._boots = snap.state.boots
         self._errors = boot.errors if boot is not None else ()
@@ -262,7 +278,7 @@ class EventFeed(Vertical):
         if rebuilt:
             self._rebuild()
         else:
-            self.log_widget.append_rows((e for b, e in fresh if self._visible(b, e)), follow=self.follow)
+            self.log_widget.append_rows((r.event for r in fresh if self._visible(r)), follow=self.follow)
         self._update_pins()
         self._update_folded()
 
@@ -270,16 +286,16 @@ class EventFeed(Vertical):
         """Events that come from outside the journal (the host's audit trail): placed in the current
         boot's stream where they arrive, never counted against the journal's own totals."""
         index = self._boot_index if self._boot_index is not None else 0
-        rows = [(index, e) for e in events]
+        rows = [FeedEntry(index, e) for e in events]
         self._events.extend(rows)
-        self.log_widget.append_rows((e for b, e in rows if self._visible(b, e)), follow=self.follow)
+        self.log_widget.append_rows((r.event for r in rows if self._visible(r)), follow=self.follow)
 
-    def _visible(self, boot_index: int, event: Event) -> bool:
-        if self.folded and boot_index != self._boot_index:
+    def _visible(self, row: FeedEntry) -> bool:
+        if self.folded and row.boot != self._boot_index:
             return False
-        if not self.show_polls and is_poll(event):
+        if not self.show_polls and is_poll(row.event):
             return False
-        return self.filter.pattern is None or self.filter.matches(feed_line(event))
+        return self.filter.pattern is None or self.filter.matches(row.text())
 
     @staticmethod
     def _pieces(event: Event) -> Pieces:
@@ -293,7 +309,7 @@ class EventFeed(Vertical):
         ]
 
     def _rebuild(self) -> None:
-        self.log_widget.replace_rows((e for b, e in self._events if self._visible(b, e)), follow=self.follow)
+        self.log_widget.replace_rows((r.event for r in self._events if self._visible(r)), follow=self.follow)
 
     def _set_static(self, widget_id: str, text: Text | None) -> None:
         """Update a pinned line only when it changes: an update re-measures the feed's layout."""
@@ -345,7 +361,11 @@ class EventFeed(Vertical):
 
     def visible_lines(self) -> list[str]:
         """The feed's lines as shown (for tests and for the status line)."""
-        return [feed_line(e) for b, e in self._events if self._visible(b, e)]
+        return [r.text() for r in self._events if self._visible(r)]
+
+    def events(self) -> list[Event]:
+        """Every event the feed holds (shown or not), oldest first."""
+        return [r.event for r in self._events]
 
     # ---- actions -----------------------------------------------------------------------------------
 

@@ -53,7 +53,7 @@ if str(REPO) not in sys.path:
 COLS, ROWS = 160, 48
 CSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>78]")
 HELP_TEXT = b"Esc closes"
-# (written, seen) of every F1 press, dumped next to the child's K26_BENCH_LOOPLOG when it is set
+# (written, seen) of every F1 and m press, dumped next to the child's K26_BENCH_LOOPLOG when it is set
 KEY_LOG: list[tuple[float, float]] = []
 
 
@@ -476,6 +476,7 @@ def toggle_latencies(term: Terminal, presses: int) -> list[float]:
         t = term.wait_for(want, mark, 5.0)
         if t is not None:
             out.append(t - t0)
+            KEY_LOG.append((t0, t))
         time.sleep(0.4)
     return out
 
