@@ -240,6 +240,9 @@ class JournalFollower:
                 # makes the next run print the entry again, a drop after it does not.
                 self._cursor = cursor
                 self._entries += 1
+                if not self._entries % 256:
+                    # asyncssh hands out buffered lines without yielding: let a key in now and then
+                    await asyncio.sleep(0)
             status = await stream.wait(2.0)
             if status not in (0, None):
                 text = (await stream.stderr_text()).strip().splitlines()
