@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 
 class GcPacer:
-    def __init__(self, *, freeze_every_s: float = 1.0, collect_every_s: float = 300.0) -> None:
+    def __init__(self, *, freeze_every_s: float = 5.0, collect_every_s: float = 300.0) -> None:
         self.freeze_every_s = freeze_every_s
         self.collect_every_s = collect_every_s
         self.collections = 0
