@@ -19,7 +19,8 @@ from pydantic import ValidationError
 
 from console.cli.cmd_parse import _chunks, _lines
 from console.core.events import EVENT_ADAPTER
-from console.core.parser import JournalParser, _digits_as_range, parse_lines
+from console.core.parser import _digits_as_range, parse_lines
+from tests.support.fastpath import assert_same, batched, careful, mutate
 
 _BENCH = Path(__file__).parent / "bench" / "bench_parser.py"
 
@@ -52,40 +53,15 @@ OTHER_LINES = [
 ]
 
 
-def _careful(items: list[Any], host: str | None = None) -> list[Any]:
-    parser = JournalParser(host)
-    out: list[Any] = []
-    for item in items:
-        out.extend(parser.feed(item))
-    return out + parser.flush()
-
-
-def _batched(items: list[Any], host: str | None = None, size: int = 7) -> list[Any]:
-    parser = JournalParser(host)
-    out: list[Any] = []
-    for start in range(0, len(items), size):
-        out.extend(parser.feed_many(items[start : start + size]))
-    return out + parser.flush()
-
-
-def _assert_same(expected: list[Any], got: list[Any]) -> None:
-    assert len(got) == len(expected)
-    for a, b in zip(expected, got, strict=True):
-        assert type(a) is type(b)
-        assert list(a.__dict__.items()) == list(b.__dict__.items())  # values and field order
-        assert a.model_dump_json() == b.model_dump_json()
-        assert a.__pydantic_fields_set__ == b.__pydantic_fields_set__
-
-
 def test_hot_lines_take_the_batch_path_and_match_feed() -> None:
     items = HOT_LINES + OTHER_LINES + HOT_LINES
-    _assert_same(_careful(items), _batched(items))
-    _assert_same(_careful(items), list(parse_lines(items)))
-    _assert_same(_careful(items), list(parse_lines(iter(items))))
-    _assert_same(_careful(items, host="h1"), _batched(items, host="h1", size=1000))
-    kinds = [e.kind for e in _batched(HOT_LINES)]
+    assert_same(careful(items), batched(items))
+    assert_same(careful(items), list(parse_lines(items)))
+    assert_same(careful(items), list(parse_lines(iter(items))))
+    assert_same(careful(items, host="h1"), batched(items, host="h1", size=1000))
+    kinds = [e.kind for e in batched(HOT_LINES)]
     assert kinds == ["decode_batch"] * 2 + ["prefill_batch"] * 2 + ["http_access"] * 2
-    first = _batched(HOT_LINES[:2])
+    first = batched(HOT_LINES[:2])
     assert first[0].ts == "2026-05-30T21:18:14" and first[0].tp_rank == 0 and first[0].pid == 4310
     assert first[1].ts == "2026-12-31T23:59:59"  # journald's December, SGLang's January: last year
     assert (first[1].dp_rank, first[1].tp_rank, first[1].ep_rank, first[1].accept_rate) == (1, 3, 3, 0.73)
@@ -96,8 +72,8 @@ def test_every_corpus_line_matches_feed(corpus_dir: Path) -> None:
     assert files
     for path in files:
         lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
-        _assert_same(_careful(lines), _batched(lines, size=64))
-        _assert_same(_careful(lines), list(parse_lines(lines)))
+        assert_same(careful(lines), batched(lines, size=64))
+        assert_same(careful(lines), list(parse_lines(lines)))
 
 
 def _bench_module() -> Any:
@@ -111,13 +87,13 @@ def _bench_module() -> Any:
 
 def test_benchmark_journal_matches_feed() -> None:
     lines = _bench_module().build_journal(20_000)
-    expected = _careful(lines)
-    _assert_same(expected, list(parse_lines(lines)))
+    expected = careful(lines)
+    assert_same(expected, list(parse_lines(lines)))
     assert sum(e.kind == "decode_batch" for e in expected) > 5_000
 
 
 def test_batch_built_events_behave_like_validated_ones() -> None:
-    for event in _batched(HOT_LINES):
+    for event in batched(HOT_LINES):
         validated = EVENT_ADAPTER.validate_json(event.model_dump_json())
         assert validated == event and event == validated
         assert hash(validated) == hash(event)
@@ -139,16 +115,11 @@ _mutation = st.sampled_from(HOT_LINES + OTHER_LINES[:3]).flatmap(
 )
 
 
-def _mutate(spec: tuple[str, int, int, str]) -> str:
-    line, at, cut, insert = spec
-    return line[:at] + insert + line[at + cut :]
-
-
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_mutation, min_size=1, max_size=12))
 def test_mutated_hot_lines_match_feed(specs: list[tuple[str, int, int, str]]) -> None:
-    items = [_mutate(spec) for spec in specs]
-    _assert_same(_careful(items), _batched(items, size=5))
+    items = [mutate(spec) for spec in specs]
+    assert_same(careful(items), batched(items, size=5))
 
 
 @settings(max_examples=200, deadline=None)

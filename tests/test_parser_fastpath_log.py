@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from console.core.events import EVENT_ADAPTER
 from console.core.parser import JournalParser, parse_lines
+from tests.support.fastpath import assert_same, batched, careful, mutate
 
 PREFIX = "May 30 21:18:14 gpu-node-07 python3[4310]: "
 SGL = PREFIX + "[2026-05-30 21:18:14 TP0] "
@@ -65,53 +66,24 @@ NUMBER_LINES = [
 ]
 
 
-def _careful(items: list[Any]) -> list[Any]:
-    parser = JournalParser()
-    out: list[Any] = []
-    for item in items:
-        out.extend(parser.feed(item))
-    return out + parser.flush()
-
-
-def _batched(items: list[Any], size: int) -> list[Any]:
-    parser = JournalParser()
-    out: list[Any] = []
-    for start in range(0, len(items), size):
-        out.extend(parser.feed_many(items[start : start + size]))
-    return out + parser.flush()
-
-
-def _assert_same(expected: list[Any], got: list[Any]) -> None:
-    assert len(got) == len(expected)
-    for a, b in zip(expected, got, strict=True):
-        assert type(a) is type(b)
-        assert list(a.__dict__.items()) == list(b.__dict__.items())  # values and field order
-        assert a.model_dump_json() == b.model_dump_json()
-        assert a.__pydantic_fields_set__ == b.__pydantic_fields_set__
-        assert (a.__pydantic_extra__, a.__pydantic_private__) == (
-            b.__pydantic_extra__,
-            b.__pydantic_private__,
-        )
-
-
 def test_log_lines_are_built_in_the_batch_as_feed_builds_them() -> None:
     items = LOG_LINES + REFUSED_LINES + NUMBER_LINES + LOG_LINES
-    expected = _careful(items)
+    expected = careful(items)
     for size in (1, 5, 1024):
-        _assert_same(expected, _batched(items, size))
-    _assert_same(expected, list(parse_lines(items)))
-    kinds = [e.kind for e in _batched(LOG_LINES, 64)]
+        assert_same(expected, batched(items, size))
+    assert_same(expected, list(parse_lines(items)))
+    kinds = [e.kind for e in batched(LOG_LINES, 64)]
     assert kinds == ["log"] * len(LOG_LINES)
-    first = _batched(LOG_LINES[:1], 1)[0]
+    first = batched(LOG_LINES[:1], 1)[0]
     assert (first.ts, first.host, first.pid, first.message[:7]) == (
         "--05-30T21:18:14",
         "gpu-node-07",
         4310,
         "[aiter]",
     )
-    bracketed = _batched(LOG_LINES[5:6], 1)[0]
+    bracketed = batched(LOG_LINES[5:6], 1)[0]
     assert (bracketed.ts, bracketed.tp_rank, bracketed.message[:8]) == ("2026-05-30T21:18:14", 0, "KV cache")
-    assert _batched(LOG_LINES[-1:], 1)[0].ts == "2026-12-31T23:59:59"
+    assert batched(LOG_LINES[-1:], 1)[0].ts == "2026-12-31T23:59:59"
 
 
 class _Recording(JournalParser):
@@ -140,8 +112,8 @@ def test_the_batch_takes_log_lines_itself_and_refuses_the_others() -> None:
 
 
 def test_numbers_outside_the_tables_are_read_as_feed_reads_them() -> None:
-    events = _batched(NUMBER_LINES, 64)
-    _assert_same(_careful(NUMBER_LINES), events)
+    events = batched(NUMBER_LINES, 64)
+    assert_same(careful(NUMBER_LINES), events)
     assert (events[0].running_req, events[0].token_usage, events[0].queue_req) == (4096, 12.34, 10000)
     assert (events[1].running_req, events[1].token_usage, events[1].queue_req) == (7, 1.5, 0)
     assert (events[2].token_usage, events[2].queue_req) == (123.456, 5000)
@@ -149,7 +121,7 @@ def test_numbers_outside_the_tables_are_read_as_feed_reads_them() -> None:
 
 
 def test_batch_built_logs_behave_like_validated_ones() -> None:
-    for event in _batched(LOG_LINES, 64):
+    for event in batched(LOG_LINES, 64):
         validated = EVENT_ADAPTER.validate_json(event.model_dump_json())
         assert validated == event and event == validated
         assert hash(validated) == hash(event)
@@ -168,8 +140,8 @@ def test_a_traceback_held_across_log_lines_matches_feed() -> None:
         other + "more noise",
         *LOG_LINES,
     ]
-    _assert_same(_careful(items), _batched(items, 3))
-    assert sum(e.kind == "error" for e in _batched(items, 1024)) == 1
+    assert_same(careful(items), batched(items, 3))
+    assert sum(e.kind == "error" for e in batched(items, 1024)) == 1
 
 
 def test_mixed_chunks_match_feed() -> None:
@@ -185,8 +157,8 @@ def test_mixed_chunks_match_feed() -> None:
         PREFIX + "x" * 300_000,
         LOG_LINES[5],
     ]
-    _assert_same(_careful(items), _batched(items, 1024))
-    _assert_same(_careful(items), list(parse_lines(iter(items))))
+    assert_same(careful(items), batched(items, 1024))
+    assert_same(careful(items), list(parse_lines(iter(items))))
 
 
 _line = st.sampled_from(LOG_LINES + REFUSED_LINES + NUMBER_LINES).flatmap(
@@ -199,16 +171,11 @@ _line = st.sampled_from(LOG_LINES + REFUSED_LINES + NUMBER_LINES).flatmap(
 )
 
 
-def _mutate(spec: tuple[str, int, int, str]) -> str:
-    line, at, cut, insert = spec
-    return line[:at] + insert + line[at + cut :]
-
-
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_line, min_size=1, max_size=12), st.integers(1, 6))
 def test_mutated_log_lines_match_feed(specs: list[tuple[str, int, int, str]], size: int) -> None:
-    items = [_mutate(spec) for spec in specs]
-    _assert_same(_careful(items), _batched(items, size))
+    items = [mutate(spec) for spec in specs]
+    assert_same(careful(items), batched(items, size))
 
 
 def test_cached_verdicts_are_per_alternative_and_keep_refusing() -> None:
@@ -221,7 +188,7 @@ def test_cached_verdicts_are_per_alternative_and_keep_refusing() -> None:
     items = plain + bracketed + [long_msg] + bracketed + plain + [long_msg]
     parser = _Recording()
     events = parser.feed_many(items) + parser.flush()
-    _assert_same(_careful(items), events)
+    assert_same(careful(items), events)
     refused = [PREFIX + "Rank 0: weights here", PREFIX + "RuntimeError: boom", long_msg]
     assert parser.careful == refused + refused
     assert [e.kind for e in events if e.raw == SGL + "Rank 0: weights here"] == ["log", "log"]
@@ -234,7 +201,7 @@ def test_verdict_caches_stay_bounded_and_right_after_clearing() -> None:
     items += items[:50] + refused + items[:50] + refused
     parser = _Recording()
     events = parser.feed_many(items) + parser.flush()
-    _assert_same(_careful(items), events)
+    assert_same(careful(items), events)
     sizes = [len(verdicts) for verdicts in parser._log_verdicts.values()]
     assert 0 < max(sizes) <= 4096
     assert parser.careful == refused + refused

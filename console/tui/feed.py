@@ -8,7 +8,6 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
@@ -100,7 +99,6 @@ every console on the host adds two every few seconds and they would bury real tr
     def __init__(self, pieces: Callable[[Event], Pieces], *, max_lines: int, id: str | None = None) -> None:
         super().__init__(id=id)
         self._pieces = pieces
-        self._styles: dict[str, Style] = {}
         self._row_style: Style | None = None
         self._rows: deque[Event] = deque(maxlen=max_lines)
         self._base = 0  # the absolute number of `_rows[0]`: cached strips stay valid as rows fall off
@@ -157,24 +155,12 @@ every console on the host adds two every few seconds and they would bury real tr
         return strip.apply_style(style)
 
     def _strip(self, event: Event, width: int) -> Strip:
-        """One row as segments, cut to `width` with an ellipsis in the style of the cell it replaces
-        (what Rich's `Text.truncate` draws, at a tenth of its cost: this runs for every row that
-        scrolls into view, hundreds a second under a busy journal)."""
-        segments = []
-        for text, style_name in self._pieces(event):
-            if not text.isprintable():
-                text = text.translate(_CONTROL_PICTURES)
-            style = self._styles.get(style_name)
-            if style is None:
-                style = self._styles[style_name] = self.app.console.get_style(style_name or "none")
-            segments.append(Segment(text, style))
-        strip = Strip(segments)
-        if strip.cell_length > width > 0:
-            cut = strip.crop(0, width - 1)
-            last = strip.crop(width - 1, width)
-            style = next((seg.style for seg in last if seg.text), None)
-            strip = Strip([*cut, Segment("…", style)])
-        return strip.extend_cell_length(width)
+        """One row, cut to `width` with an ellipsis as RichLog cut it."""
+        line = Text(no_wrap=True, overflow="ellipsis")
+        for text, style in self._pieces(event):
+            line.append(text if text.isprintable() else text.translate(_CONTROL_PICTURES), style)
+        line.truncate(width, overflow="ellipsis", pad=True)
+        return Strip(list(line.render(self.app.console)), width)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
