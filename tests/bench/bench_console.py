@@ -14,6 +14,11 @@ What it measures, each set against a baseline taken in the same run (these machi
 * **key → repaint** under that load: F1 opens the help screen; latency = key written to the help text's
   bytes arriving on the pty (p50/p95 over the presses). Baseline: the same key in a bare Textual app
   with one static widget, in the same kind of pty.
+* **CPUs**: by default the console (and each baseline's client) runs on a CPU of its own and everything
+  that stands in for the remote host (the twin's sshd, journal and journalctl, the load generator, this
+  process) on the others. In production those run on the GPU host, not on the jump host beside the
+  console; on a 2-core machine sharing them doubles key latency (see docs/performance.md).
+  `--cpus shared` runs everything on every CPU, for comparison.
 * **idle cost**: 8 GPUs at 1 Hz, a quiet journal: CPU (utime+stime from /proc over the window, as % of
   one core), RSS, and the bytes the console writes to the terminal per second. Before the window the
   child is fed a day of history quickly (86,400 decode lines through its session's parser and state,
@@ -231,11 +236,13 @@ def child_bare() -> None:
 class Terminal:
     """A child process on a pty; a reader thread timestamps every chunk it writes."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], cpus: set[int] | None = None) -> None:
         pid, fd = pty.fork()
         if pid == 0:  # the child
             os.environ.update({"TERM": "xterm-256color", "COLUMNS": str(COLS), "LINES": str(ROWS)})
             os.environ.pop("TEXTUAL", None)
+            if cpus:
+                os.sched_setaffinity(0, cpus)
             os.execv(sys.executable, [sys.executable, *argv])
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
         self.pid = pid
@@ -426,10 +433,14 @@ def marker_latencies(term: Terminal, load: JournalLoad, since_marker: int, timeo
     return out
 
 
-def journal_baseline(twin: object, load: JournalLoad, seconds: float) -> list[float]:
-    """The transport floor: `journalctl -f` for the unit over the same SSH, markers timed the same way."""
+def journal_baseline(twin: object, load: JournalLoad, seconds: float, cpus: set[int] | None) -> list[float]:
+    """The transport floor: `journalctl -f` for the unit over the same SSH, markers timed the same way.
+    The ssh client stands where the console stood, so it gets the console's CPUs."""
     argv = [*twin.ssh_command().split(), "journalctl", "-f", "-n", "0", "-u", twin.unit, "-o", "cat"]  # type: ignore[attr-defined]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0, preexec_fn=pin
+    )
     arrivals: dict[str, float] = {}
 
     def read() -> None:
@@ -512,6 +523,13 @@ def main() -> int:
     ap.add_argument(
         "--only", choices=["load"], help="run only the load phase (quicker, for profiling with K26_BENCH_*)"
     )
+    ap.add_argument(
+        "--cpus",
+        choices=["split", "shared"],
+        default="split",
+        help="split (default): the console on a CPU of its own, the stand-in remote host on the rest; "
+        "shared: everything on every CPU",
+    )
     ap.add_argument("--child", choices=["console", "bare"], help=argparse.SUPPRESS)
     ap.add_argument("--hosts", help=argparse.SUPPRESS)
     ap.add_argument("--name", help=argparse.SUPPRESS)
@@ -529,6 +547,12 @@ def main() -> int:
 
     me = str(Path(__file__).resolve())
     figures: dict[str, object] = {}
+    console_cpus = split_cpus() if args.cpus == "split" else None
+    figures["cpus"] = (
+        f"console on CPU {sorted(console_cpus)}, the twin and load on CPU {sorted(os.sched_getaffinity(0))}"
+        if console_cpus
+        else f"shared: everything on CPU {sorted(os.sched_getaffinity(0))}"
+    )
     with tempfile.TemporaryDirectory(prefix="k26-bench-") as tmp:
         twin = TwinHost(Path(tmp) / "twin", name="bench", time_scale=0.02)
         twin.start_sync()
@@ -539,7 +563,7 @@ def main() -> int:
             if not args.only:
                 # -- baseline process: a bare Textual app
                 say("baseline: bare Textual app")
-                bare = Terminal([me, "--child", "bare"])
+                bare = Terminal([me, "--child", "bare"], console_cpus)
                 try:
                     settle(bare, 3.0)
                     figures["bare_idle"] = idle_window(bare, args.seconds / 2)
@@ -562,7 +586,8 @@ def main() -> int:
                         "--gpu-interval",
                         "1.0",
                         "--preload-day",
-                    ]
+                    ],
+                    console_cpus,
                 )
                 try:
                     settle(term, 12.0)
@@ -576,7 +601,8 @@ def main() -> int:
             say(f"under load: {args.rate:.0f} journal lines/s, 8 GPUs at 4 Hz")
             load = JournalLoad(twin, args.rate)
             term = Terminal(
-                [me, "--child", "console", "--hosts", hosts, "--name", "bench", "--gpu-interval", "0.25"]
+                [me, "--child", "console", "--hosts", hosts, "--name", "bench", "--gpu-interval", "0.25"],
+                console_cpus,
             )
             try:
                 settle(term, 8.0)
@@ -610,7 +636,7 @@ def main() -> int:
                 figures["load_unfiltered_cpu_pct"] = 100 * (cpu1 - cpu0) / (t1u - t0u)
                 figures["journal_lines_per_s"] = load.written / max(1e-9, time.monotonic() - t0 + 3.0)
                 say("baseline: the same markers through a bare journalctl -f over the same SSH")
-                figures["journalctl_ms"] = _ms(journal_baseline(twin, load, args.seconds / 2))
+                figures["journalctl_ms"] = _ms(journal_baseline(twin, load, args.seconds / 2, console_cpus))
             finally:
                 load.stop()
                 term.close()
@@ -622,6 +648,16 @@ def main() -> int:
         Path(looplog + ".keys").write_text(json.dumps(KEY_LOG))
     report(figures)
     return 0
+
+
+def split_cpus() -> set[int] | None:
+    """Give the console the last CPU this process may use and keep the rest for this process and what it
+    starts (the twin's sshd, journal writer and journalctl inherit it). None on a single CPU."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        return None
+    os.sched_setaffinity(0, set(allowed[:-1]))
+    return {allowed[-1]}
 
 
 def _ms(values: list[float]) -> dict[str, float]:
@@ -650,6 +686,7 @@ def report(f: dict[str, object]) -> None:
         g("idle"),
         g("bare_idle"),
     )
+    print(f"CPUs             {f.get('cpus')}")
     print(
         f"event → screen   p50 {ev.get('p50')} ms  p95 {ev.get('p95')} ms  max {ev.get('max')} ms  "
         f"({ev.get('seen')}/{ev.get('markers')} markers)   target ≤ 250 ms"
