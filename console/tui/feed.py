@@ -23,7 +23,15 @@ from textual.widgets import Input, Static
 from console.core.events import Error, Event, HttpAccess
 from console.core.snapshot import HostSnapshot
 from console.core.state import Boot
-from console.tui.view import KIND_STYLES, clock_text, display_boot, event_text, feed_line, rank_label
+from console.tui.view import (
+    KIND_STYLES,
+    clock_text,
+    display_boot,
+    event_text,
+    feed_line,
+    rank_label,
+    textual_text,
+)
 
 Pieces = list[tuple[str, str]]
 """A feed row as (text, Rich style name) pieces."""
@@ -306,7 +314,7 @@ class EventFeed(Vertical):
         widget = self.query_one(f"#{widget_id}", Static)
         widget.display = text is not None
         if text is not None:
-            widget.update(text)
+            widget.update(textual_text(text))
 
     def _update_pins(self) -> None:
         open_errors = [e for e in self._errors if error_key(e) not in self._acked]

@@ -20,6 +20,7 @@ from textual.widget import Widget
 from console.core.pairing import AuditEntry, Identity, PairingView, fmt_span
 from console.sources.hoststate import HostStateDir, HostStateError
 from console.sources.transport import TransportError
+from console.tui.view import textual_text
 
 __all__ = [
     "AUDIT_BACKLOG",
@@ -148,7 +149,7 @@ class PairingBar(Widget):
         self.refresh()
 
     def render(self) -> Text:
-        return pairing_text(self.view, self.me, self.now, link_error=self.link_error)
+        return textual_text(pairing_text(self.view, self.me, self.now, link_error=self.link_error))
 
 
 class PairingLink:

@@ -35,6 +35,7 @@ from console.tui.view import (
     model_name,
     restart_timeline,
     rich_style,
+    textual_text,
     unit_state,
 )
 
@@ -268,7 +269,10 @@ Right of each bar: used / total GiB and the utilization the sampler reported."""
             lines.append(line)
         if rows and not any(r.detailed for r in rows):
             lines.append(
-                Text(" used/total only: this boot's journal has not reported per-rank memory", rich_style("grey50"))
+                Text(
+                    " used/total only: this boot's journal has not reported per-rank memory",
+                    rich_style("grey50"),
+                )
             )
         return Group(*lines)
 
@@ -392,7 +396,7 @@ after it, and the timeline ends in the verification verdict (R rolls back after 
 
     def render(self) -> RenderableType:
         body = self._render_body()
-        return body if self.note is None else Group(body, self.note)
+        return textual_text(body) if self.note is None else Group(body, self.note)
 
     _tl: tuple[int, Timeline | None] | None = None
 
@@ -504,7 +508,7 @@ class VerdictBanner(Static):
             line.append(f" {text}", "bold red")
         self.set_class(ok, "ok")
         self.set_class(not ok, "failed")
-        self.update(line)
+        self.update(textual_text(line))
         self.display = True
 
     def clear(self) -> None:

@@ -49,7 +49,7 @@ from console.core.probe import (
 )
 from console.core.snapshot import HostSnapshot
 from console.tui.footer import KeyFooter
-from console.tui.view import rich_style
+from console.tui.view import rich_style, textual_text
 
 CURRENT_STYLE = "bold green3"
 EARLIER_MARKERS: tuple[tuple[str, str], ...] = (
@@ -124,7 +124,10 @@ def throughput_chart(
     """Generation tok/s over the last `window_s` seconds (x: seconds before now)."""
     shown = [(t - now, v) for t, v in points if now - window_s <= t <= now]
     if not shown:
-        return Text("No generation yet: the server has logged no Decode batch line in this window.", rich_style("grey62"))
+        return Text(
+            "No generation yet: the server has logged no Decode batch line in this window.",
+            rich_style("grey62"),
+        )
 
     def build(fig: Any) -> None:
         fig.draw(fig.signal([x for x, _ in shown], [v for _, v in shown]).lines())
@@ -151,7 +154,7 @@ class DepthChart(Widget):
         self.refresh()
 
     def render(self) -> Text:
-        return depth_chart(self.current, self.earlier, self.size.width, self.size.height)
+        return textual_text(depth_chart(self.current, self.earlier, self.size.width, self.size.height))
 
 
 class ThroughputChart(Widget):
@@ -231,8 +234,8 @@ class ThroughputChart(Widget):
     def render(self) -> Text:
         self._dirty = False
         self._drawn_at = self.clock()
-        return throughput_chart(
-            self.samples, self._drawn_at, self.window_s, self.size.width, self.size.height
+        return textual_text(
+            throughput_chart(self.samples, self._drawn_at, self.window_s, self.size.width, self.size.height)
         )
 
 
@@ -292,7 +295,9 @@ def results_table(
                     "",
                 )
             elif live is not None and live.depth == depth and live.phase is ProbePhase.PREFILL:
-                table.add_row(fmt_depth(depth), Text("prefill…", rich_style("yellow3")), "", "", "", "", "", "")
+                table.add_row(
+                    fmt_depth(depth), Text("prefill…", rich_style("yellow3")), "", "", "", "", "", ""
+                )
             else:
                 table.add_row(fmt_depth(depth), Text("waiting", rich_style("grey50")), "", "", "", "", "", "")
             continue
@@ -355,7 +360,7 @@ class ProbePanel(Vertical, can_focus=False):
             yield Input(str(self.default_tokens), id="probe-tokens", type="integer")
             yield Button("Fire", id="probe-fire", variant="primary")
             yield Button("Cancel", id="probe-cancel", variant="error", disabled=True)
-        yield Static(self.status, id="probe-status")
+        yield Static(textual_text(self.status), id="probe-status")
         with Horizontal(id="probe-body"):
             yield Static(id="probe-table")
             yield DepthChart(id="probe-chart")
@@ -404,7 +409,9 @@ class ProbePanel(Vertical, can_focus=False):
         self.live = None
         self.report = None
         self.set_running(True)
-        self._status(Text(f"Probing {len(depths)} depth(s), {tokens} new tokens each…", rich_style("yellow3")))
+        self._status(
+            Text(f"Probing {len(depths)} depth(s), {tokens} new tokens each…", rich_style("yellow3"))
+        )
         self._draw()
 
     def show_progress(self, p: ProbeProgress) -> None:
@@ -449,7 +456,7 @@ class ProbePanel(Vertical, can_focus=False):
     def _status(self, text: Text) -> None:
         self.status = text
         if self.is_mounted:
-            self.query_one("#probe-status", Static).update(text)
+            self.query_one("#probe-status", Static).update(textual_text(text))
 
     def _draw(self) -> None:
         if not self.is_mounted:
@@ -473,7 +480,7 @@ class ProbePanel(Vertical, can_focus=False):
             fit = self.report.fit
             style = "bold red" if fit.verdict.value == "attention_bound" else "grey70"
             notes.append(f"sweep: {fit.diagnosis}", style)
-        self.query_one("#probe-notes", Static).update(notes)
+        self.query_one("#probe-notes", Static).update(textual_text(notes))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -512,7 +519,7 @@ class ProbeScreen(Screen[None]):
         title = Text(f"Probe {self.host.name}", "bold")
         if self.profile:
             title.append(f"   profile {self.profile}", "grey62")
-        yield Static(title, id="probe-title")
+        yield Static(textual_text(title), id="probe-title")
         yield self.panel
         yield KeyFooter()
 

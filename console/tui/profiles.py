@@ -29,7 +29,7 @@ from console.core.state import Boot
 from console.tui.footer import KeyFooter
 from console.tui.profile_check import ProfileCheck, check_profile_text, named_in
 from console.tui.screens import diff_text
-from console.tui.view import fmt_tokens, rich_style
+from console.tui.view import fmt_tokens, rich_style, textual_text
 
 CHECK_DELAY_S = 0.25
 """Validation and the what-if run this long after the last keystroke, not on every one."""
@@ -138,7 +138,7 @@ class ProfilesScreen(Screen[None]):
         title.append(f"  host {self.host}", "bold")
         if self.read_only:
             title.append("  READ-ONLY: applying is refused; saving is local", "bold white on dark_blue")
-        self.query_one("#profiles-title", Static).update(title)
+        self.query_one("#profiles-title", Static).update(textual_text(title))
         self.query_one("#profile-list").border_title = "profiles"
         self.query_one("#profile-side").border_title = "checks"
         self.reload_list()
@@ -250,7 +250,7 @@ class ProfilesScreen(Screen[None]):
         if note is not None:
             status.append("  ")
             status.append_text(note)
-        self.query_one("#profile-status", Static).update(status)
+        self.query_one("#profile-status", Static).update(textual_text(status))
 
     # ---- checks --------------------------------------------------------------------------------
 
@@ -273,14 +273,14 @@ class ProfilesScreen(Screen[None]):
             running_argv=view.running_argv,
             model=view.model,
         )
-        self.query_one("#profile-issues", Static).update(issues_text(self.check))
-        self.query_one("#profile-whatif", Static).update(whatif_text(self.check.whatif))
+        self.query_one("#profile-issues", Static).update(textual_text(issues_text(self.check)))
+        self.query_one("#profile-whatif", Static).update(textual_text(whatif_text(self.check.whatif)))
         diff = Text("diff against the running ExecStart\n", "bold")
         if self.check.diff:
             diff.append_text(diff_text(list(self.check.diff)))
         if self.check.diff_note:
             diff.append(("\n" if self.check.diff else "") + self.check.diff_note, "grey62")
-        self.query_one("#profile-diff", Static).update(diff)
+        self.query_one("#profile-diff", Static).update(textual_text(diff))
         self._status()
         return self.check
 
@@ -411,5 +411,7 @@ def whatif_text(w: PlannerVerdict | None) -> RenderableType:
     for why in w.reasons:
         lines.append(Text(f"  {why}", "red" if w.fits is False else "grey62"))
     if w.calibration != "none":
-        lines.append(Text(f"calibration: {w.calibration} on this host's boots ({w.model})", rich_style("grey50")))
+        lines.append(
+            Text(f"calibration: {w.calibration} on this host's boots ({w.model})", rich_style("grey50"))
+        )
     return Group(*lines)

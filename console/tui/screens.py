@@ -11,7 +11,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from console.tui.view import rich_style
+from console.tui.view import rich_style, textual_text
 
 KEYS = """\
 [b]Keys[/b]
@@ -71,8 +71,8 @@ class HelpScreen(ModalScreen[None]):
         body = self.panel_help or "[b]k26-console[/b] — move the focus to a panel (tab) for help on it."
         keys = self.keys
         with VerticalScroll(id="help-box"):
-            yield Static(Text.from_markup(body), id="help-panel")
-            yield Static(Text.from_markup(keys), id="help-keys")
+            yield Static(textual_text(Text.from_markup(body)), id="help-panel")
+            yield Static(textual_text(Text.from_markup(keys)), id="help-keys")
             yield Static(Text("Esc closes", rich_style("grey62")), id="help-close")
 
     def action_dismiss(self) -> None:  # type: ignore[override]
@@ -147,8 +147,8 @@ class ApplyConfirmScreen(ModalScreen[ApplyChoice | None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="apply-box"):
             yield Static(Text(self.question, "bold"), id="apply-question")
-            yield Static(diff_text(self.diff), id="apply-diff")
-            yield Static(self.prediction, id="apply-prediction")
+            yield Static(textual_text(diff_text(self.diff)), id="apply-diff")
+            yield Static(textual_text(self.prediction), id="apply-prediction")
             notes = Text()
             for e in self.errors:
                 notes.append(f"✘ {e}\n", "bold red")
@@ -156,7 +156,7 @@ class ApplyConfirmScreen(ModalScreen[ApplyChoice | None]):
                 notes.append(f"⚠ {w}\n", "yellow3")
             if notes.plain:
                 notes.rstrip()
-                yield Static(notes, id="apply-notes")
+                yield Static(textual_text(notes), id="apply-notes")
             with Horizontal(id="confirm-buttons"):
                 if self.ok:
                     yield Button("Apply (y)", id="apply", variant="warning")

@@ -10,8 +10,10 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
+from typing import TypeVar
 
 from rich.style import Style
+from rich.text import Span, Text
 
 from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
 from console.core.events import (
@@ -35,6 +37,26 @@ def rich_style(name: str) -> Style:
     by Textual at every render with its own colour names, which lack Rich's `grey62`, `yellow3`...:
     each such miss computed a did-you-mean suggestion (~2 ms) and drew the default colour."""
     return Style.parse(name)
+
+
+_R = TypeVar("_R")
+
+
+def textual_text(renderable: _R) -> _R:
+    """Hand Textual a Rich `Text` with its styles as Rich `Style` objects (see `rich_style`): Textual
+    turns a Text into its own content and parses string styles with its own colour names, so `grey50`
+    or `[green3]` in help markup came out in the default colour and cost a did-you-mean search at every
+    render. Other renderables are drawn by Rich itself and pass through."""
+    if not isinstance(renderable, Text):
+        return renderable
+    if isinstance(renderable.style, str) and renderable.style:
+        renderable.style = rich_style(renderable.style)
+    if any(isinstance(span.style, str) for span in renderable.spans):
+        renderable.spans = [
+            Span(span.start, span.end, rich_style(span.style)) if isinstance(span.style, str) else span
+            for span in renderable.spans
+        ]
+    return renderable
 
 
 # ---- boots -----------------------------------------------------------------------------------------

@@ -521,7 +521,9 @@ def main() -> int:
     ap.add_argument("--presses", type=int, default=30)
     ap.add_argument("--rate", type=float, default=2000.0, help="journal lines per second under load")
     ap.add_argument(
-        "--only", choices=["load"], help="run only the load phase (quicker, for profiling with K26_BENCH_*)"
+        "--only",
+        choices=["load", "idle"],
+        help="run only that phase (quicker, for profiling with K26_BENCH_*)",
     )
     ap.add_argument(
         "--cpus",
@@ -560,7 +562,7 @@ def main() -> int:
             hosts = str(twin.hosts_toml)
             say = _say
 
-            if not args.only:
+            if args.only is None:
                 # -- baseline process: a bare Textual app
                 say("baseline: bare Textual app")
                 bare = Terminal([me, "--child", "bare"], console_cpus)
@@ -572,6 +574,7 @@ def main() -> int:
                 finally:
                     bare.close()
 
+            if args.only in (None, "idle"):
                 # -- idle: 8 GPUs at 1 Hz, quiet journal, after a day of history
                 say("idle console after a day of history (8 GPUs at 1 Hz, quiet journal)")
                 term = Terminal(
@@ -597,49 +600,52 @@ def main() -> int:
                 finally:
                     term.close()
 
-            # -- load: 2,000 lines/s, 8 GPUs at 4 Hz
-            say(f"under load: {args.rate:.0f} journal lines/s, 8 GPUs at 4 Hz")
-            load = JournalLoad(twin, args.rate)
-            term = Terminal(
-                [me, "--child", "console", "--hosts", hosts, "--name", "bench", "--gpu-interval", "0.25"],
-                console_cpus,
-            )
-            try:
-                settle(term, 8.0)
-                term.write(b"/")
-                time.sleep(0.3)
-                term.write(b"benchmark-\r")
-                time.sleep(0.5)
-                load.start()
-                settle(term, 3.0)
-                first = len(load.markers)
-                cpu0, t0 = term.cpu_seconds(), time.monotonic()
-                time.sleep(args.seconds)
-                cpu1, t1 = term.cpu_seconds(), time.monotonic()
-                figures["load_cpu_pct"] = 100 * (cpu1 - cpu0) / (t1 - t0)
-                figures["load_bytes_per_s"] = term.bytes_between(t0, t1) / (t1 - t0)
-                figures["load_rss_mb"] = term.rss_mb()
-                lat = marker_latencies(term, load, first, 2.0)
-                sent = len(load.markers) - first
-                figures["event_to_screen_ms"] = _ms(lat) | {"markers": sent, "seen": len(lat)}
-                figures["key_ms"] = _ms(key_latencies(term, args.presses))
-                figures["toggle_ms"] = _ms(toggle_latencies(term, args.presses))
-                # The same keys with the feed unfiltered, as an operator usually has it: every line
-                # of the 2,000 a second is written to the feed.
-                term.write(b"/")
-                time.sleep(0.3)
-                term.write(b"\x1b")  # Esc in the filter box clears the filter
-                settle(term, 2.0)
-                cpu0, t0u = term.cpu_seconds(), time.monotonic()
-                figures["key_unfiltered_ms"] = _ms(key_latencies(term, args.presses))
-                cpu1, t1u = term.cpu_seconds(), time.monotonic()
-                figures["load_unfiltered_cpu_pct"] = 100 * (cpu1 - cpu0) / (t1u - t0u)
-                figures["journal_lines_per_s"] = load.written / max(1e-9, time.monotonic() - t0 + 3.0)
-                say("baseline: the same markers through a bare journalctl -f over the same SSH")
-                figures["journalctl_ms"] = _ms(journal_baseline(twin, load, args.seconds / 2, console_cpus))
-            finally:
-                load.stop()
-                term.close()
+            if args.only in (None, "load"):
+                # -- load: 2,000 lines/s, 8 GPUs at 4 Hz
+                say(f"under load: {args.rate:.0f} journal lines/s, 8 GPUs at 4 Hz")
+                load = JournalLoad(twin, args.rate)
+                term = Terminal(
+                    [me, "--child", "console", "--hosts", hosts, "--name", "bench", "--gpu-interval", "0.25"],
+                    console_cpus,
+                )
+                try:
+                    settle(term, 8.0)
+                    term.write(b"/")
+                    time.sleep(0.3)
+                    term.write(b"benchmark-\r")
+                    time.sleep(0.5)
+                    load.start()
+                    settle(term, 3.0)
+                    first = len(load.markers)
+                    cpu0, t0 = term.cpu_seconds(), time.monotonic()
+                    time.sleep(args.seconds)
+                    cpu1, t1 = term.cpu_seconds(), time.monotonic()
+                    figures["load_cpu_pct"] = 100 * (cpu1 - cpu0) / (t1 - t0)
+                    figures["load_bytes_per_s"] = term.bytes_between(t0, t1) / (t1 - t0)
+                    figures["load_rss_mb"] = term.rss_mb()
+                    lat = marker_latencies(term, load, first, 2.0)
+                    sent = len(load.markers) - first
+                    figures["event_to_screen_ms"] = _ms(lat) | {"markers": sent, "seen": len(lat)}
+                    figures["key_ms"] = _ms(key_latencies(term, args.presses))
+                    figures["toggle_ms"] = _ms(toggle_latencies(term, args.presses))
+                    # The same keys with the feed unfiltered, as an operator usually has it: every line
+                    # of the 2,000 a second is written to the feed.
+                    term.write(b"/")
+                    time.sleep(0.3)
+                    term.write(b"\x1b")  # Esc in the filter box clears the filter
+                    settle(term, 2.0)
+                    cpu0, t0u = term.cpu_seconds(), time.monotonic()
+                    figures["key_unfiltered_ms"] = _ms(key_latencies(term, args.presses))
+                    cpu1, t1u = term.cpu_seconds(), time.monotonic()
+                    figures["load_unfiltered_cpu_pct"] = 100 * (cpu1 - cpu0) / (t1u - t0u)
+                    figures["journal_lines_per_s"] = load.written / max(1e-9, time.monotonic() - t0 + 3.0)
+                    say("baseline: the same markers through a bare journalctl -f over the same SSH")
+                    figures["journalctl_ms"] = _ms(
+                        journal_baseline(twin, load, args.seconds / 2, console_cpus)
+                    )
+                finally:
+                    load.stop()
+                    term.close()
         finally:
             twin.stop_sync()
 
