@@ -12,6 +12,7 @@ import importlib.util
 import itertools
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -21,6 +22,7 @@ import pytest
 from console.core.gpus import (
     GpuProcess,
     GpuSample,
+    HostGpuSample,
     SamplerState,
     parse_nvidia_smi_gpus,
     sample_from_agent_line,
@@ -28,10 +30,13 @@ from console.core.gpus import (
 from console.sources.gpus import (
     GpuPoller,
     LocalRunner,
+    NvidiaSmiBlocks,
     NvidiaSmiSampler,
     NvmlSampler,
     agent_argv,
     agent_script,
+    nvidia_smi_loop_argv,
+    nvidia_smi_sample,
     open_sampler,
 )
 
@@ -198,6 +203,70 @@ async def test_nvidia_smi_back_end(fake_smi: Path) -> None:
     sample = await NvidiaSmiSampler(LocalRunner(), host="gpu1").sample()
     assert sample.state is SamplerState.OK and sample.backend == "nvidia-smi"
     assert sample.gpus == EXPECTED
+
+
+def _loop_samples(ticks: int, interval_s: float = 0.25) -> tuple[list[HostGpuSample], int]:
+    """The SSH back-end's `sh` loop run here by a real `sh`: its lines through `NvidiaSmiBlocks`, one
+    sample per tick; then its stdout is closed, as a closed channel would be, and its exit status read."""
+    proc = subprocess.Popen(
+        nvidia_smi_loop_argv(interval_s), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
+    assert proc.stdout is not None
+    blocks, samples = NvidiaSmiBlocks(), []
+    try:
+        while len(samples) < ticks:
+            line = proc.stdout.readline()
+            assert line, "the loop ended early"
+            pair = blocks.feed(line)
+            if pair is not None:
+                samples.append(nvidia_smi_sample(*pair, "gpu1"))
+    finally:
+        proc.stdout.close()
+    return samples, proc.wait(5)  # its next write meets a closed pipe
+
+
+def test_nvidia_smi_loop_gives_a_sample_per_tick_and_ends_with_its_channel(fake_smi: Path) -> None:
+    samples, status = _loop_samples(3)
+    assert all(s.state is SamplerState.OK and s.backend == "nvidia-smi" for s in samples)
+    assert all(s.gpus == EXPECTED for s in samples)
+    assert status != 0
+
+
+def test_nvidia_smi_loop_keeps_warnings_out_of_the_rows(fake_smi: Path) -> None:
+    script = fake_smi / "nvidia-smi"
+    script.write_text(
+        script.read_text().replace(
+            "#!/bin/sh\n", "#!/bin/sh\necho 'WARNING: infoROM is corrupted at gpu 0000:1B:00.0' >&2\n"
+        )
+    )
+    samples, _ = _loop_samples(2)
+    assert [s.gpus for s in samples] == [EXPECTED, EXPECTED]
+
+
+def test_nvidia_smi_loop_reports_a_driver_it_cannot_reach(fake_smi: Path) -> None:
+    (fake_smi / "nvidia-smi").write_text(
+        '#!/bin/sh\necho "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver."\nexit 9\n'
+    )
+    samples, _ = _loop_samples(2)
+    assert all(s.state is SamplerState.NVML_MISSING for s in samples)
+    assert "couldn't communicate" in (samples[0].detail or "")
+
+
+def test_nvidia_smi_blocks_need_both_queries_and_stay_bounded() -> None:
+    blocks = NvidiaSmiBlocks()
+    # An apps block with no gpu block before it (the stream joined mid-tick) gives no sample.
+    assert blocks.feed(b"GPU-0, 1, x, 2\n") is None
+    assert blocks.feed(b"@@k26-nvidia-smi apps 0\n") is None
+    for line in SMI_GPUS.splitlines():
+        assert blocks.feed(line.encode() + b"\n") is None
+    assert blocks.feed(b"@@k26-nvidia-smi gpu 0\n") is None
+    for line in SMI_APPS.splitlines():
+        assert blocks.feed(line.encode() + b"\n") is None
+    pair = blocks.feed(b"@@k26-nvidia-smi apps 0\n")
+    assert pair is not None and nvidia_smi_sample(*pair, "gpu1").gpus == EXPECTED
+    with pytest.raises(ValueError, match="without finishing"):
+        for _ in range(5000):
+            blocks.feed(b"0, 1, 2, 3, 4, 5\n")
 
 
 async def test_agent_script_runs_on_a_real_python_with_the_standin(standin_dir: Path) -> None:

@@ -31,7 +31,13 @@ import pytest
 
 from console.core.gpus import SamplerState
 from console.core.snapshot import ConnState, FollowState, HostSnapshot
-from console.sources.gpus import AgentSampler, NvidiaSmiSampler, NvmlSampler, open_sampler
+from console.sources.gpus import (
+    AgentSampler,
+    NvidiaSmiSampler,
+    NvidiaSmiStreamSampler,
+    NvmlSampler,
+    open_sampler,
+)
 from console.sources.hosts import HostConfig
 from console.sources.journal import JournalFollower
 from console.sources.session import HostSession
@@ -282,14 +288,30 @@ async def test_gpu_back_ends_over_ssh_give_the_same_samples(tmp_path: Path) -> N
 
 
 async def test_host_without_pynvml_falls_back_to_nvidia_smi(session_host: Host) -> None:
+    """The fallback streams: every tick's answer comes down one channel (a command per tick cost two
+    SSH channels a second), and the host's loop ends once the channel closes."""
     transport = Transport(session_host.config, ssh_config=[])
     try:
-        sampler, first = await open_sampler(transport, interval_s=0.5)
-        assert sampler.backend == "nvidia-smi", first
+        sampler, first = await open_sampler(transport, interval_s=0.25)
+        assert isinstance(sampler, NvidiaSmiStreamSampler), first
         assert first.state is SamplerState.OK and len(first.gpus) == 8
+        later = [await sampler.sample() for _ in range(4)]
+        assert all(s.state is SamplerState.OK and len(s.gpus) == 8 for s in later), later
+        assert sampler.streams_started == 1
+        assert _loops_on_host(), "the nvidia-smi loop is not running on the host"
         await sampler.close()
+        deadline = time.monotonic() + 5
+        while _loops_on_host() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert not _loops_on_host(), "the nvidia-smi loop outlived its channel"
     finally:
         await transport.close()
+
+
+def _loops_on_host() -> list[str]:
+    """This machine plays the host: the `sh` loops of the nvidia-smi back-end running on it."""
+    out = subprocess.run(["pgrep", "-f", "-a", "@@k26-nvidia-smi"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
 
 
 async def test_three_hosts_one_hangs_the_others_stay_on_time(tmp_path: Path) -> None:

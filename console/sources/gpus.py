@@ -8,7 +8,10 @@ Three back-ends, one interface (`GpuSampler.sample()`), chosen automatically by 
   script prints one JSON sample per tick (nvidia-ml-py ships with SGLang, so the host's python3 usually
   has it). One long-lived channel instead of a command per tick.
 - `NvidiaSmiSampler` — `nvidia-smi --query-gpu=... --format=csv,noheader,nounits` and
-  `--query-compute-apps=...`, the fallback that needs nothing but the driver.
+  `--query-compute-apps=...`, the fallback that needs nothing but the driver, run per tick (locally).
+- `NvidiaSmiStreamSampler` — the same two queries over SSH from one long-lived `sh` loop on the host:
+  a command per tick cost two SSH channels a second (open, exec, close: about a quarter of the
+  console's idle CPU) where one channel's lines now do.
 
 The NVML reading code exists once (`_nvml_start`, `_nvml_sample` below): the local sampler calls it, and
 the agent script is built from its source text, so both back-ends report the same fields the same way.
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import shlex
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal, Protocol
@@ -184,6 +188,8 @@ def nvidia_smi_apps_argv() -> list[str]:
 
 class GpuSampler(Protocol):
     backend: Literal["nvml", "agent", "nvidia-smi"]
+    self_paced: bool
+    """True when the host keeps the schedule (a stream): waiting for its next sample is the tick."""
 
     async def sample(self) -> HostGpuSample: ...
 
@@ -230,6 +236,7 @@ class NvmlSampler:
     """Local NVML. `nvml` is the pynvml module, or a stand-in object with the same functions (tests)."""
 
     backend: Literal["nvml"] = "nvml"
+    self_paced = False
 
     def __init__(self, nvml: Any = None, *, host: str | None = None) -> None:
         self._nvml = nvml
@@ -268,6 +275,7 @@ class NvidiaSmiSampler:
     """`nvidia-smi` run per tick (both queries at once), locally or over SSH."""
 
     backend: Literal["nvidia-smi"] = "nvidia-smi"
+    self_paced = False
 
     def __init__(self, runner: Runner, *, host: str | None = None, timeout_s: float = 10.0) -> None:
         self._runner = runner
@@ -287,26 +295,168 @@ class NvidiaSmiSampler:
             )
         except TransportError as exc:
             return self._sample(SamplerState.ERROR, f"{exc}.")
-        if not gpus.ok:
-            return self._failure(gpus)
-        parsed = parse_nvidia_smi_gpus(gpus.stdout, apps.stdout if apps.ok else "")
-        if not parsed:
-            return self._sample(SamplerState.NO_GPUS, "nvidia-smi lists no GPUs.")
-        return self._sample(SamplerState.OK, gpus=tuple(parsed))
-
-    def _failure(self, result: CommandResult) -> HostGpuSample:
-        said = result.first_error_line()
-        lower = said.lower()
-        if result.exit_status == 127 or "not found" in lower:
-            return self._sample(SamplerState.NVML_MISSING, "nvidia-smi is not installed on the host.")
-        if "no devices were found" in lower:
-            return self._sample(SamplerState.NO_GPUS, "nvidia-smi found no GPUs.")
-        if "couldn't communicate with the nvidia driver" in lower or "nvml" in lower:
-            return self._sample(SamplerState.NVML_MISSING, f"nvidia-smi cannot reach the driver: {said}.")
-        return self._sample(SamplerState.ERROR, f"nvidia-smi failed: {said}.")
+        return nvidia_smi_sample(gpus, apps, self._host)
 
     async def close(self) -> None:
         return None
+
+
+def nvidia_smi_sample(gpus: CommandResult, apps: CommandResult, host: str | None) -> HostGpuSample:
+    """One sample from the two queries' results: GPUs with their processes, or what went wrong."""
+
+    def sample(state: SamplerState, detail: str | None = None, **fields: Any) -> HostGpuSample:
+        return HostGpuSample(
+            state=state, backend="nvidia-smi", detail=detail, host=host, ts=time.time(), **fields
+        )
+
+    if not gpus.ok:
+        said = gpus.first_error_line()
+        lower = said.lower()
+        if gpus.exit_status == 127 or "not found" in lower:
+            return sample(SamplerState.NVML_MISSING, "nvidia-smi is not installed on the host.")
+        if "no devices were found" in lower:
+            return sample(SamplerState.NO_GPUS, "nvidia-smi found no GPUs.")
+        if "couldn't communicate with the nvidia driver" in lower or "nvml" in lower:
+            return sample(SamplerState.NVML_MISSING, f"nvidia-smi cannot reach the driver: {said}.")
+        return sample(SamplerState.ERROR, f"nvidia-smi failed: {said}.")
+    parsed = parse_nvidia_smi_gpus(gpus.stdout, apps.stdout if apps.ok else "")
+    if not parsed:
+        return sample(SamplerState.NO_GPUS, "nvidia-smi lists no GPUs.")
+    return sample(SamplerState.OK, gpus=tuple(parsed))
+
+
+SMI_MARK = "@@k26-nvidia-smi"
+SMI_BLOCK_LINES = 4096
+"""A block longer than this is not nvidia-smi's answer (a GPU per line, a process per line)."""
+
+
+def nvidia_smi_loop_argv(interval_s: float) -> list[str]:
+    """`sh -c LOOP`: both queries, each followed by a mark line with its exit status, then a sleep.
+
+    A tick is `interval_s` plus the queries' own time (sh has no sub-second clock to subtract it).
+    """
+    gpu, apps = shlex.join(nvidia_smi_argv()), shlex.join(nvidia_smi_apps_argv())
+    loop = (
+        f'while :; do {gpu} 2>&1; echo "{SMI_MARK} gpu $?"; {apps} 2>&1; echo "{SMI_MARK} apps $?"; '
+        'sleep "$1" || exit 1; done'
+    )
+    return ["sh", "-c", loop, "k26-nvidia-smi", f"{interval_s:g}"]
+
+
+class NvidiaSmiBlocks:
+    """Turns the loop's lines back into the two queries' results, one pair per tick (no I/O)."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        self._gpus: CommandResult | None = None
+
+    def feed(self, raw: bytes) -> tuple[CommandResult, CommandResult] | None:
+        """Take one line; the (gpus, apps) results when it closes a tick, else None."""
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if not line.startswith(SMI_MARK):
+            if len(self._lines) >= SMI_BLOCK_LINES:
+                raise ValueError(f"nvidia-smi wrote over {SMI_BLOCK_LINES} lines without finishing a query")
+            self._lines.append(line)
+            return None
+        _, which, status = [*line.split(), "", ""][:3]
+        exit_status = int(status) if status.isdigit() else None
+        lines = self._lines
+        if exit_status == 0:
+            # stderr is merged into the block (an unread stderr would fill the channel's window and stall
+            # the loop): a warning line among the rows is not a row, and rows have all their commas.
+            fields = len(GPU_QUERY_FIELDS if which == "gpu" else APPS_QUERY_FIELDS)
+            lines = [x for x in lines if x.count(",") >= fields - 1]
+        result = CommandResult(
+            argv=tuple(nvidia_smi_argv() if which == "gpu" else nvidia_smi_apps_argv()),
+            exit_status=exit_status,
+            stdout="".join(x + "\n" for x in lines),
+            stderr="",
+        )
+        self._lines = []
+        if which == "gpu":
+            self._gpus = result
+            return None
+        gpus, self._gpus = self._gpus, None
+        return (gpus, result) if gpus is not None else None
+
+
+class NvidiaSmiStreamSampler:
+    """`nvidia-smi` over SSH from one long-lived channel (`nvidia_smi_loop_argv`).
+
+    `sample()` waits for the next tick's answer; when none comes within the patience window (a hung
+    host or driver) it returns an error sample on time. A dropped channel is restarted on the next call.
+    """
+
+    backend: Literal["nvidia-smi"] = "nvidia-smi"
+    self_paced = True
+
+    def __init__(
+        self, transport: Transport, *, interval_s: float = DEFAULT_INTERVAL_S, patience_s: float | None = None
+    ) -> None:
+        self.transport = transport
+        self.interval_s = max(MIN_INTERVAL_S, interval_s)
+        self.patience_s = patience_s if patience_s is not None else max(3.0, 3 * self.interval_s)
+        self._samples: asyncio.Queue[HostGpuSample | None] = asyncio.Queue(maxsize=4)
+        self._reader: asyncio.Task[None] | None = None
+        self._last_exit: str | None = None
+        self.streams_started = 0
+
+    @property
+    def _host(self) -> str:
+        return self.transport.host.name
+
+    def _put(self, item: HostGpuSample | None) -> None:
+        if self._samples.full():
+            # Keep only the newest: an old GPU sample has no value.
+            with contextlib.suppress(asyncio.QueueEmpty):
+                self._samples.get_nowait()
+        self._samples.put_nowait(item)
+
+    async def _read(self) -> None:
+        self.streams_started += 1
+        blocks = NvidiaSmiBlocks()
+        try:
+            async with self.transport.stream(nvidia_smi_loop_argv(self.interval_s), timeout=10) as stream:
+                async for line in stream.lines():
+                    pair = blocks.feed(line)
+                    if pair is not None:
+                        self._put(nvidia_smi_sample(*pair, self._host))
+                status = await stream.wait(2.0)
+                text = (await stream.stderr_text()).strip().splitlines()
+                self._last_exit = f"the nvidia-smi loop ended (exit status {status})" + (
+                    f": {text[-1]}" if text else ""
+                )
+        except ValueError as exc:
+            self._last_exit = str(exc)
+        except TransportError as exc:
+            self._last_exit = str(exc)
+        finally:
+            self._put(None)
+
+    def _error(self, detail: str) -> HostGpuSample:
+        return HostGpuSample(
+            state=SamplerState.ERROR, backend="nvidia-smi", detail=detail, host=self._host, ts=time.time()
+        )
+
+    async def sample(self) -> HostGpuSample:
+        if self._reader is not None and self._reader.done() and self._samples.empty():
+            self._reader = None
+        if self._reader is None:
+            self._reader = asyncio.get_running_loop().create_task(self._read(), name=f"gpu-smi-{self._host}")
+        try:
+            item = await asyncio.wait_for(self._samples.get(), self.patience_s)
+        except TimeoutError:
+            return self._error(f"no answer from nvidia-smi for {self.patience_s:g} s.")
+        if item is None:
+            return self._error(f"{self._last_exit or 'the nvidia-smi loop ended'}.")
+        return item
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+            self._reader = None
 
 
 class AgentSampler:
@@ -318,6 +468,7 @@ class AgentSampler:
     """
 
     backend: Literal["agent"] = "agent"
+    self_paced = True
 
     def __init__(
         self,
@@ -417,8 +568,8 @@ async def open_sampler(
         if backend in ("auto", "agent"):
             candidates.append(AgentSampler(transport, interval_s=interval_s))
         if backend in ("auto", "nvidia-smi"):
-            # A tick's commands may take a few ticks, never longer: a hung host reports an error on time.
-            candidates.append(NvidiaSmiSampler(transport, host=name, timeout_s=max(3.0, 3 * interval_s)))
+            # A tick's answer may take a few ticks, never longer: a hung host reports an error on time.
+            candidates.append(NvidiaSmiStreamSampler(transport, interval_s=interval_s))
         if backend == "nvml":
             raise ValueError("local NVML samples this machine only; use 'agent' for a remote host")
     if not candidates:
@@ -472,8 +623,8 @@ class GpuPoller:
             next_at = loop.time() + self.interval_s
             while True:
                 delay = next_at - loop.time()
-                if delay > 0 and self.sampler.backend != "agent":
-                    # The agent keeps its own schedule on the host; waiting for its line is the tick.
+                if delay > 0 and not self.sampler.self_paced:
+                    # A stream keeps its own schedule on the host; waiting for its line is the tick.
                     await asyncio.sleep(delay)
                 yield await self.sampler.sample()
                 next_at = max(next_at + self.interval_s, loop.time())

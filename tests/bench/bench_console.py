@@ -623,8 +623,9 @@ def main() -> int:
                     figures["load_cpu_pct"] = 100 * (cpu1 - cpu0) / (t1 - t0)
                     figures["load_bytes_per_s"] = term.bytes_between(t0, t1) / (t1 - t0)
                     figures["load_rss_mb"] = term.rss_mb()
-                    lat = marker_latencies(term, load, first, 2.0)
+                    # Counted before waiting: markers written while it waits are not waited for.
                     sent = len(load.markers) - first
+                    lat = marker_latencies(term, load, first, 2.0)
                     figures["event_to_screen_ms"] = _ms(lat) | {"markers": sent, "seen": len(lat)}
                     figures["key_ms"] = _ms(key_latencies(term, args.presses))
                     figures["toggle_ms"] = _ms(toggle_latencies(term, args.presses))
