@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -230,6 +231,27 @@ def test_nvidia_smi_loop_gives_a_sample_per_tick_and_ends_with_its_channel(fake_
     assert all(s.state is SamplerState.OK and s.backend == "nvidia-smi" for s in samples)
     assert all(s.gpus == EXPECTED for s in samples)
     assert status != 0
+
+
+def test_nvidia_smi_loop_keeps_the_interval_when_the_queries_are_slow(fake_smi: Path) -> None:
+    """Queries of 0.3 s each at a 0.7 s interval: a tick every ~0.7 s, not 0.7 s of sleep after 0.6 s of
+    work (1.3 s), so a busy host's samples keep the schedule the operator asked for."""
+    script = fake_smi / "nvidia-smi"
+    script.write_text(script.read_text().replace("#!/bin/sh\n", "#!/bin/sh\nsleep 0.3\n"))
+    proc = subprocess.Popen(nvidia_smi_loop_argv(0.7), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    blocks, stamps = NvidiaSmiBlocks(), []
+    try:
+        while len(stamps) < 4:
+            line = proc.stdout.readline()
+            assert line, "the loop ended early"
+            if blocks.feed(line) is not None:
+                stamps.append(time.monotonic())
+    finally:
+        proc.stdout.close()
+        proc.wait(5)
+    gap = (stamps[-1] - stamps[0]) / 3
+    assert 0.6 < gap < 1.05, gap
 
 
 def test_nvidia_smi_loop_keeps_warnings_out_of_the_rows(fake_smi: Path) -> None:

@@ -331,14 +331,15 @@ SMI_BLOCK_LINES = 4096
 
 
 def nvidia_smi_loop_argv(interval_s: float) -> list[str]:
-    """`sh -c LOOP`: both queries, each followed by a mark line with its exit status, then a sleep.
-
-    A tick is `interval_s` plus the queries' own time (sh has no sub-second clock to subtract it).
-    """
+    """`sh -c LOOP`: each tick, both queries in the background, each followed by a mark line with its
+    exit status, while the loop sleeps `interval_s`; then it waits for them. A tick is the interval, or
+    the queries' time when they take longer (sh has no sub-second clock: this is how it keeps time).
+    The loop itself writes a `tick` mark each turn, so it dies of SIGPIPE once its channel is gone."""
     gpu, apps = shlex.join(nvidia_smi_argv()), shlex.join(nvidia_smi_apps_argv())
     loop = (
-        f'while :; do {gpu} 2>&1; echo "{SMI_MARK} gpu $?"; {apps} 2>&1; echo "{SMI_MARK} apps $?"; '
-        'sleep "$1" || exit 1; done'
+        f'while echo "{SMI_MARK} tick"; do '
+        f'{{ {gpu} 2>&1; echo "{SMI_MARK} gpu $?"; {apps} 2>&1; echo "{SMI_MARK} apps $?"; }} & '
+        'sleep "$1" || exit 1; wait; done'
     )
     return ["sh", "-c", loop, "k26-nvidia-smi", f"{interval_s:g}"]
 
@@ -359,6 +360,8 @@ class NvidiaSmiBlocks:
             self._lines.append(line)
             return None
         _, which, status = [*line.split(), "", ""][:3]
+        if which == "tick":
+            return None
         exit_status = int(status) if status.isdigit() else None
         lines = self._lines
         if exit_status == 0:
