@@ -297,3 +297,36 @@ async def test_footer_follows_the_focused_panels_keys_without_recomposing_for_no
         dash.feed.log_widget.focus()
         await pilot.pause()
         assert recomposed and "Filter" in _footer_keys(app)
+
+
+async def test_header_age_repaints_only_when_what_it_says_changes() -> None:
+    """A fresh host reads `< 5s ago` and its one-second tick draws nothing; a stale one counts up each
+    second in yellow, then red; a new sample makes it fresh again at once."""
+    app = make_app()
+    now = [NOW]
+    async with app.run_test(size=(160, 48)) as pilot:
+        header = app.dashboards["gpu1"].header
+        header.clock = lambda: now[0]
+        app.post_snapshot(snapshot([], gpu_sample([250.0 * GIB] * 8, 288 * GIB)))  # sampled at NOW - 2
+        await pilot.pause()
+        assert "freshest sample < 5s ago" in plain(header.render())
+        refreshes: list[int] = []
+        header.refresh = lambda *a, **k: refreshes.append(1)  # type: ignore[method-assign]
+        for dt in (0.5, 1.0, 1.5, 2.0):  # still under 5 s old: nothing to draw
+            now[0] = NOW + dt
+            header._tick()
+        assert refreshes == []
+        now[0] = NOW + 10
+        header._tick()
+        assert refreshes == [1]
+        assert header.age_label() == ("12s ago", "yellow3")
+        assert "freshest sample 12s ago" in plain(header.render())  # the repaint the tick asked for
+        header._tick()
+        assert refreshes == [1]  # drawn as it stands
+        now[0] = NOW + 60
+        assert header.age_label() == ("1m02s ago", "red")
+        fresh = gpu_sample([250.0 * GIB] * 8, 288 * GIB).model_copy(update={"ts": NOW + 59})
+        header.refresh = lambda *a, **k: refreshes.append(2)  # type: ignore[method-assign]
+        header.show(snapshot([], fresh, seq=2))
+        assert refreshes == [1, 2]
+        assert header.age_label() == ("< 5s ago", "green3")
