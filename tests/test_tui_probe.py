@@ -17,6 +17,8 @@ from textual.widgets import Button, Input
 from console.core.parser import parse_lines
 from console.core.probe import (
     Curve,
+    ProbePhase,
+    ProbeProgress,
     ProbeReport,
     ProbeStatus,
     ServerLimits,
@@ -221,6 +223,61 @@ async def test_cancel_and_a_dying_server_leave_the_screen_usable(twin, tmp_path:
         await pilot.pause()
         assert not isinstance(app.screen, ProbeScreen)
         await app.transport.close()
+
+
+class SwallowingProbeScreen(ProbeScreen):
+    """A probe that absorbs its first cancellation and decodes on, as a cancel swallowed inside httpx
+    (anyio#1214) would leave it."""
+
+    CANCEL_CHECK_S = 0.3
+    swallowed = 0
+
+    async def _probe(self, depths: list[int], tokens: int) -> None:
+        decoded = 0
+        try:
+            while True:
+                try:
+                    await asyncio.sleep(0.05)
+                except asyncio.CancelledError:
+                    if self.swallowed:
+                        raise
+                    self.swallowed += 1
+                    asyncio.current_task().uncancel()  # type: ignore[union-attr]
+                decoded += 1
+                self.panel.show_progress(
+                    ProbeProgress(
+                        phase=ProbePhase.DECODING, depth=8000, tokens=decoded, requested_tokens=tokens
+                    )
+                )
+        except asyncio.CancelledError:
+            self.panel.set_running(False)
+            raise
+
+
+def test_one_cancel_press_stops_a_probe_that_decodes_on_after_it(tmp_path: Path) -> None:
+    host = HostConfig(name="gpu1", ssh="nobody@127.0.0.1", unit="sglang.service")
+
+    class SwallowApp(App[None]):
+        CSS_PATH = css_paths()  # type: ignore[assignment]
+
+        def on_mount(self) -> None:
+            self.push_screen(SwallowingProbeScreen(host, history=tmp_path / "probes.jsonl"))
+
+    async def go() -> tuple[int, bool]:
+        app = SwallowApp()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = app.screen
+            assert isinstance(screen, SwallowingProbeScreen)
+            panel = await _fire(pilot, "8k", "4000")
+            await _until(pilot, lambda: panel.live is not None and panel.live.tokens >= 3)
+            cancel = panel.query_one("#probe-cancel", Button)
+            await _until(pilot, lambda: not cancel.disabled)
+            cancel.press()
+            await _until(pilot, lambda: not panel.running, timeout=10.0)
+            return screen.swallowed, screen._worker is not None and screen._worker.is_running
+
+    swallowed, still_running = asyncio.run(go())
+    assert swallowed == 1 and not still_running
 
 
 def test_a_bad_depth_is_said_in_the_panel(tmp_path: Path) -> None:
