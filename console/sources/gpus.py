@@ -25,7 +25,7 @@ import contextlib
 import inspect
 import shlex
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal, Protocol
 
 from console.core.gpus import (
@@ -36,7 +36,7 @@ from console.core.gpus import (
     parse_nvidia_smi_gpus,
     sample_from_agent_line,
 )
-from console.sources.transport import CommandResult, RemoteStream, Transport, TransportError
+from console.sources.transport import CommandResult, Transport, TransportError
 
 MIN_INTERVAL_S = 0.25
 DEFAULT_INTERVAL_S = 1.0
@@ -383,15 +383,18 @@ class NvidiaSmiBlocks:
         return (gpus, result) if gpus is not None else None
 
 
-class NvidiaSmiStreamSampler:
-    """`nvidia-smi` over SSH from one long-lived channel (`nvidia_smi_loop_argv`).
+class _StreamSampler:
+    """A sampler fed by one long-lived command on the host over SSH, a sample per line or block.
 
-    `sample()` waits for the next tick's answer; when none comes within the patience window (a hung
-    host or driver) it returns an error sample on time. A dropped channel is restarted on the next call.
+    `sample()` waits for the next sample; when none comes within the patience window (a hung host or
+    driver) it returns an error sample on time instead of blocking the tick. Only the newest samples
+    are kept. A dropped channel is restarted on the next call once the transport is up again.
     """
 
-    backend: Literal["nvidia-smi"] = "nvidia-smi"
+    backend: Literal["agent", "nvidia-smi"]
     self_paced = True
+    what = "the GPU stream"
+    """How the messages name the command."""
 
     def __init__(
         self, transport: Transport, *, interval_s: float = DEFAULT_INTERVAL_S, patience_s: float | None = None
@@ -408,6 +411,13 @@ class NvidiaSmiStreamSampler:
     def _host(self) -> str:
         return self.transport.host.name
 
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def reader(self) -> Callable[[bytes], HostGpuSample | None]:
+        """A fresh line → sample (or None while a sample is incomplete) for each stream started."""
+        raise NotImplementedError
+
     def _put(self, item: HostGpuSample | None) -> None:
         if self._samples.full():
             # Keep only the newest: an old GPU sample has no value.
@@ -417,41 +427,41 @@ class NvidiaSmiStreamSampler:
 
     async def _read(self) -> None:
         self.streams_started += 1
-        blocks = NvidiaSmiBlocks()
+        take = self.reader()
         try:
-            async with self.transport.stream(nvidia_smi_loop_argv(self.interval_s), timeout=10) as stream:
+            async with self.transport.stream(self.argv(), timeout=10) as stream:
                 async for line in stream.lines():
-                    pair = blocks.feed(line)
-                    if pair is not None:
-                        self._put(nvidia_smi_sample(*pair, self._host))
+                    sample = take(line)
+                    if sample is not None:
+                        self._put(sample)
                 status = await stream.wait(2.0)
                 text = (await stream.stderr_text()).strip().splitlines()
-                self._last_exit = f"the nvidia-smi loop ended (exit status {status})" + (
+                self._last_exit = f"{self.what} ended (exit status {status})" + (
                     f": {text[-1]}" if text else ""
                 )
-        except ValueError as exc:
-            self._last_exit = str(exc)
-        except TransportError as exc:
+        except (ValueError, TransportError) as exc:
             self._last_exit = str(exc)
         finally:
             self._put(None)
 
     def _error(self, detail: str) -> HostGpuSample:
         return HostGpuSample(
-            state=SamplerState.ERROR, backend="nvidia-smi", detail=detail, host=self._host, ts=time.time()
+            state=SamplerState.ERROR, backend=self.backend, detail=detail, host=self._host, ts=time.time()
         )
 
     async def sample(self) -> HostGpuSample:
         if self._reader is not None and self._reader.done() and self._samples.empty():
             self._reader = None
         if self._reader is None:
-            self._reader = asyncio.get_running_loop().create_task(self._read(), name=f"gpu-smi-{self._host}")
+            self._reader = asyncio.get_running_loop().create_task(
+                self._read(), name=f"gpu-{self.backend}-{self._host}"
+            )
         try:
             item = await asyncio.wait_for(self._samples.get(), self.patience_s)
         except TimeoutError:
-            return self._error(f"no answer from nvidia-smi for {self.patience_s:g} s.")
+            return self._error(f"no sample from {self.what} for {self.patience_s:g} s.")
         if item is None:
-            return self._error(f"{self._last_exit or 'the nvidia-smi loop ended'}.")
+            return self._error(f"{self._last_exit or self.what + ' ended'}.")
         return item
 
     async def close(self) -> None:
@@ -462,16 +472,30 @@ class NvidiaSmiStreamSampler:
             self._reader = None
 
 
-class AgentSampler:
-    """The NVML agent over SSH: one `python3 -c SCRIPT` channel printing one JSON sample per tick.
+class NvidiaSmiStreamSampler(_StreamSampler):
+    """`nvidia-smi` over SSH from one long-lived channel (`nvidia_smi_loop_argv`): a sample per tick."""
 
-    `sample()` waits for the agent's next line; when none comes within the patience window (a hung
-    host) it returns an error sample on time instead of blocking the tick. A dropped channel is
-    restarted on the next call once the transport is up again.
-    """
+    backend: Literal["nvidia-smi"] = "nvidia-smi"
+    what = "the nvidia-smi loop"
+
+    def argv(self) -> list[str]:
+        return nvidia_smi_loop_argv(self.interval_s)
+
+    def reader(self) -> Callable[[bytes], HostGpuSample | None]:
+        blocks = NvidiaSmiBlocks()
+
+        def take(line: bytes) -> HostGpuSample | None:
+            pair = blocks.feed(line)
+            return nvidia_smi_sample(*pair, self._host) if pair is not None else None
+
+        return take
+
+
+class AgentSampler(_StreamSampler):
+    """The NVML agent over SSH: one `python3 -c SCRIPT` channel printing one JSON sample per tick."""
 
     backend: Literal["agent"] = "agent"
-    self_paced = True
+    what = "the GPU agent"
 
     def __init__(
         self,
@@ -481,69 +505,14 @@ class AgentSampler:
         python: str = "python3",
         patience_s: float | None = None,
     ) -> None:
-        self.transport = transport
-        self.interval_s = max(MIN_INTERVAL_S, interval_s)
+        super().__init__(transport, interval_s=interval_s, patience_s=patience_s)
         self.python = python
-        self.patience_s = patience_s if patience_s is not None else max(3.0, 3 * self.interval_s)
-        self._lines: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=4)
-        self._reader: asyncio.Task[None] | None = None
-        self._last_exit: str | None = None
 
-    def _error(self, detail: str) -> HostGpuSample:
-        return HostGpuSample(
-            state=SamplerState.ERROR,
-            backend="agent",
-            detail=detail,
-            host=self.transport.host.name,
-            ts=time.time(),
-        )
+    def argv(self) -> list[str]:
+        return agent_argv(self.interval_s, self.python)
 
-    async def _read(self) -> None:
-        try:
-            async with self.transport.stream(agent_argv(self.interval_s, self.python), timeout=10) as stream:
-                async for line in stream.lines():
-                    if self._lines.full():
-                        # Keep only the newest samples: an old GPU sample has no value.
-                        with contextlib.suppress(asyncio.QueueEmpty):
-                            self._lines.get_nowait()
-                    self._lines.put_nowait(line)
-                status = await stream.wait(2.0)
-                text = (await self._stderr(stream)).strip().splitlines()
-                self._last_exit = f"the GPU agent ended (exit status {status})" + (
-                    f": {text[-1]}" if text else ""
-                )
-        except TransportError as exc:
-            self._last_exit = str(exc)
-        finally:
-            with contextlib.suppress(asyncio.QueueFull):
-                self._lines.put_nowait(None)
-
-    @staticmethod
-    async def _stderr(stream: RemoteStream) -> str:
-        return await stream.stderr_text()
-
-    async def sample(self) -> HostGpuSample:
-        if self._reader is None or self._reader.done():
-            if self._reader is not None and self._lines.empty():
-                self._reader = None
-            if self._reader is None:
-                self._reader = asyncio.get_running_loop().create_task(
-                    self._read(), name=f"gpu-agent-{self.transport.host.name}"
-                )
-        try:
-            line = await asyncio.wait_for(self._lines.get(), self.patience_s)
-        except TimeoutError:
-            return self._error(f"no sample from the GPU agent for {self.patience_s:g} s.")
-        if line is None:
-            return self._error(f"{self._last_exit or 'the GPU agent ended'}.")
-        return _stamp(sample_from_agent_line(line, host=self.transport.host.name), self.transport.host.name)
-
-    async def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader
-            self._reader = None
+    def reader(self) -> Callable[[bytes], HostGpuSample | None]:
+        return lambda line: _stamp(sample_from_agent_line(line, host=self._host), self._host)
 
 
 async def open_sampler(
