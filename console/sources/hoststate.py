@@ -214,6 +214,10 @@ _APPEND = (
     _PROLOGUE
     + r"""
 a=$d/audit.jsonl
+# The check below reads the file's last byte, and it can see another console's append half-written (a
+# file's size grows page by page): it would then add a needless blank line. flock (util-linux) makes
+# appends take turns where the host has it; without it a blank line is the worst case, and readers skip it.
+if command -v flock >/dev/null 2>&1; then { exec 9>>"$a" && flock -w 10 9; } || exit 71; fi
 if [ -s "$a" ] && [ -n "$(tail -c 1 "$a")" ]; then printf '\n%s\n' "$1" >> "$a"; else printf '%s\n' "$1" >> "$a"; fi || exit 71
 """
 )
