@@ -5,6 +5,7 @@ come through the port forward, and the streaming /generate helper yields parsed 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -143,3 +144,33 @@ async def test_polls_do_not_make_the_server_generate_every_few_seconds(twin: Twi
         finally:
             await asyncio.to_thread(twin.systemctl, "start", twin.unit)
             await session.wait_for(_ready, 60)
+
+
+async def test_close_ends_even_when_a_journal_batch_lands_in_the_turn_of_the_cancel(twin: TwinHost) -> None:
+    """On Python 3.11 `asyncio.wait_for` drops a cancellation that arrives in the loop turn its inner
+    task finished in, and returns the result instead: the session's journal consumer then looped on,
+    and `close()` (which waits for its tasks) never returned. A CI run hung 300 s in a test's teardown
+    on that. Here a real journal line lands zero to three turns before the cancel; each close must end."""
+    line = (
+        "[2026-11-30 10:00:00] Decode batch. #running-req: 1, #token: 185000, gen throughput (token/s): 0.70"
+    )
+    for turns in range(4):
+        session = HostSession(_config(twin), ssh_config=[], sample_gpus=False, poll_server=False)
+        await session.start()
+        await session.wait_for(lambda s: s.follower.entries > 0, 30)
+        follower = session.follower
+        assert follower is not None
+        follower._queue.put_nowait({"MESSAGE": line, "_SYSTEMD_UNIT": twin.unit, "__CURSOR": "c"})
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        # Timed, not bounded with asyncio.timeout: close() finishes its cleanup through a cancellation,
+        # so a hung close would come back at the bound looking fine.
+        started = time.monotonic()
+        closing = asyncio.ensure_future(session.close())
+        done, _ = await asyncio.wait([closing], timeout=5)
+        took = time.monotonic() - started
+        closing.cancel()
+        await asyncio.wait([closing])
+        assert done, (
+            f"close() still waiting after {took:.1f} s with the line {turns} turn(s) before the cancel"
+        )

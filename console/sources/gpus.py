@@ -214,7 +214,8 @@ class LocalRunner:
         except FileNotFoundError:
             return CommandResult(argv=tuple(argv), exit_status=127, stdout="", stderr=f"{argv[0]}: not found")
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+            async with asyncio.timeout(timeout):
+                out, err = await proc.communicate()
         except TimeoutError:
             proc.kill()
             await proc.wait()
@@ -457,7 +458,8 @@ class _StreamSampler:
                 self._read(), name=f"gpu-{self.backend}-{self._host}"
             )
         try:
-            item = await asyncio.wait_for(self._samples.get(), self.patience_s)
+            async with asyncio.timeout(self.patience_s):
+                item = await self._samples.get()
         except TimeoutError:
             return self._error(f"no sample from {self.what} for {self.patience_s:g} s.")
         if item is None:

@@ -179,7 +179,8 @@ class JournalFollower:
         ]
         # Only the first line is needed; closing the channel after it stops journalctl.
         async with self.transport.stream(argv, timeout=15) as stream:
-            line = await asyncio.wait_for(stream.readline(), 15)
+            async with asyncio.timeout(15):
+                line = await stream.readline()
         with contextlib.suppress(ValueError):
             entry = json.loads(line)
             cursor = entry.get("__CURSOR") if isinstance(entry, dict) else None
@@ -288,7 +289,8 @@ async def follow_unit_events(
             if follower.status.state is FollowState.FAILED:
                 raise TransportError(follower.status.detail or f"cannot follow the journal of {unit}")
             try:
-                batch = await asyncio.wait_for(follower.next_batch(), idle_flush_s)
+                async with asyncio.timeout(idle_flush_s):
+                    batch = await follower.next_batch()
             except TimeoutError:
                 held = parser.flush()
                 if held:

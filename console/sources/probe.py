@@ -314,7 +314,8 @@ class Prober:
             while True:
                 wait = self.ttft_timeout_s if first else self.stall_timeout_s
                 try:
-                    event = await asyncio.wait_for(anext(stream), wait)
+                    async with asyncio.timeout(wait):
+                        event = await anext(stream)
                 except StopAsyncIteration:
                     return
                 except TimeoutError:

@@ -610,7 +610,8 @@ class ServiceController:
                     report.emit()
                     break
                 try:
-                    batch = await asyncio.wait_for(follower.next_batch(), 1.0)
+                    async with asyncio.timeout(1.0):
+                        batch = await follower.next_batch()
                 except TimeoutError:
                     # Quiet: release a traceback the parser holds (the OOM's last lines).
                     self._feed(m, report, parser.flush(), events)
@@ -623,7 +624,8 @@ class ServiceController:
                 # The lines right after the failure (the rest of a traceback, the unit's own end).
                 with contextlib.suppress(TimeoutError):
                     while True:
-                        batch = await asyncio.wait_for(follower.next_batch(), 1.0)
+                        async with asyncio.timeout(1.0):
+                            batch = await follower.next_batch()
                         for entry in batch:
                             events.extend(parser.feed(entry))
                 events.extend(parser.flush())

@@ -143,7 +143,8 @@ class HostSession:
                     return snap
             raise RuntimeError(f"the session of {self.host.name} closed before the condition held")
 
-        return await asyncio.wait_for(first(), timeout)
+        async with asyncio.timeout(timeout):
+            return await first()
 
     # ---- lifecycle ---------------------------------------------------------------------------------
 
@@ -246,7 +247,8 @@ class HostSession:
         assert self.follower is not None
         while True:
             try:
-                batch = await asyncio.wait_for(self.follower.next_batch(CONSUME_BATCH), self.idle_flush_s)
+                async with asyncio.timeout(self.idle_flush_s):
+                    batch = await self.follower.next_batch(CONSUME_BATCH)
             except TimeoutError:
                 # Quiet for a while: release a traceback the parser is holding for more lines.
                 events = self._parser.flush()

@@ -232,7 +232,8 @@ class Transport:
             if remaining is not None and remaining <= 0:
                 raise TransportError(f"{self.host.name} is not reachable ({status.describe()})")
             try:
-                await asyncio.wait_for(changed.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await changed.wait()
             except TimeoutError:
                 continue
 
@@ -393,7 +394,8 @@ class Transport:
         if conn is not None:
             conn.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.wait_closed(), 2)
+                async with asyncio.timeout(2):
+                    await conn.wait_closed()
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -425,7 +427,8 @@ class Transport:
             if input is not None:
                 process.stdin.write(input)
             process.stdin.write_eof()
-            completed = await asyncio.wait_for(process.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                completed = await process.wait()
         except TimeoutError:
             raise TransportError(f"{self.host.name}: {argv[0]} did not finish within {timeout:g} s") from None
         except (asyncssh.Error, OSError, BrokenPipeError) as exc:
@@ -485,7 +488,8 @@ class RemoteStream:
 
     async def stderr_text(self, limit: int = 4096) -> str:
         with contextlib.suppress(Exception):
-            data = await asyncio.wait_for(self._process.stderr.read(limit), 1.0)
+            async with asyncio.timeout(1.0):
+                data = await self._process.stderr.read(limit)
             return data.decode("utf-8", "replace")
         return ""
 
@@ -495,7 +499,8 @@ class RemoteStream:
 
     async def wait(self, timeout: float | None = None) -> int | None:
         with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
-            await asyncio.wait_for(self._process.wait_closed(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._process.wait_closed()
         return self._process.exit_status
 
     def write(self, data: bytes) -> None:
@@ -572,7 +577,8 @@ class LocalForward:
                 w.close()
         if self._server is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+                async with asyncio.timeout(2):
+                    await self._server.wait_closed()
         self._server = None
 
     async def __aenter__(self) -> LocalForward:

@@ -223,7 +223,8 @@ class PairingLink:
             await self.refresh()
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_s)
+                async with asyncio.timeout(self.poll_s):
+                    await self._wake.wait()
 
     async def _follow(self) -> None:
         while True:
@@ -247,4 +248,5 @@ class PairingLink:
             return
         self.left = True
         with contextlib.suppress(TransportError, HostStateError, TimeoutError, OSError):
-            await asyncio.wait_for(self.state.leave(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.state.leave()

@@ -574,9 +574,12 @@ class ProbeScreen(Screen[None]):
 
     def _check_cancelled(self) -> None:
         """A probe still decoding after Cancel never got it: ask again. Seen once in a full-suite run
-        (the probe decoded on for a minute); the likely cause is anyio#1214, a task.cancel() swallowed
-        by a cancel scope inside httpx. A probe that stopped decoding is closing its stream, and is left
-        alone: a second cancel there cuts the close short and the server generates on for nobody."""
+        (the probe decoded on for a minute). The cause found later: the decode loop waited for each
+        token with 3.11's `asyncio.wait_for`, which drops a cancel landing in the turn a token arrived;
+        it now uses `asyncio.timeout`. This stays as the guard against any other swallowed cancel (a
+        cancel scope inside httpx, anyio#1214). A probe that stopped decoding is closing its stream, and
+        is left alone: a second cancel there cuts the close short and the server generates on for
+        nobody."""
         worker = self._worker
         if worker is None or not worker.is_running or self._cancel_seen is None:
             self._cancel_seen = None

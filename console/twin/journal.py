@@ -132,7 +132,8 @@ class _Writer:
         if self.remote is not None and self.remote.stdin is not None:
             self.remote.stdin.close()
             try:
-                await asyncio.wait_for(self.remote.wait(), 5)
+                async with asyncio.timeout(5):
+                    await self.remote.wait()
             except TimeoutError:
                 self.remote.kill()
                 await self.remote.wait()
@@ -194,7 +195,8 @@ async def serve(layout: TwinLayout) -> None:
     server.close()
     # Let producers that are still connected (a supervisor writing its last lines) finish.
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(server.wait_closed(), 2)
+        async with asyncio.timeout(2):
+            await server.wait_closed()
     await writer.close()
 
 

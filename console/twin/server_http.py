@@ -149,7 +149,8 @@ class TwinHttpServer:
                 await task
         if self._server is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self._server.wait_closed()
 
     async def _handle_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -298,7 +299,8 @@ class TwinHttpServer:
                 )
                 return Response(status=503, content_type="text/plain; charset=utf-8")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(probe.updates.get(), remaining)
+                async with asyncio.timeout(remaining):
+                    await probe.updates.get()
         return Response(status=200, content_type="text/plain; charset=utf-8")
 
     async def _model_info(self, req: HttpRequest) -> Response:

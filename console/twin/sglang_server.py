@@ -115,7 +115,8 @@ class SimulatedServer:
             await asyncio.sleep(0)
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stop_event.wait(), delay)
+            async with asyncio.timeout(delay):
+                await self.stop_event.wait()
         if self.stop_event.is_set():
             raise asyncio.CancelledError
 

@@ -211,7 +211,8 @@ class _Session(asyncssh.SSHServerSession[bytes]):
         # Output still buffered in the pipes belongs to the session; a daemonised grandchild holding
         # the pipes open must not keep the channel open forever.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*pumps), 2)
+            async with asyncio.timeout(2):
+                await asyncio.gather(*pumps)
         for p in pumps:
             p.cancel()
         return rc
@@ -269,7 +270,8 @@ class _Session(asyncssh.SSHServerSession[bytes]):
         forwarder = asyncio.ensure_future(forward())
         rc = await self.proc.wait()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(forwarder, 2)
+            async with asyncio.timeout(2):
+                await forwarder
         loop.remove_reader(master)
         forwarder.cancel()
         os.close(master)
@@ -381,5 +383,6 @@ class TwinSSHServer:
             for conn in list(self._live):
                 conn.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._acceptor.wait_closed(), 5)
+                async with asyncio.timeout(5):
+                    await self._acceptor.wait_closed()
             self._acceptor = None

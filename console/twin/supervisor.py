@@ -196,7 +196,8 @@ class Supervisor:
         reader = getattr(proc, "_k26_reader", None)
         if reader is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(reader, 2)
+                async with asyncio.timeout(2):
+                    await reader
         # Whatever the service left in its process group goes with it (KillMode=control-group).
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -250,7 +251,8 @@ class Supervisor:
         sig = getattr(signal, self.svc.kill_signal, signal.SIGTERM)
         self.kill(main, sig)
         try:
-            return await asyncio.wait_for(self.wait_exit(main), self.svc.timeout_stop_sec)
+            async with asyncio.timeout(self.svc.timeout_stop_sec):
+                return await self.wait_exit(main)
         except TimeoutError:
             self.systemd_line(f"{self.unit}: State 'stop-sigterm' timed out. Killing.", priority=4)
             self.systemd_line(
@@ -360,7 +362,8 @@ class Supervisor:
         )
         for cmd in self.svc.exec_start_post:
             try:
-                result = await asyncio.wait_for(self.run_control(cmd, env, main), self.svc.timeout_start_sec)
+                async with asyncio.timeout(self.svc.timeout_start_sec):
+                    result = await self.run_control(cmd, env, main)
             except TimeoutError:
                 self.systemd_line(f"{self.unit}: start-post operation timed out. Terminating.", priority=4)
                 result = "timeout"
