@@ -12,6 +12,7 @@ import importlib.util
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -252,6 +253,24 @@ def test_nvidia_smi_loop_keeps_the_interval_when_the_queries_are_slow(fake_smi: 
         proc.wait(5)
     gap = (stamps[-1] - stamps[0]) / 3
     assert 0.6 < gap < 1.05, gap
+
+
+def test_nvidia_smi_loop_ticks_each_second_where_sleep_takes_whole_seconds_only(fake_smi: Path) -> None:
+    """POSIX `sleep` needs only whole seconds; on a host whose `sleep` refuses 0.25 the loop keeps
+    sampling, once a second, instead of ending at its first turn."""
+    whole = fake_smi / "sleep"
+    whole.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in *[!0-9]*) echo "sleep: invalid time interval \'$1\'" >&2; exit 1;; esac\n'
+        f'exec {shutil.which("sleep")} "$1"\n'
+    )
+    whole.chmod(0o755)
+    started = time.monotonic()
+    samples, _ = _loop_samples(3, interval_s=0.25)
+    took = time.monotonic() - started
+    assert all(s.state is SamplerState.OK and s.gpus == EXPECTED for s in samples)
+    # Three samples need two whole-second sleeps between them (0.25 s sleeps would take ~0.5 s).
+    assert 1.8 < took < 5, took
 
 
 def test_nvidia_smi_loop_keeps_warnings_out_of_the_rows(fake_smi: Path) -> None:

@@ -335,12 +335,14 @@ def nvidia_smi_loop_argv(interval_s: float) -> list[str]:
     """`sh -c LOOP`: each tick, both queries in the background, each followed by a mark line with its
     exit status, while the loop sleeps `interval_s`; then it waits for them. A tick is the interval, or
     the queries' time when they take longer (sh has no sub-second clock: this is how it keeps time).
-    The loop itself writes a `tick` mark each turn, so it dies of SIGPIPE once its channel is gone."""
+    The loop itself writes a `tick` mark each turn, so it dies of SIGPIPE once its channel is gone.
+    A `sleep` without fractions (POSIX asks only for whole seconds) refuses `0.25`: the loop then ticks
+    every second rather than ending."""
     gpu, apps = shlex.join(nvidia_smi_argv()), shlex.join(nvidia_smi_apps_argv())
     loop = (
         f'while echo "{SMI_MARK} tick"; do '
         f'{{ {gpu} 2>&1; echo "{SMI_MARK} gpu $?"; {apps} 2>&1; echo "{SMI_MARK} apps $?"; }} & '
-        'sleep "$1" || exit 1; wait; done'
+        '{ sleep "$1" 2>/dev/null || sleep 1; } || exit 1; wait; done'
     )
     return ["sh", "-c", loop, "k26-nvidia-smi", f"{interval_s:g}"]
 
