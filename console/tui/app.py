@@ -136,11 +136,14 @@ class HostDashboard(Vertical):
         yield self.header
         yield self.pairing
         yield self.verdict
+        # The chart sits under the GPU bars: in the side column it pushed the feed down while the
+        # eight bars left a column of blank rows beside it (a 160x48 pane showed 14 feed lines).
         with Horizontal(id="top"):
-            yield self.gpus
+            with Vertical(id="main"):
+                yield self.gpus
+                yield self.throughput
             with Vertical(id="side"):
                 yield self.kv
-                yield self.throughput
                 yield self.timeline
         yield self.feed
 
