@@ -124,3 +124,42 @@ async def test_filter_and_fold_rebuild_the_rows_from_history() -> None:
         assert feed.set_filter("")
         await pilot.pause()
         assert feed.log_widget.row_count == 300
+
+
+async def test_progress_redraws_are_one_row_and_blank_lines_are_hidden() -> None:
+    """tqdm redraws one line in a terminal; the journal keeps each redraw, with a blank line between
+    (case-01: 24 redraws of a 64-shard load). The feed shows the newest of a run of them in one row,
+    and no blank rows; a progress run that other lines interrupt starts a new row (case-14)."""
+    loading = (CORPUS / "case-01.log").read_text().splitlines()[324:380]
+    app = FeedApp(history=500)
+    async with app.run_test(size=(140, 40)) as pilot:
+        feed = app.query_one(EventFeed)
+        events = list(parse_lines(loading, host="gpu1"))
+        assert sum("checkpoint shards" in feed_line(e) for e in events) == 24
+        feed.show(snapshot(events, None))
+        await pilot.pause()
+        lines = feed.visible_lines()
+        shards = [line for line in lines if "checkpoint shards" in line]
+        assert len(shards) == 1 and "67% Completed | 43/64" in shards[0], shards
+        assert all(line.split(maxsplit=2)[-1].strip() for line in lines), lines
+        assert lines[-1] == shards[0]
+        assert feed.log_widget.row_count == len(lines) == 8
+        assert "67% Completed | 43/64" in [r for r in screen_rows(feed) if r][-1]
+
+        # A redraw arriving later replaces the row on screen too (its cached strip is dropped).
+        more = "Loading safetensors checkpoint shards:  69% Completed | 44/64 [04:57<05:33, 16.68s/it]"
+        events += list(parse_lines(["", more], host="gpu1"))
+        feed.show(snapshot(events, None, seq=2))
+        await pilot.pause()
+        assert feed.log_widget.row_count == 8
+        assert "69% Completed | 44/64" in [r for r in screen_rows(feed) if r][-1]
+
+    interrupted = (CORPUS / "case-14.log").read_text().splitlines()
+    app = FeedApp(history=500)
+    async with app.run_test(size=(140, 40)) as pilot:
+        feed = app.query_one(EventFeed)
+        feed.show(snapshot(list(parse_lines(interrupted, host="gpu1")), None))
+        await pilot.pause()
+        shards = [line for line in feed.visible_lines() if "checkpoint shards" in line]
+        assert len(shards) == 2, shards
+        assert "97% Completed | 36/37" in shards[0] and "100% Completed | 37/37" in shards[1]

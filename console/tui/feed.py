@@ -29,6 +29,8 @@ from console.tui.view import (
     display_boot,
     event_text,
     feed_line,
+    is_blank,
+    progress_key,
     rank_label,
     textual_text,
 )
@@ -92,7 +94,8 @@ class FeedLog(ScrollView, can_focus=True):
 [b]Event feed[/b] — what the server said in this boot, parsed, one line per event:
 time, rank, kind, text. Colours: [bold red]errors[/], [cyan]systemd[/], [blue]start-up[/],
 [green]KV pool[/], [magenta]CUDA graphs[/], [grey62]batch statistics and access lines[/].
-Errors of this boot are pinned above the feed until acknowledged (a). Earlier boots are folded
+A progress bar's redraws (loading shards, capturing CUDA graphs) are one row with the newest count;
+blank lines are left out. Errors of this boot are pinned above the feed until acknowledged (a). Earlier boots are folded
 into one line each (z shows them). / filters with a regular expression (case-insensitive);
 start it with ! to show the lines that do NOT match; Esc clears it. f follows the tail.
 Monitoring polls (GET /health, /metrics, /server_info ...: this console's own, a scraper's) are hidden:
@@ -104,33 +107,63 @@ every console on the host adds two every few seconds and they would bury real tr
     # reactive does).
     virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
 
-    def __init__(self, pieces: Callable[[Event], Pieces], *, max_lines: int, id: str | None = None) -> None:
+    def __init__(
+        self,
+        pieces: Callable[[Event], Pieces],
+        *,
+        max_lines: int,
+        same_row: Callable[[Event], object] | None = None,
+        id: str | None = None,
+    ) -> None:
         super().__init__(id=id)
         self._pieces = pieces
+        # Two rows in a row with the same key (not None) are one row showing the newer event.
+        self._same_row = same_row
+        self._last_key: object = None
         self._row_style: Style | None = None
         self._rows: deque[Event] = deque(maxlen=max_lines)
+        self._total = 0  # rows appended since the last replace
         self._base = 0  # the absolute number of `_rows[0]`: cached strips stay valid as rows fall off
         self._strips: LRUCache[tuple[int, int], Strip] = LRUCache(1024)
+        self._widths: set[int] = set()  # the widths strips were cached at, to forget a redrawn row
 
     @property
     def row_count(self) -> int:
         return len(self._rows)
 
+    @property
+    def rows(self) -> list[Event]:
+        return list(self._rows)
+
     def append_rows(self, rows: Iterable[Event], *, follow: bool) -> None:
         """Rows at the end, scrolled to in the same frame when following."""
-        new = list(rows)
-        if not new:
-            return
-        total = self._base + len(self._rows) + len(new)  # rows appended since the last replace
-        self._rows.extend(new)
-        self._base = total - len(self._rows)  # the deque keeps the newest `max_lines`
-        self._resized(follow)
+        if self._extend(rows):
+            self._resized(follow)
 
     def replace_rows(self, rows: Iterable[Event], *, follow: bool) -> None:
         self._rows.clear()
         self._strips.clear()
-        self._rows.extend(rows)
+        self._total = 0
+        self._last_key = None
+        self._extend(rows)
         self._resized(follow)
+
+    def _extend(self, rows: Iterable[Event]) -> bool:
+        changed = False
+        same_row = self._same_row
+        for event in rows:
+            changed = True
+            key = same_row(event) if same_row is not None else None
+            if key is not None and key == self._last_key and self._rows:
+                self._rows[-1] = event
+                for width in self._widths:
+                    self._strips.discard((self._total - 1, width))
+                continue
+            self._last_key = key
+            self._rows.append(event)
+            self._total += 1
+        self._base = self._total - len(self._rows)  # the deque keeps the newest `max_lines`
+        return changed
 
     def _resized(self, follow: bool) -> None:
         # Lines are cut to the feed's width with an ellipsis (the pinned errors show a message in
@@ -160,6 +193,7 @@ every console on the host adds two every few seconds and they would bury real tr
         if strip is None:
             strip = self._strip(self._rows[index], width)
             self._strips[key] = strip
+            self._widths.add(width)
         return strip.apply_style(style)
 
     def _strip(self, event: Event, width: int) -> Strip:
@@ -242,7 +276,7 @@ class EventFeed(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(id="pins", classes="pins")
         yield Static(id="folded", classes="folded")
-        yield FeedLog(self._pieces, max_lines=self.history, id="log")
+        yield FeedLog(self._pieces, max_lines=self.history, same_row=progress_key, id="log")
         yield Input(placeholder="regex (start with ! to invert), Enter keeps, Esc clears", id="filter")
 
     @property
@@ -286,6 +320,8 @@ class EventFeed(Vertical):
 
     def _visible(self, row: FeedEntry) -> bool:
         if self.folded and row.boot != self._boot_index:
+            return False
+        if is_blank(row.event):
             return False
         if not self.show_polls and is_poll(row.event):
             return False
@@ -355,7 +391,7 @@ class EventFeed(Vertical):
 
     def visible_lines(self) -> list[str]:
         """The feed's lines as shown (for tests and for the status line)."""
-        return [r.text() for r in self._events if self._visible(r)]
+        return [feed_line(e) for e in self.log_widget.rows]
 
     def events(self) -> list[Event]:
         """Every event the feed holds (shown or not), oldest first."""

@@ -485,6 +485,27 @@ def rank_label(event: Event) -> str:
     return ""
 
 
+_PROGRESS = re.compile(
+    r"(?P<what>[^:|()\[\]]+?)\s*(?:\([^)]*\))?:\s+\d{1,3}%(?: Completed)?\s*\|.*?\d+/\d+\s*\["
+)
+
+
+def progress_key(event: Event) -> tuple[str, str] | None:
+    """The rank and the name of what a tqdm progress line counts ("Loading safetensors checkpoint
+    shards", "Capturing batches"), or None for any other line. In a terminal tqdm redraws one line;
+    the journal keeps every redraw (64 lines for a 64-shard checkpoint), so the feed shows the newest
+    of a run of them in one row."""
+    if event.kind != "log":
+        return None
+    m = _PROGRESS.match(event_text(event))
+    return (rank_label(event), m["what"]) if m else None
+
+
+def is_blank(event: Event) -> bool:
+    """An unparsed line with nothing on it (tqdm's carriage returns leave them in the journal)."""
+    return event.kind == "log" and not event_text(event).strip()
+
+
 def feed_line(event: Event) -> str:
     """The searchable text of a feed line (the filter matches on what the operator reads)."""
     return f"{clock_text(event)} {rank_label(event):4} {event.kind:17} {event_text(event)}"
