@@ -3,13 +3,14 @@ as pictures. Real decode lines from the corpus, a real Textual app."""
 
 from __future__ import annotations
 
+import pytest
 from textual.app import App, ComposeResult
 from textual.screen import Screen
 
 from console.core.events import Event
 from console.core.parser import parse_lines
 from console.tui.feed import EventFeed
-from console.tui.view import feed_line
+from console.tui.view import feed_line, progress_key
 from tests.tui_support import CORPUS, snapshot
 
 DECODE = next(line for line in (CORPUS / "case-15.log").read_text().splitlines() if "Decode batch" in line)
@@ -163,3 +164,21 @@ async def test_progress_redraws_are_one_row_and_blank_lines_are_hidden() -> None
         shards = [line for line in feed.visible_lines() if "checkpoint shards" in line]
         assert len(shards) == 2, shards
         assert "97% Completed | 36/37" in shards[0] and "100% Completed | 37/37" in shards[1]
+
+
+@pytest.mark.timeout(10)
+def test_telling_progress_lines_apart_never_hangs_on_a_long_line() -> None:
+    """Every journal line meets the progress matcher. An unbounded one backtracked quadratically on a
+    long run of digits after a percentage (108 s for a line of 200,000 characters: a tensor printed
+    on one line would have frozen the console); this one answers at once. A hang guard, not a speed
+    target: the timeout is two orders of magnitude above the time it takes."""
+    n = 200_000
+    lines = [
+        "Loading: 50%|" + "1" * n,
+        "x" * n + ": 50%|" + "1/" * n,
+        "Capturing batches (bs=1 avail_mem=0.86 GB): 100%|" + "█" * n + "| 4/4 [00:18<00:00,  4.51s/it]",
+    ]
+    keys = [progress_key(e) for e in parse_lines(lines, host="gpu1")]
+    assert keys == [None, None, None]
+    redraw = "Capturing batches (bs=1 avail_mem=0.86 GB): 100%|██████████| 4/4 [00:18<00:00,  4.51s/it]"
+    assert [progress_key(e) for e in parse_lines([redraw], host="gpu1")] == [("", "Capturing batches")]
