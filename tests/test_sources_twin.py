@@ -213,6 +213,7 @@ async def test_twenty_connection_kills_during_a_restart_lose_and_repeat_nothing(
     async with session:
         first = await session.wait_for(lambda s: s.follower.entries >= 10, 15)
         assert first.connection and first.connection.state is ConnState.UP
+        tasks_before = len(asyncio.all_tasks())
         restart = asyncio.ensure_future(asyncio.to_thread(host.twin.systemctl, "restart", UNIT))
         kills, started = 0, time.monotonic()
         while kills < 20:
@@ -238,6 +239,8 @@ async def test_twenty_connection_kills_during_a_restart_lose_and_repeat_nothing(
             await asyncio.sleep(0.2)
         await asyncio.sleep(session.idle_flush_s + 0.3)  # the parser releases a held traceback when idle
         snap = session.snapshot
+        # A console stays open for days across drops: each reconnect replaces its tasks, never adds.
+        tasks_after = len(asyncio.all_tasks())
     messages = [str(e["MESSAGE"]) for e in expected]
     held = _lines(snap)
     lost = sum((Counter(messages) - Counter(held)).values())
@@ -255,6 +258,7 @@ async def test_twenty_connection_kills_during_a_restart_lose_and_repeat_nothing(
     assert len(cursors) == len(set(cursors))
     assert snap.connection is not None and snap.connection.drops >= 20
     assert snap.follower.restarts >= 20
+    assert tasks_after <= tasks_before + 2, (tasks_before, tasks_after)
     errors = [e for e in snap.recent if e.kind == "error"]
     assert [len(e.lines) for e in errors] == [4, 4]  # each life's traceback came through whole, once
 
