@@ -124,8 +124,10 @@ def throughput_chart(
     """Generation tok/s over the last `window_s` seconds (x: seconds before now)."""
     shown = [(t - now, v) for t, v in points if now - window_s <= t <= now]
     if not shown:
+        minutes = f"{window_s / 60:g} minutes" if window_s >= 120 else f"{window_s:g} s"
         return Text(
-            "No generation yet: the server has logged no Decode batch line in this window.",
+            f"No generation in the last {minutes}: the server logged no Decode batch line.\n"
+            "P sends a synthetic long-context request and measures it (the probe).",
             rich_style("grey62"),
         )
 
