@@ -330,3 +330,26 @@ async def test_header_age_repaints_only_when_what_it_says_changes() -> None:
         header.show(snapshot([], fresh, seq=2))
         assert refreshes == [1, 2]
         assert header.age_label() == ("< 5s ago", "green3")
+
+
+async def test_a_host_that_answers_nothing_has_no_fresh_sample() -> None:
+    """Failed ticks are stamped too (a GPU tick the SSH link lost, a server poll nobody answered), but
+    nothing was heard: an unreachable host read `freshest sample < 5s ago`. A 503 is an answer."""
+    from console.core.gpus import HostGpuSample, SamplerState
+    from console.core.snapshot import HealthState, ServerSample
+
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        header = app.dashboards["gpu1"].header
+        lost = HostGpuSample(
+            state=SamplerState.ERROR, detail="the connection is closed.", ts=NOW, host="gpu1"
+        )
+        silent = ServerSample(health=HealthState.DOWN, detail="nothing answers", ts=NOW)
+        app.post_snapshot(snapshot([], lost).model_copy(update={"server": silent}))
+        await pilot.pause()
+        assert header.age_label() == ("none yet", "grey50")
+        assert "freshest sample none yet" in plain(header.render())
+        loading = ServerSample(health=HealthState.STARTING, status_code=503, ts=NOW - 1)
+        app.post_snapshot(snapshot([], lost, seq=2).model_copy(update={"server": loading}))
+        await pilot.pause()
+        assert header.age_label() == ("< 5s ago", "green3")

@@ -503,7 +503,7 @@ async def open_prober(
     straight at `server_url` for a host marked `local`."""
     own: Transport | None = None
     if host.local:
-        client = ServerClient(host.server_url, label=f"the SGLang server of {host.name}")
+        client = ServerClient(host.server_url, label=f"the SGLang server at {host.server_url}")
     else:
         if transport is None:
             own = transport = Transport(host, backoff=Backoff(max_attempts=3))

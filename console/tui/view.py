@@ -24,6 +24,7 @@ from console.core.events import (
     Unit,
     WeightsLoaded,
 )
+from console.core.gpus import SamplerState
 from console.core.restart import BOOT, PHASE_LABELS, Phase, RestartMachine
 from console.core.snapshot import HostSnapshot
 from console.core.state import Boot, HostState
@@ -546,11 +547,13 @@ def model_name(boot: Boot | None) -> str | None:
 
 
 def freshest(snap: HostSnapshot) -> float | None:
-    """Unix time of the newest thing heard from the host (a GPU sample, a server poll, a journal line)."""
+    """Unix time of the newest thing heard from the host: a GPU sample the host answered (even "no
+    GPUs"), an HTTP answer from the server (even a 503), a journal line. A failed tick is stamped too,
+    but it was heard from nobody: counted, an unreachable host read `< 5s ago`."""
     stamps = []
-    if snap.gpus is not None and snap.gpus.ts is not None:
+    if snap.gpus is not None and snap.gpus.ts is not None and snap.gpus.state is not SamplerState.ERROR:
         stamps.append(snap.gpus.ts)
-    if snap.server is not None and snap.server.ts is not None:
+    if snap.server is not None and snap.server.ts is not None and snap.server.status_code is not None:
         stamps.append(snap.server.ts)
     if snap.recent and snap.recent[-1].realtime_us is not None:
         stamps.append(snap.recent[-1].realtime_us / 1e6)
