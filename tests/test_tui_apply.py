@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from textual.widgets import Input, Static
 
 from console.core.profile_store import ProfileStore, shipped_profile_dir
 from console.sources.hosts import load_hosts
@@ -180,3 +182,61 @@ async def test_read_only_console_refuses_apply_on_a_live_host(twin, store, tmp_p
         enabled = {k for k, b in app.active_bindings.items() if b.enabled}
         assert not {"r", "R"} & enabled and "p" in enabled
         assert twin.systemctl("show", "-p", "InvocationID", twin.unit).stdout == invocation
+
+
+async def test_a_probe_is_kept_in_a_profile_only_when_that_profile_runs(
+    twin, store, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The console's --profile is a goal, not what the server runs: a probe's tok/s go into a profile's
+    `[verified]` only when the unit runs that profile as apply writes it; otherwise to the history alone,
+    and the probe screen says so. (The twin runs ctx-200k here, verified and rolled back to above.)"""
+    from console.sources.probe import load_history
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
+    other = await _probe_with(twin, store, tmp_path, "ctx-128k")
+    assert other.not_in_force and "--mem-fraction-static" in other.not_in_force
+    assert "results to the history only, not to ctx-128k" in other.title, other.title
+    assert "The unit runs other flags than ctx-128k (~ --context-length" in other.title, other.title
+    assert other.report_profile is None
+    running = await _probe_with(twin, store, tmp_path, "ctx-200k")
+    assert running.not_in_force is None and "profile ctx-200k" in running.title, running.title
+    assert running.report_profile == "ctx-200k"
+
+    kept = {name: store.load(name).verified for name in ("ctx-128k", "ctx-200k")}
+    assert kept["ctx-128k"] is None or not kept["ctx-128k"].tok_s_at_depth
+    assert kept["ctx-200k"] is not None and list(kept["ctx-200k"].tok_s_at_depth) == [2_000]
+    # Both runs are in the history either way.
+    assert len(load_history(tmp_path / "state-home" / "k26-console" / "probes.jsonl")) == 2
+
+
+@dataclass
+class ProbeSeen:
+    title: str
+    not_in_force: str | None
+    report_profile: str | None
+
+
+async def _probe_with(twin: TwinHost, store: ProfileStore, tmp_path: Path, profile: str) -> ProbeSeen:
+    """A console opened with `--profile profile` probes 2k deep from its probe screen (P)."""
+    from console.tui.probe import ProbePanel, ProbeScreen
+
+    app = console(twin, store, tmp_path / profile)
+    app.profile = profile
+    async with app.run_test(size=SIZE) as pilot:
+        dash = app.dashboards[twin.name]
+        await until(pilot, "a ready boot", lambda: (ready_pool(dash) or 0) >= 200_000)
+        await pilot.press("P")
+        await until(pilot, "the probe screen", lambda: isinstance(app.screen, ProbeScreen))
+        screen = app.screen
+        assert isinstance(screen, ProbeScreen)
+        await until(pilot, "the profile check", lambda: screen.profile_checked)
+        panel = screen.query_one(ProbePanel)
+        panel.query_one("#probe-depths", Input).value = "2k"
+        panel.query_one("#probe-tokens", Input).value = "3"
+        await pilot.click("#probe-fire")
+        await until(pilot, "the report", lambda: panel.report is not None)
+        report = panel.report
+        assert report is not None and report.ok and report.results[0].decode_tok_s, report
+        return ProbeSeen(
+            plain(screen.query_one("#probe-title", Static).render()), screen.not_in_force, report.profile
+        )

@@ -1006,7 +1006,38 @@ class ConsoleApp(App[int]):
         if session is None:
             self.notify(f"{host}: the probe needs a connected host.", severity="warning")
             return
-        self.push_screen(ProbeScreen(session, profile=self.applied.get(host) or self.profile))
+        self.push_screen(
+            ProbeScreen(
+                session,
+                profile=self.applied.get(host) or self.profile,
+                store=self.store,
+                profile_check=partial(self.profile_in_force, host),
+            )
+        )
+
+    async def profile_in_force(self, host: str, name: str) -> str | None:
+        """None when the unit on `host` runs profile `name` as `apply` writes it; otherwise why not, in
+        words. A probe's tok/s go into a profile's `[verified]` only when that profile is what ran:
+        the console's --profile is a goal, not a statement about the server."""
+        from console.tui.profile_check import profile_differences
+
+        ctl = self._controller(host, quiet=True)
+        if ctl is None:
+            return f"{host} is not connected, so its running flags are not known"
+        try:
+            profile = await asyncio.to_thread(self.store.load, name)
+            # Fresh each time: another console, or systemctl by hand, may have restarted it since.
+            argv = list(await ctl.running_argv())
+        except Exception as exc:
+            return f"the running flags could not be compared ({exc})"
+        self.running_argv[host] = argv
+        diff = profile_differences(profile, argv)
+        if diff is None:
+            return f"{name} names an SGLang version without a flag list"
+        if diff:
+            shown = "; ".join(diff[:3]) + (f"; and {len(diff) - 3} more" if len(diff) > 3 else "")
+            return f"the unit runs other flags than {name} ({shown})"
+        return None
 
     def action_help(self) -> None:
         node: Widget | None = self.focused

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from console.core.probe import (
     report_curve,
     throughput_points,
 )
+from console.core.profile_store import ProfileStore
 from console.core.snapshot import HostSnapshot
 from console.tui.footer import KeyFooter
 from console.tui.view import rich_style, textual_text
@@ -492,7 +493,10 @@ class ProbePanel(Vertical, can_focus=False):
 
 class ProbeScreen(Screen[None]):
     """The probe for one host. `source` is a `HostSession` (its host and transport are used) or a
-    `HostConfig` with `transport=`; `profile` names the profile whose `[verified]` keeps the results."""
+    `HostConfig` with `transport=`; `profile` names the profile whose `[verified]` keeps the results.
+
+    With `profile_check` (`await profile_check(name)`: None when the host runs that profile, else why
+    not), the results go into the profile only when it is what runs; otherwise to the history alone."""
 
     BINDINGS = [Binding("escape", "close", "Cancel / close")]  # noqa: RUF012
 
@@ -502,6 +506,8 @@ class ProbeScreen(Screen[None]):
         *,
         transport: Any = None,
         profile: str | None = None,
+        store: ProfileStore | None = None,
+        profile_check: Callable[[str], Awaitable[str | None]] | None = None,
         history: Path | None = None,
         depths: str = "8k,64k,185k",
         tokens: int = 32,
@@ -512,22 +518,45 @@ class ProbeScreen(Screen[None]):
         self.host = host
         self.transport = transport if transport is not None else getattr(source, "transport", None)
         self.profile = profile
+        self.store = store
+        self.profile_check = profile_check
+        self.not_in_force: str | None = None
+        """Why the results will not go into the profile (it is not what runs), once checked."""
+        self.profile_checked = False
         self.history = history
         self.prober_options = dict(prober_options or {})
         self.panel = ProbePanel(depths=depths, tokens=tokens, id="probe-panel")
         self._worker: Worker[None] | None = None
 
     def compose(self) -> ComposeResult:
-        title = Text(f"Probe {self.host.name}", "bold")
-        if self.profile:
-            title.append(f"   profile {self.profile}", "grey62")
-        yield Static(textual_text(title), id="probe-title")
+        yield Static(self._title(), id="probe-title")
         yield self.panel
         yield KeyFooter()
 
+    def _title(self) -> Text:
+        title = Text(f"Probe {self.host.name}", "bold")
+        if self.profile and self.not_in_force:
+            title.append(f"   results to the history only, not to {self.profile}", "yellow3")
+            title.append(f"\n{self.not_in_force[:1].upper()}{self.not_in_force[1:]}.", "yellow3")
+        elif self.profile:
+            title.append(f"   profile {self.profile}", "grey62")
+        return textual_text(title)
+
     def on_mount(self) -> None:
         self.run_worker(self._load_earlier(), group="probe-history")
+        if self.profile and self.profile_check is not None:
+            self.run_worker(self._check_profile(), group="probe-profile")
         self.panel.query_one("#probe-depths", Input).focus()
+
+    async def _check_profile(self) -> str | None:
+        """The profile the results go into: `self.profile` when it is what the host runs, else None."""
+        if not self.profile or self.profile_check is None:
+            return self.profile
+        self.not_in_force = await self.profile_check(self.profile)
+        self.profile_checked = True
+        if self.is_mounted:
+            self.query_one("#probe-title", Static).update(self._title())
+        return None if self.not_in_force else self.profile
 
     async def _earlier(self, exclude: str | None = None) -> list[Curve]:
         from console.core.probe import curves_from_history
@@ -537,9 +566,7 @@ class ProbeScreen(Screen[None]):
         curves = curves_from_history(records, self.host.name, exclude_run=exclude)
         if self.profile:
             with contextlib.suppress(Exception):
-                from console.core.profile_store import ProfileStore
-
-                prof = await asyncio.to_thread(ProfileStore().load, self.profile)
+                prof = await asyncio.to_thread((self.store or ProfileStore()).load, self.profile)
                 if prof.verified and prof.verified.tok_s_at_depth:
                     points = sorted(prof.verified.tok_s_at_depth.items())
                     curves.append(Curve(label=f"{self.profile} verified", points=points))
@@ -598,10 +625,12 @@ class ProbeScreen(Screen[None]):
         from console.sources.transport import TransportError
 
         try:
+            # Checked again at each run: the host may have been restarted with other flags meanwhile.
+            keep_in = await self._check_profile()
             async with open_prober(self.host, transport=self.transport, **self.prober_options) as prober:
                 started = time.monotonic()
                 report = await prober.sweep(
-                    depths, tokens, profile=self.profile, on_progress=self.panel.show_progress
+                    depths, tokens, profile=keep_in, on_progress=self.panel.show_progress
                 )
                 if prober.transport is not None:
                     me = getattr(self.app, "me", None)
@@ -611,7 +640,7 @@ class ProbeScreen(Screen[None]):
                     if trouble:
                         self.notify(trouble, severity="warning")
             try:
-                await asyncio.to_thread(keep_report, report, history=self.history)
+                await asyncio.to_thread(keep_report, report, history=self.history, store=self.store)
             except Exception as exc:  # a full disk must not lose the run on screen
                 self.notify(f"The results could not be kept: {exc}", severity="warning")
             self.panel.show_report(report, await self._earlier(exclude=report.run_id))
