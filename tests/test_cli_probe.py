@@ -2,8 +2,9 @@
 
 The twin starts as the incident did (f = 0.85, a 101,134-token pool): a 185k probe is refused before any
 request, the shallower depths are measured. After a restart at f = 0.94 (218,484 tokens) the same sweep
-measures all three depths and names attention at 185k. The user's config and state dirs are pointed at
-temporary folders so the history file and the profile are the test's own.
+measures all three depths and names attention at 185k; run with `--profile ctx-200k`, it stays out of
+that profile (the host runs 0.94, not ctx-200k's flags) until ctx-200k is applied. The user's config and
+state dirs are pointed at temporary folders so the history file and the profile are the test's own.
 """
 
 from __future__ import annotations
@@ -108,7 +109,13 @@ def test_done_when_sweep_refuses_185k_at_085_then_measures_it_at_094(
     assert deep["decode_tok_s"] == pytest.approx(0.70, rel=0.03)
     assert "attention is the bottleneck" in deep["diagnosis"]
     assert out["fit"]["verdict"] == "attention_bound"
-    # Kept: both runs in the history, this one in the (copied) profile's verified section.
+    # The host runs the incident's hand-made 0.94, not ctx-200k (0.93, 8 requests): --profile names where
+    # results go, and they go there only when that profile is what ran. This run stays in the history.
+    (said,) = res.stderr.splitlines()
+    assert said.startswith(
+        "k26-console: the results go to the probe history only, not to ctx-200k's [verified]: "
+    )
+    assert "the unit runs other flags than ctx-200k (" in said and "--mem-fraction-static 0.94 → 0.93" in said
     runs = history(dirs)
     assert [(r["result"]["depth"], r["result"]["status"]) for r in runs] == [
         (8_000, "ok"),
@@ -119,17 +126,32 @@ def test_done_when_sweep_refuses_185k_at_085_then_measures_it_at_094(
         (185_000, "ok"),
     ]
     saved = Path(dirs["XDG_CONFIG_HOME"]) / "k26-console" / "profiles" / "ctx-200k.toml"
+    assert not saved.exists()
+
+    # Applied for real, ctx-200k is what runs: the same probe now lands in the profile's [verified].
+    # (The hand-made drop-in goes first: it sorts after the console's, and apply refuses to be overridden.)
+    (twin.layout.unit_dir / f"{twin.unit}.d" / "50-probe.conf").unlink()
+    twin.systemctl("daemon-reload")
+    applied = cli(dirs, "apply", "twin", "ctx-200k", "--yes", "--hosts", hosts)
+    assert applied.returncode == 0, applied.stderr
+    res = cli(dirs, "probe", "twin", "--depth", "185k", "--tokens", "4", "--json", "--hosts", hosts,
+              "--profile", "ctx-200k")  # fmt: skip
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    (deep,) = json.loads(res.stdout)["results"]
     verified = parse_profile(saved.read_text(), name="ctx-200k").verified
-    assert verified is not None
-    assert verified.tok_s_at_depth == {r["depth"]: round(r["decode_tok_s"], 2) for r in out["results"]}
-    # Both runs are in the host's audit trail, the second with its speeds and its profile.
+    assert verified is not None and verified.pool_tokens == 205_445
+    assert verified.tok_s_at_depth == {185_000: round(deep["decode_tok_s"], 2)}
+    # The runs are on the host's audit trail, each with its speeds and the profile it was kept in.
     trail = cli(dirs, "audit", "twin", "--json", "--hosts", hosts)
     assert trail.returncode == 0, trail.stderr
     probes = [e for e in json.loads(trail.stdout)["entries"] if e["action"] == "probe"]
-    assert [(e["outcome"], e["profile"]) for e in probes[-2:]] == [("failed", None), ("ok", "ctx-200k")]
-    assert (
-        "185k 0.70 tok/s" in probes[-1]["summary"] and "attention is the bottleneck" in probes[-1]["summary"]
-    )
+    assert [(e["outcome"], e["profile"]) for e in probes[-3:]] == [
+        ("failed", None),
+        ("ok", None),
+        ("ok", "ctx-200k"),
+    ]
+    for probe in probes[-2:]:
+        assert "185k 0.70 tok/s" in probe["summary"] and "attention is the bottleneck" in probe["summary"]
 
 
 def test_human_output_is_a_table_and_a_diagnosis(twin: TwinHost, dirs: dict[str, str]) -> None:

@@ -28,7 +28,9 @@ from console.core.probe import (
 )
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
-    pass
+    from console.core.profile_store import ProfileStore
+    from console.sources.hosts import HostConfig
+    from console.sources.transport import Transport
 
 MAX_TOKENS = 4096
 
@@ -59,7 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "cannot answer it) asking for exactly M new tokens, and measure time to first token, decode "
             "tok/s, inter-token latency and the KV read bandwidth against the card's peak. A depth the "
             "server cannot take (context length, KV pool) is refused before anything is sent. Results go "
-            "to the probe history and, with --profile, to the profile's [verified] tok_s_at_depth. "
+            "to the probe history and, with --profile, to the profile's [verified] tok_s_at_depth when the "
+            "host's unit runs that profile as apply writes it (otherwise it says which flags differ). "
             "Exit 0 when every depth was measured, 1 when one was refused or failed, 2 on bad input."
         ),
     )
@@ -211,8 +214,17 @@ def run(args: argparse.Namespace) -> int:
 
     async def go() -> ProbeReport:
         async with open_prober(host, **options) as prober:  # type: ignore[arg-type]
+            keep_in: str | None = args.profile
+            if args.profile and store is not None and prober.transport is not None:
+                why = await _not_running(host, prober.transport, store, args.profile)
+                if why:
+                    sys.stderr.write(
+                        f"k26-console: the results go to the probe history only, not to "
+                        f"{args.profile}'s [verified]: {why}.\n"
+                    )
+                    keep_in = None
             started = time.monotonic()
-            report = await prober.sweep(depths, tokens, profile=args.profile, on_progress=show)
+            report = await prober.sweep(depths, tokens, profile=keep_in, on_progress=show)
             if prober.transport is not None:
                 trouble = await audit_probe(prober.transport, host, report, time.monotonic() - started)
                 if trouble:
@@ -233,6 +245,20 @@ def run(args: argparse.Namespace) -> int:
     if not report.ok:
         raise CheckFailed(report.summary())
     return EXIT_OK
+
+
+async def _not_running(host: HostConfig, transport: Transport, store: ProfileStore, name: str) -> str | None:
+    """Why the host's unit is not running profile `name` (the flags that differ), or None when it is:
+    `--profile` names where the results go, and they belong there only if that profile ran."""
+    from console.core.apply import why_not_running
+    from console.sources.service import ServiceController, ServiceError
+    from console.sources.transport import TransportError
+
+    try:
+        argv = await ServiceController(host, transport).running_argv()
+    except (ServiceError, TransportError) as exc:
+        return f"its running flags could not be read ({str(exc).rstrip('.')})"
+    return why_not_running(store.load(name), argv)
 
 
 __all__ = ["format_table", "register", "run"]

@@ -31,9 +31,16 @@ from console.core.capacity import (
     sizing_rule_for,
 )
 from console.core.events import Error
-from console.core.flags import FlagList, human_readable_int, parse_argv, split_command
+from console.core.flags import (
+    FlagList,
+    UnknownVersion,
+    human_readable_int,
+    load_flag_list,
+    parse_argv,
+    split_command,
+)
 from console.core.models import ModelConfigError, ModelSpec, find_model, get_model
-from console.core.profiles import Profile, canonical_flags
+from console.core.profiles import Profile, canonical_flags, diff_against_argv
 from console.core.state import Boot
 
 HOST_BOUND_FLAGS = ("--host", "--port")
@@ -244,6 +251,29 @@ def _flag_key(profile: Profile, flag_list: FlagList, option: str) -> str | None:
             continue
         if res.spec is not None and res.spec.flag == option:
             return key
+    return None
+
+
+def profile_differences(profile: Profile, running_argv: Sequence[str]) -> tuple[str, ...] | None:
+    """How the running argv differs from what `apply` would write for `profile` (the diff lines; empty
+    when the unit runs it), or None when the profile's SGLang version has no flag list to judge by.
+    A probe's results belong to a profile only when this is empty."""
+    try:
+        flag_list = load_flag_list(profile.sglang_version)
+    except UnknownVersion:
+        return None
+    hosted, _ = host_profile(profile, flag_list, running_argv)
+    return tuple(diff_against_argv(running_argv, hosted, flag_list).lines())
+
+
+def why_not_running(profile: Profile, running_argv: Sequence[str]) -> str | None:
+    """None when the unit runs `profile` as `apply` writes it; otherwise why not, in words."""
+    diff = profile_differences(profile, running_argv)
+    if diff is None:
+        return f"{profile.name} names an SGLang version without a flag list"
+    if diff:
+        shown = "; ".join(diff[:3]) + (f"; and {len(diff) - 3} more" if len(diff) > 3 else "")
+        return f"the unit runs other flags than {profile.name} ({shown})"
     return None
 
 

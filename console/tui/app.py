@@ -1019,7 +1019,7 @@ class ConsoleApp(App[int]):
         """None when the unit on `host` runs profile `name` as `apply` writes it; otherwise why not, in
         words. A probe's tok/s go into a profile's `[verified]` only when that profile is what ran:
         the console's --profile is a goal, not a statement about the server."""
-        from console.tui.profile_check import profile_differences
+        from console.core.apply import why_not_running
 
         ctl = self._controller(host, quiet=True)
         if ctl is None:
@@ -1031,13 +1031,7 @@ class ConsoleApp(App[int]):
         except Exception as exc:
             return f"the running flags could not be compared ({exc})"
         self.running_argv[host] = argv
-        diff = profile_differences(profile, argv)
-        if diff is None:
-            return f"{name} names an SGLang version without a flag list"
-        if diff:
-            shown = "; ".join(diff[:3]) + (f"; and {len(diff) - 3} more" if len(diff) > 3 else "")
-            return f"the unit runs other flags than {name} ({shown})"
-        return None
+        return why_not_running(profile, argv)
 
     def action_help(self) -> None:
         node: Widget | None = self.focused

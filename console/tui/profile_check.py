@@ -121,13 +121,3 @@ def check_profile_text(
 
 
 __all__ = ["Issue", "ProfileCheck", "check_profile_text", "named_in"]
-
-
-def profile_differences(profile: Profile, running_argv: Sequence[str]) -> tuple[str, ...] | None:
-    """How the running argv differs from what `apply` would write for `profile` (the diff lines; empty
-    when the unit runs it), or None when the profile's SGLang version has no flag list to judge by."""
-    flag_list, _ = _flag_list(profile)
-    if flag_list is None:
-        return None
-    hosted, _ = host_profile(profile, flag_list, running_argv)
-    return tuple(diff_against_argv(running_argv, hosted, flag_list).lines())
