@@ -248,17 +248,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _not_running(host: HostConfig, transport: Transport, store: ProfileStore, name: str) -> str | None:
-    """Why the host's unit is not running profile `name` (the flags that differ), or None when it is:
-    `--profile` names where the results go, and they belong there only if that profile ran."""
-    from console.core.apply import why_not_running
-    from console.sources.service import ServiceController, ServiceError
-    from console.sources.transport import TransportError
+    """Why the host's unit is not running profile `name`, or None when it is: `--profile` names where
+    the results go, and they belong there only if that profile ran."""
+    from console.sources.service import ServiceController
 
-    try:
-        argv = await ServiceController(host, transport).running_argv()
-    except (ServiceError, TransportError) as exc:
-        return f"its running flags could not be read ({str(exc).rstrip('.')})"
-    return why_not_running(store.load(name), argv)
+    return await ServiceController(host, transport).why_not_running(store.load(name))
 
 
 __all__ = ["format_table", "register", "run"]

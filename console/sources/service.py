@@ -36,6 +36,7 @@ from console.core.apply import (
     host_profile,
     judge,
     planner_verdict,
+    why_not_running,
 )
 from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
 from console.core.events import Event
@@ -308,6 +309,16 @@ class ServiceController:
             return load_flag_list(profile.sglang_version)
         except UnknownVersion as exc:
             raise ServiceError(f"{exc}.", bad_input=True) from None
+
+    async def why_not_running(self, profile: Profile) -> str | None:
+        """None when the unit runs `profile` as `apply` writes it; otherwise why not, in words (the flags
+        that differ, or why they could not be read). Read fresh: another console, or systemctl by hand,
+        may have restarted the unit since the last look."""
+        try:
+            running = await self.running_argv()
+        except (ServiceError, TransportError) as exc:
+            return f"its running flags could not be read ({str(exc).rstrip('.')})"
+        return why_not_running(profile, running)
 
     async def preview(self, profile: Profile) -> ApplyPreview:
         """Validate the profile (flags for its SGLang version, the planner calibrated on this host's

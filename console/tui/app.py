@@ -1019,19 +1019,14 @@ class ConsoleApp(App[int]):
         """None when the unit on `host` runs profile `name` as `apply` writes it; otherwise why not, in
         words. A probe's tok/s go into a profile's `[verified]` only when that profile is what ran:
         the console's --profile is a goal, not a statement about the server."""
-        from console.core.apply import why_not_running
-
         ctl = self._controller(host, quiet=True)
         if ctl is None:
             return f"{host} is not connected, so its running flags are not known"
         try:
             profile = await asyncio.to_thread(self.store.load, name)
-            # Fresh each time: another console, or systemctl by hand, may have restarted it since.
-            argv = list(await ctl.running_argv())
-        except Exception as exc:
-            return f"the running flags could not be compared ({exc})"
-        self.running_argv[host] = argv
-        return why_not_running(profile, argv)
+        except ProfileError as exc:
+            return str(exc).rstrip(".")
+        return await ctl.why_not_running(profile)
 
     def action_help(self) -> None:
         node: Widget | None = self.focused
@@ -1057,6 +1052,7 @@ class ServiceControllerLike(Protocol):
     """What the console uses of `console.sources.service.ServiceController`."""
 
     async def running_argv(self) -> list[str]: ...
+    async def why_not_running(self, profile: Profile) -> str | None: ...
     async def preview(self, profile: Profile) -> Any: ...
     async def apply(self, profile: Profile, **kw: Any) -> Any: ...
     async def rollback(self, **kw: Any) -> Any: ...

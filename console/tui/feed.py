@@ -95,8 +95,8 @@ class FeedLog(ScrollView, can_focus=True):
 time, rank, kind, text. Colours: [bold red]errors[/], [cyan]systemd[/], [blue]start-up[/],
 [green]KV pool[/], [magenta]CUDA graphs[/], [grey62]batch statistics and access lines[/].
 A progress bar's redraws (loading shards, capturing CUDA graphs) are one row with the newest count;
-blank lines are left out. Errors of this boot are pinned above the feed until acknowledged (a). Earlier boots are folded
-into one line each (z shows them). / filters with a regular expression (case-insensitive);
+blank lines are left out. Errors of this boot are pinned above the feed until acknowledged (a).
+Earlier boots are folded into one line each (z shows them). / filters with a regular expression (case-insensitive);
 start it with ! to show the lines that do NOT match; Esc clears it. f follows the tail.
 Monitoring polls (GET /health, /metrics, /server_info ...: this console's own, a scraper's) are hidden:
 every console on the host adds two every few seconds and they would bury real traffic; m shows them."""
