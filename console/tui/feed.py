@@ -23,6 +23,7 @@ from textual.widgets import Input, Static
 from console.core.events import Error, Event, HttpAccess
 from console.core.snapshot import HostSnapshot
 from console.core.state import Boot
+from console.core.text import CONTROL_PICTURES
 from console.tui.view import (
     KIND_STYLES,
     clock_text,
@@ -68,10 +69,6 @@ def error_key(e: Error) -> str:
     return e.cursor or f"{e.ts}|{e.pid}|{e.category}|{e.message}"
 
 
-# Control characters drawn as their Unicode pictures (one cell each, so spans keep their offsets): a
-# raw ESC or CR from a journal line must never reach the operator's terminal.
-_CONTROL_PICTURES = {c: 0x2400 + c for c in range(32)} | {0x7F: 0x2421, 0x2028: 0x2424, 0x2029: 0x2424}
-_CONTROL_PICTURES |= {c: 0xFFFD for c in range(0x80, 0xA0)}
 
 
 class FeedLog(ScrollView, can_focus=True):
@@ -200,7 +197,7 @@ every console on the host adds two every few seconds and they would bury real tr
         """One row, cut to `width` with an ellipsis as RichLog cut it."""
         line = Text(no_wrap=True, overflow="ellipsis")
         for text, style in self._pieces(event):
-            line.append(text if text.isprintable() else text.translate(_CONTROL_PICTURES), style)
+            line.append(text if text.isprintable() else text.translate(CONTROL_PICTURES), style)
         line.truncate(width, overflow="ellipsis", pad=True)
         return Strip(list(line.render(self.app.console)), width)
 
