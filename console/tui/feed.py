@@ -69,8 +69,6 @@ def error_key(e: Error) -> str:
     return e.cursor or f"{e.ts}|{e.pid}|{e.category}|{e.message}"
 
 
-
-
 class FeedLog(ScrollView, can_focus=True):
     """The feed's rows, drawn on demand: a row is an event, rendered only when it is on screen.
 
