@@ -1,9 +1,15 @@
 """`k26-console apply HOST PROFILE`: validate, write the drop-in, restart, watch the phases, verify.
 
 Exit 0 only when the new boot verifies (pool ≥ target, ready, no errors since this boot, memory free);
-1 when the planner refuses the profile or the restart does not verify (rolled back or not); 2 for bad
-input (an unknown flag, bad TOML, an unknown host, a drop-in directory the console cannot write, sudo that
-wants a password), with the host left as it was.
+1 when the planner refuses the profile or the restart does not verify (rolled back or not), or when the
+outcome could not be written to the host's audit trail; 2 for bad input (an unknown flag, bad TOML, an
+unknown host, a drop-in directory the console cannot write, sudo that wants a password), with the host
+left as it was; 128+N when signal N (SIGINT, SIGHUP, SIGTERM) interrupted it.
+
+The audit trail gets the intent (outcome `started`) right before the first change and the outcome after
+it, paired by `op_id`; a signal writes the outcome `interrupted` with the phase it came in. Whatever ends
+the command, the lock and this command's heartbeat are removed from the host (SIGKILL aside: its intent
+then stays unpaired, and readers show it as unfinished once its heartbeat is stale).
 """
 
 from __future__ import annotations
@@ -12,12 +18,16 @@ import argparse
 import asyncio
 import contextlib
 import json
+import signal
 import sys
+import threading
+import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from console.cli.cmd_plan import finite_float
-from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, HostBusy, UsageError
+from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, CliError, HostBusy, UsageError
 from console.core.apply import DEFAULT_MIN_FREE_GIB, ApplyOutcome, ApplyPreview, ApplyProgress
 from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
 from console.core.pairing import AuditEntry, BreakRefused, LockHeld
@@ -27,8 +37,38 @@ from console.core.restart import PHASE_LABELS, Phase
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
     from console.sources.hosts import HostConfig
-    from console.sources.hoststate import HostStateDir
+    from console.sources.hoststate import HostStateDir, Lock
     from console.sources.transport import Transport
+
+T = TypeVar("T")
+_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
+_RECORD_TIMEOUT_S = 20.0
+"""How long an interrupted apply tries to write its last audit entry before it lets go anyway."""
+
+
+class Interrupted(CliError):
+    """A signal stopped the apply; exits 128 + the signal's number, as a shell reports it."""
+
+    def __init__(self, sentence: str, signum: int) -> None:
+        super().__init__(sentence)
+        self.exit_code = 128 + signum
+
+
+class _Run:
+    """What the apply has done so far: the phase it is in, and the intent written to the audit trail."""
+
+    def __init__(self, profile: str) -> None:
+        self.profile = profile
+        self.phase: str = "lock"
+        self.purpose: str = "apply"
+        self.lock: Lock | None = None
+        self.diff: list[str] = []
+        self.intent: AuditEntry | None = None
+        self.finished = False
+
+    def saw(self, p: ApplyProgress) -> None:
+        self.purpose = p.purpose
+        self.phase = p.phase if p.purpose == "apply" else f"rollback {p.phase}"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -180,8 +220,9 @@ def _confirm(pv: ApplyPreview) -> None:
         raise UsageError(
             f"apply restarts {pv.unit} on {pv.host} and there is no terminal to confirm on; run it with --yes."
         )
-    if pv.planner_refused:
-        answer = input(f"The planner refuses {pv.profile}. Type its name to apply it anyway: ")
+    if pv.needs_name:
+        why = "The planner refuses" if pv.planner_refused else "The unit would run another program with"
+        answer = input(f"{why} {pv.profile}. Type its name to apply it anyway: ")
         if answer.strip() != pv.profile:
             raise CheckFailed(f"not applied: {pv.profile} was not confirmed.")
         return
@@ -212,8 +253,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{str(exc).rstrip('.')}.") from None
     profile, store = _load_profile(args.profile)
     printer = _Printer(args.json)
+    run_state = _Run(profile.name)
 
-    async def main() -> int:
+    async def body() -> int:
         transport = Transport(host, backoff=Backoff(max_attempts=3))
         transport.start()
         try:
@@ -225,8 +267,15 @@ def run(args: argparse.Namespace) -> int:
             transport.backoff = Backoff()
             state = HostStateDir(transport, host)
             async with contextlib.AsyncExitStack() as stack:
-                await _take_lock(stack, state, f"apply {profile.name}", args)
-                outcome = await _preview_and_apply(transport, host, state, profile, store, printer, args)
+                run_state.lock = await _take_lock(stack, state, f"apply {profile.name}", args)
+                try:
+                    outcome, unrecorded = await _preview_and_apply(
+                        transport, host, state, profile, store, printer, args, run_state
+                    )
+                except asyncio.CancelledError:
+                    if caught:
+                        await _record_interruption(state, host.name, run_state, caught[0])
+                    raise
         except ServiceError as exc:
             sentence = f"{str(exc).rstrip('.')}."
             raise (UsageError(sentence) if exc.bad_input else CheckFailed(sentence)) from None
@@ -239,34 +288,152 @@ def run(args: argparse.Namespace) -> int:
         else:
             for line in render_outcome(outcome):
                 _out(line)
+        if unrecorded is not None:
+            raise CheckFailed(unrecorded)
         return EXIT_OK if outcome.ok else EXIT_CHECK_FAILED
+
+    caught: list[signal.Signals] = []
+
+    async def main() -> int:
+        # SIGINT, SIGHUP and SIGTERM cancel the apply: the cancellation unwinds through the controller
+        # (the journal follower is closed), records the interruption and releases the lock on its way
+        # out. A signal the shell set to be ignored (a background job's SIGINT, nohup's SIGHUP) stays
+        # ignored. Later signals are not acted on: the clean-up is bounded by its own timeouts.
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+
+        def on_signal(sig: signal.Signals) -> None:
+            if not caught:
+                caught.append(sig)
+                task.cancel()
+
+        installed = []
+        for sig in _SIGNALS:
+            if signal.getsignal(sig) is signal.SIG_IGN:
+                continue
+            loop.add_signal_handler(sig, on_signal, sig)
+            installed.append(sig)
+        try:
+            return await body()
+        except asyncio.CancelledError:
+            if not caught:
+                raise
+            task.uncancel()
+            raise Interrupted(_interrupted_sentence(host.name, run_state, caught[0]), caught[0]) from None
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
 
     return asyncio.run(main())
 
 
+def _where(run_state: _Run) -> str:
+    return run_state.phase.replace("_", " ")
+
+
+def _interrupted_sentence(host: str, run_state: _Run, sig: signal.Signals) -> str:
+    changed = (
+        f"the host may be mid-change (look at {host}'s unit before applying again)"
+        if run_state.intent is not None
+        else f"nothing on {host} had been changed"
+    )
+    recorded = (
+        "the interruption is in the audit trail"
+        if run_state.finished
+        else "the interruption could not be written to the audit trail"
+    )
+    return (
+        f"apply {run_state.profile} interrupted by {sig.name} in {_where(run_state)}: the lock is released, "
+        f"{recorded}, and {changed}."
+    )
+
+
+async def _record_interruption(state: HostStateDir, host: str, run_state: _Run, sig: signal.Signals) -> None:
+    """The `interrupted` outcome of the intent (or, before any change, an entry saying so), written
+    within `_RECORD_TIMEOUT_S`: the lock is released after it either way."""
+    from console.sources.hoststate import HostStateError
+    from console.sources.transport import TransportError
+
+    if run_state.intent is not None:
+        entry = run_state.intent.interrupted(
+            ts=state.now(),
+            phase=run_state.phase,
+            signal=sig.name,
+            summary=f"interrupted by {sig.name} in {_where(run_state)}; the outcome of the change is unknown",
+        )
+    else:
+        entry = AuditEntry.intent(
+            state.me,
+            ts=state.now(),
+            host=host,
+            action="apply",
+            op_id=uuid.uuid4().hex,
+            profile=run_state.profile,
+            lock_id=run_state.lock.info.lock_id if run_state.lock else None,
+        ).interrupted(
+            ts=state.now(),
+            phase=run_state.phase,
+            signal=sig.name,
+            summary=f"interrupted by {sig.name} in {_where(run_state)}, before anything was changed",
+        )
+    with contextlib.suppress(HostStateError, TransportError, TimeoutError):
+        async with asyncio.timeout(_RECORD_TIMEOUT_S):
+            await state.append_audit(entry)
+            run_state.finished = True
+
+
 async def _take_lock(
     stack: contextlib.AsyncExitStack, state: HostStateDir, intent: str, args: argparse.Namespace
-) -> None:
-    """The host's lock, held until `stack` closes; exit 3 at once when another console holds it. A
-    stale holder's lock is broken only with --break-stale-lock, after a confirmation (or --yes)."""
+) -> Lock:
+    """The host's lock, held until `stack` closes (which also removes this command's heartbeat); exit 3
+    at once when another console holds it. A stale holder's lock is broken only with
+    --break-stale-lock, after a confirmation (or --yes)."""
     try:
-        await stack.enter_async_context(state.locked(intent))
-        return
+        return await stack.enter_async_context(state.locked(intent, leave=True))
     except LockHeld as held:
         if not (held.stale and args.break_stale_lock):
             hint = " (--break-stale-lock breaks it)" if held.stale else ""
             raise HostBusy(f"{str(held).rstrip('.')}{hint}.") from None
         if not args.yes:
-            await asyncio.to_thread(_confirm_break, str(held))
+            await _ask(_confirm_break, str(held))
         try:
             await state.break_lock(True, reason=f"broken by apply to run {intent}")
         except BreakRefused as exc:
             raise HostBusy(f"{str(exc).rstrip('.')}.") from None
         _out(f"broke the stale lock: {held}")
     try:
-        await stack.enter_async_context(state.locked(intent))
+        return await stack.enter_async_context(state.locked(intent, leave=True))
     except LockHeld as again:
         raise HostBusy(f"{str(again).rstrip('.')}.") from None
+
+
+async def _ask(fn: Callable[..., T], *args: Any) -> T:
+    """`fn` (a prompt) in a daemon thread: a signal during the prompt cancels the apply, and a thread
+    still blocked in input() must not keep the process from exiting (asyncio.to_thread's would)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():  # the apply was cancelled meanwhile
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def work() -> None:
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # handed to the awaiting task, raised there
+            outcome: tuple[T | None, BaseException | None] = (None, exc)
+        else:
+            outcome = (result, None)
+        with contextlib.suppress(RuntimeError):  # the loop closed while the prompt waited: nobody to tell
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=work, name="k26-apply-prompt", daemon=True).start()
+    return await future
 
 
 def _confirm_break(sentence: str) -> None:
@@ -285,9 +452,11 @@ async def _preview_and_apply(
     store: ProfileStore,
     printer: _Printer,
     args: argparse.Namespace,
-) -> ApplyOutcome:
+    run_state: _Run,
+) -> tuple[ApplyOutcome, str | None]:
+    """The outcome, and the sentence to exit 1 with when it could not be written to the audit trail."""
     from console.sources.hoststate import HostStateError
-    from console.sources.service import ServiceController
+    from console.sources.service import ServiceController, ServiceError
     from console.sources.transport import TransportError
 
     controller = ServiceController(
@@ -297,6 +466,7 @@ async def _preview_and_apply(
         min_free_gib=args.min_free_gib,
         boot_timeout_s=args.boot_timeout,
     )
+    run_state.phase = "validate"
     pv = await controller.preview(profile)
     if args.json:
         _json_line("preview", pv.model_dump(mode="json"))
@@ -311,22 +481,71 @@ async def _preview_and_apply(
         raise CheckFailed(
             f"the planner refuses {pv.profile}: {pv.errors[0].rstrip('.')}; --yes applies it anyway."
         )
+    run_state.phase = "confirm"
     if not args.yes:
-        await asyncio.to_thread(_confirm, pv)
-    elif pv.planner_refused and not args.json:
-        _out(f"forced with --yes: applying {pv.profile} although the planner refuses it.")
-    outcome = await controller.apply(
-        profile,
-        force=True,
-        rollback_on_failure=args.rollback_on_failure,
-        progress=printer,
-        store=store,
-        preview=pv,
-    )
-    if pv.diff or outcome.durations:
-        entry = AuditEntry.from_outcome(outcome, me=state.me, host=host.name, ts=state.now())
+        await _ask(_confirm, pv)
+    elif pv.needs_name and not args.json:
+        why = "the planner refuses it" if pv.planner_refused else "the unit will run another program"
+        _out(f"forced with --yes: applying {pv.profile} although {why}.")
+
+    async def write_intent() -> None:
+        # Before the drop-in is written: a trail that cannot take the intent stops the apply with the
+        # host unchanged, and one that can always shows what was being done, whatever happens next.
+        intent = AuditEntry.intent(
+            state.me,
+            ts=state.now(),
+            host=host.name,
+            action="apply",
+            op_id=uuid.uuid4().hex,
+            profile=profile.name,
+            diff=pv.diff,
+            lock_id=run_state.lock.info.lock_id if run_state.lock else None,
+        )
         try:
-            await state.append_audit(entry)
+            await state.append_audit(intent)
         except (HostStateError, TransportError) as exc:
-            _out(f"warning: the audit entry could not be written on {host.name}: {exc}")
-    return outcome
+            raise ServiceError(
+                f"{str(exc).rstrip('.')}; the intent could not be written to the audit trail, so nothing was "
+                f"changed on {host.name}"
+            ) from None
+        run_state.intent = intent
+
+    def progress(p: ApplyProgress) -> None:
+        run_state.saw(p)
+        printer(p)
+
+    try:
+        outcome = await controller.apply(
+            profile,
+            force=True,
+            rollback_on_failure=args.rollback_on_failure,
+            progress=progress,
+            store=store,
+            preview=pv,
+            before_change=write_intent,
+        )
+    except ServiceError as exc:
+        if run_state.intent is not None:
+            # Failed after the change began: the intent gets its outcome before the error is reported.
+            failed = run_state.intent.model_copy(
+                update={"ts": state.now(), "outcome": "failed", "phase": run_state.phase, "summary": str(exc)}
+            )
+            with contextlib.suppress(HostStateError, TransportError):
+                await state.append_audit(failed)
+                run_state.finished = True
+        raise
+    if run_state.intent is None and not (pv.diff or outcome.durations):
+        return outcome, None
+    entry = AuditEntry.from_outcome(
+        outcome, me=state.me, host=host.name, ts=state.now(), started=run_state.intent
+    )
+    try:
+        await state.append_audit(entry)
+        run_state.finished = True
+    except (HostStateError, TransportError) as exc:
+        done = "verified" if outcome.ok else "ended without verifying"
+        return outcome, (
+            f"the apply of {profile.name} {done} on {host.name}, but its outcome is NOT in the audit trail: "
+            f"{str(exc).rstrip('.')}; the trail shows the apply as started and unfinished."
+        )
+    return outcome, None

@@ -1,4 +1,10 @@
-"""`k26-console audit HOST`: who changed what on the host, when, and how it ended (newest last)."""
+"""`k26-console audit HOST`: who changed what on the host, when, and how it ended (newest last).
+
+A change is written twice (its intent before, its outcome after, paired by `op_id`); this shows one line
+per change, and an intent with no outcome as in progress (its console holds the lock) or UNFINISHED,
+interrupted (its console is gone). Everything read from the host is printed through `terminal_safe`:
+an escape sequence in a user name, a profile name or a diff line never reaches the terminal.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,8 @@ import sys
 from pydantic import BaseModel, Field
 
 from console.cli.errors import EXIT_OK, UsageError
-from console.core.pairing import AuditEntry, AuditLog
+from console.core.pairing import AuditEntry, AuditLog, AuditRecord
+from console.core.text import terminal_safe
 
 
 class AuditReport(BaseModel):
@@ -17,12 +24,17 @@ class AuditReport(BaseModel):
 
     host: str
     state_dir: str
-    entries: list[AuditEntry] = Field(default_factory=list)
-    """Oldest first, the last `--limit` of them."""
+    entries: list[AuditRecord] = Field(default_factory=list)
+    """One per change, oldest first, the last `--limit` of them: the outcome entry (with `started_at`,
+    the time of its intent), or an intent without an outcome (`status` in_progress or unfinished)."""
     total: int
-    """Readable entries in the whole trail."""
+    """Changes in the whole trail (an intent and its outcome count once)."""
     skipped: int
     """Lines of audit.jsonl that could not be read (a torn or foreign line); they are left out."""
+    unfinished: int = 0
+    """Intents with no outcome whose console is gone: applies that were interrupted."""
+    trail: list[AuditEntry] = Field(default_factory=list)
+    """Every readable line as written, intents included, oldest first (not limited by --limit)."""
 
 
 def _positive(text: str) -> int:
@@ -52,19 +64,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-def _read(name: str, hosts_file: str | None) -> tuple[str, AuditLog]:
+def _read(name: str, hosts_file: str | None) -> tuple[str, AuditLog, list[AuditRecord]]:
     import asyncio
 
     from console.sources.hosts import HostsError, load_hosts, resolve_host
     from console.sources.hoststate import HostStateDir, HostStateError
     from console.sources.transport import Backoff, Transport, TransportError
 
-    async def fetch() -> tuple[str, AuditLog]:
+    async def fetch() -> tuple[str, AuditLog, list[AuditRecord]]:
         host = resolve_host(name, load_hosts(hosts_file))
         transport = Transport(host, backoff=Backoff(max_attempts=3))
         try:
             # Reading identifies nobody: no heartbeat is written, so `audit` leaves no trace on the host.
-            return host.state_dir, await HostStateDir(transport, host).read_audit_log()
+            log, records, _ = await HostStateDir(transport, host).read_audit_records()
+            return host.state_dir, log, records
         finally:
             await transport.close()
 
@@ -74,21 +87,43 @@ def _read(name: str, hosts_file: str | None) -> tuple[str, AuditLog]:
         raise UsageError(f"{str(exc).rstrip('.')}.") from None
 
 
+_C1_AND_SEPARATORS = {c: f"\\u{c:04x}" for c in [0x7F, *range(0x80, 0xA0), 0x2028, 0x2029]}
+
+
+def _json_text(data: object) -> str:
+    """JSON with non-ASCII text kept readable, but DEL, the C1 controls (0x9b is a one-byte CSI) and the
+    line separators escaped as json.dumps escapes C0: still the same JSON, and inert on a terminal."""
+    return json.dumps(data, ensure_ascii=False).translate(_C1_AND_SEPARATORS)
+
+
 def run(args: argparse.Namespace) -> int:
-    state_dir, log = _read(args.host, args.hosts)
-    entries = log.entries[-args.limit :] if args.limit else log.entries
+    state_dir, log, records = _read(args.host, args.hosts)
+    shown = records[-args.limit :] if args.limit else records
+    unfinished = sum(1 for r in records if r.status == "unfinished")
     if args.json:
         report = AuditReport(
-            host=args.host, state_dir=state_dir, entries=entries, total=len(log.entries), skipped=log.skipped
+            host=args.host,
+            state_dir=state_dir,
+            entries=shown,
+            total=len(records),
+            skipped=log.skipped,
+            unfinished=unfinished,
+            trail=log.entries,
         )
-        sys.stdout.write(json.dumps(report.model_dump(mode="json"), ensure_ascii=False) + "\n")
+        sys.stdout.write(_json_text(report.model_dump(mode="json")) + "\n")
         return EXIT_OK
-    if not log.entries:
-        sys.stdout.write(f"no audit entries on {args.host} (in {state_dir}/audit.jsonl).\n")
-    for entry in entries:
-        sys.stdout.write(entry.trail_line() + "\n")
+    if not records:
+        sys.stdout.write(
+            f"no audit entries on {terminal_safe(args.host)} (in {terminal_safe(state_dir)}/audit.jsonl).\n"
+        )
+    for record in shown:
+        # The whole line, not only the user, profile and diff: the summary comes from the host too.
+        sys.stdout.write(terminal_safe(record.trail_line()) + "\n")
+        for line in record.diff if record.status != "finished" else []:
+            sys.stdout.write("    " + terminal_safe(line) + "\n")
     if log.skipped:
         sys.stderr.write(
-            f"k26-console: skipped {log.skipped} unreadable line(s) of {state_dir}/audit.jsonl on {args.host}.\n"
+            f"k26-console: skipped {log.skipped} unreadable line(s) of {terminal_safe(state_dir)}/audit.jsonl "
+            f"on {terminal_safe(args.host)}.\n"
         )
     return EXIT_OK

@@ -125,10 +125,18 @@ class ApplyPreview(BaseModel):
     running_argv: list[str] = Field(default_factory=list)
     new_argv: list[str] = Field(default_factory=list)
     dropin_path: str = ""
+    program_changed: bool = False
+    """The unit would run another program (the words before the flags differ, e.g. `/bin/sh -c …` for
+    `python3 -m sglang.launch_server`): confirmed only by typing the profile's name, or with --yes."""
 
     @property
     def unchanged(self) -> bool:
         return self.running_argv == self.new_argv
+
+    @property
+    def needs_name(self) -> bool:
+        """A yes is not enough: the operator types the profile's name (or passes --yes)."""
+        return self.planner_refused or self.program_changed
 
 
 class ApplyOutcome(BaseModel):

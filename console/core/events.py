@@ -186,7 +186,8 @@ class Log(EventBase):
 
 
 AuditAction = Literal["apply", "restart", "rollback", "probe", "lock_break"]
-AuditOutcome = Literal["ok", "failed", "rolled_back", "refused", "aborted"]
+AuditOutcome = Literal["ok", "failed", "rolled_back", "refused", "aborted", "started", "interrupted"]
+"""`started` is an intent written before a change, `interrupted` its outcome when a signal stopped it."""
 
 
 class Audit(EventBase):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -27,6 +27,8 @@ __all__ = [
     "AuditEntry",
     "AuditLog",
     "AuditOutcome",
+    "AuditRecord",
+    "AuditStatus",
     "BreakRefused",
     "Identity",
     "LockHeld",
@@ -37,6 +39,7 @@ __all__ = [
     "fmt_span",
     "is_stale",
     "lock_sentence",
+    "pair_audit",
     "parse_audit",
     "parse_audit_line",
     "restart_seconds",
@@ -247,7 +250,16 @@ def restart_seconds(durations: Mapping[str, float]) -> float | None:
 
 
 class AuditEntry(BaseModel):
-    """One line of `audit.jsonl`: who did what to the host, when, and how it ended."""
+    """One line of `audit.jsonl`: who did what to the host, when, and how it ended.
+
+    A change is written twice: its intent (`outcome="started"`, `phase="started"`) before the host is
+    touched, then its outcome with the same `op_id`. A console killed in between leaves the intent alone,
+    and readers (`pair_audit`) show it as unfinished once its writer no longer holds the lock. A signal
+    the console can catch ends it with `outcome="interrupted"` and the `phase` it was in.
+
+    Extending: every field after `outcome` is optional with a default, and readers ignore fields they do
+    not know, so a later console adds one (a host-side rollback timer's deadline, say) to the intent or
+    the outcome without breaking an older reader, which still pairs the two by `op_id`."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
     # extra="ignore": a newer console may add fields; an older one must still read the trail.
@@ -267,6 +279,17 @@ class AuditEntry(BaseModel):
     """Seconds per phase (`console.core.restart.Phase` names)."""
     total_s: float | None = None
     pool_tokens: int | None = None
+    op_id: str | None = None
+    """Pairs an intent (`started`) with its outcome; None on entries written by single-line consoles."""
+    phase: str | None = None
+    """`started` on an intent; on an `interrupted` outcome the restart phase it was stopped in."""
+    pid: int | None = None
+    """The writing console's process."""
+    lock_id: str | None = None
+    """The lock the writer held: while that lock is on the host with a live holder, its intent is in
+    progress, not unfinished."""
+    signal: str | None = None
+    """The signal that interrupted the operation ("SIGTERM")."""
 
     @property
     def who(self) -> str:
@@ -287,8 +310,10 @@ class AuditEntry(BaseModel):
         host: str,
         ts: datetime,
         action: AuditAction = "apply",
+        started: AuditEntry | None = None,
     ) -> AuditEntry:
-        """The entry for an apply / rollback / restart result of the service controller."""
+        """The entry for an apply / rollback / restart result of the service controller (the outcome of
+        the intent `started`, when one was written)."""
         verdict: AuditOutcome = "ok" if outcome.ok else ("rolled_back" if outcome.rolled_back else "failed")
         if not outcome.ok and getattr(outcome, "outcome", None) == "refused":
             verdict = "refused"  # stopped before anything changed (validation, the planner)
@@ -304,6 +329,56 @@ class AuditEntry(BaseModel):
             durations={str(k): float(v) for k, v in outcome.durations.items()},
             total_s=outcome.total_s,
             pool_tokens=outcome.pool_tokens,
+            **_follows(started),
+        )
+
+    @classmethod
+    def intent(
+        cls,
+        me: Identity,
+        *,
+        ts: datetime,
+        host: str,
+        action: AuditAction,
+        op_id: str,
+        profile: str | None = None,
+        diff: list[str] | None = None,
+        lock_id: str | None = None,
+        summary: str = "",
+        **more: object,
+    ) -> AuditEntry:
+        """What is about to be done, written before the host is touched. `more` carries fields a later
+        console adds (none are needed to pair the intent with its outcome)."""
+        return cls.by(
+            me,
+            ts=ts,
+            host=host,
+            action=action,
+            profile=profile,
+            diff=list(diff or []),
+            outcome="started",
+            phase="started",
+            op_id=op_id,
+            pid=me.pid,
+            lock_id=lock_id,
+            summary=summary,
+            **more,
+        )
+
+    def interrupted(
+        self, *, ts: datetime, phase: str | None, signal: str | None = None, summary: str = ""
+    ) -> AuditEntry:
+        """The outcome of this intent when the operation was stopped in `phase` (by `signal`)."""
+        where = f" in {phase}" if phase else ""
+        by = f" by {signal}" if signal else ""
+        return self.model_copy(
+            update={
+                "ts": ts,
+                "outcome": "interrupted",
+                "phase": phase,
+                "signal": signal,
+                "summary": summary or f"interrupted{by}{where}",
+            }
         )
 
     # ---- words -------------------------------------------------------------------------------------
@@ -325,13 +400,22 @@ class AuditEntry(BaseModel):
             if self.summary.startswith("broke ")
             else f"{self.user} broke the lock",
         }[self.action]
+        if self.outcome == "started":
+            head = {
+                "apply": f"{self.user} started applying {profile}",
+                "restart": f"{self.user} started restarting {self.profile or 'the server'}",
+                "rollback": f"{self.user} started a rollback",
+                "probe": f"{self.user} started a probe",
+                "lock_break": f"{self.user} started breaking the lock",
+            }[self.action]
         parts = [head]
-        if self.outcome != "ok":
+        if self.outcome not in ("ok", "started"):
             parts[0] += {
                 "failed": ": FAILED",
                 "rolled_back": ": FAILED, rolled back",
                 "refused": ": refused",
                 "aborted": ": aborted",
+                "interrupted": ": INTERRUPTED",
             }[self.outcome]
         restart = self.restart_s()
         if restart is not None:
@@ -342,7 +426,7 @@ class AuditEntry(BaseModel):
             word = "verified" if self.outcome == "ok" else "pool"
             parts.append(f"{word} {self.pool_tokens:,} tokens")
         if self.summary and (
-            self.outcome != "ok"
+            self.outcome not in ("ok", "started")
             or self.action == "probe"
             or (self.action == "lock_break" and not self.summary.startswith("broke "))
         ):
@@ -401,6 +485,85 @@ class AuditEntry(BaseModel):
         if len(text.encode()) > AUDIT_LINE_MAX_BYTES:
             raise ValueError("an audit entry does not fit on one line even without its diff and summary")
         return text
+
+
+def _follows(started: AuditEntry | None) -> dict[str, object]:
+    """The fields an outcome copies from its intent so that readers pair them."""
+    if started is None:
+        return {}
+    return {"op_id": started.op_id, "lock_id": started.lock_id, "pid": started.pid}
+
+
+AuditStatus = Literal["finished", "in_progress", "unfinished"]
+
+
+class AuditRecord(AuditEntry):
+    """One operation as a reader shows it: the outcome entry, or the intent when no outcome was written.
+
+    `status`: `finished` (an outcome was written, `interrupted` included), `in_progress` (an intent
+    whose writer still holds its lock), `unfinished` (an intent whose writer is gone: killed, or its
+    machine lost, before it could say how the change ended)."""
+
+    status: AuditStatus = "finished"
+    started_at: datetime | None = None
+    """When the intent was written (None for entries that had none)."""
+    note: str = ""
+
+    def line(self) -> str:
+        base = super().line()
+        return f"{base}; {self.note}" if self.note else base
+
+
+def pair_audit(entries: Iterable[AuditEntry], view: PairingView | None = None) -> list[AuditRecord]:
+    """The trail as operations, newest last: each intent paired with its outcome (shown where the
+    outcome is), an intent without one shown where it was written, as in progress or unfinished.
+
+    `view` is the host's presence and lock now; without it an intent without an outcome is unfinished
+    (nothing says its writer is still at work)."""
+    rows: list[AuditRecord | None] = []
+    pending: dict[str, int] = {}
+    for entry in entries:
+        data = entry.model_dump()
+        if entry.outcome == "started" and entry.op_id:
+            pending[entry.op_id] = len(rows)
+            rows.append(AuditRecord.model_validate(data))
+            continue
+        started_at = None
+        if entry.op_id and entry.op_id in pending:
+            index = pending.pop(entry.op_id)
+            intent = rows[index]
+            rows[index] = None
+            started_at = intent.ts if intent is not None else None
+        rows.append(AuditRecord.model_validate({**data, "started_at": started_at}))
+    for op_id, index in pending.items():
+        intent = rows[index]
+        assert intent is not None and intent.op_id == op_id
+        rows[index] = _unfinished(intent, view)
+    return [r for r in rows if r is not None]
+
+
+def _unfinished(intent: AuditRecord, view: PairingView | None) -> AuditRecord:
+    lock = view.lock if view is not None else None
+    holds = lock is not None and intent.lock_id is not None and lock.lock_id == intent.lock_id
+    if holds and view is not None and not view.lock_stale:
+        return intent.model_copy(
+            update={
+                "status": "in_progress",
+                "started_at": intent.ts,
+                "note": "in progress (its console holds the lock)",
+            }
+        )
+    if holds:
+        why = "its console stopped without recording an outcome, and its stale lock is still there"
+    else:
+        why = "no outcome was recorded and its console no longer holds the lock"
+    return intent.model_copy(
+        update={
+            "status": "unfinished",
+            "started_at": intent.ts,
+            "note": f"UNFINISHED, interrupted: {why}; the host may run the old or the new flags",
+        }
+    )
 
 
 class AuditLog(BaseModel):

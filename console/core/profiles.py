@@ -29,6 +29,8 @@ order and spacing survive.
 
 from __future__ import annotations
 
+import itertools
+import posixpath
 import re
 import shlex
 import tomllib
@@ -54,7 +56,7 @@ from console.core.flags import (
     split_command,
     validate_flags,
 )
-from console.core.systemd import ExecStartError, render_dropin, render_exec_start
+from console.core.systemd import ExecStartError, argv_size_problems, render_dropin, render_exec_start
 
 DEFAULT_COMMAND = ("python3", "-m", "sglang.launch_server")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -239,6 +241,17 @@ def _flag_value(profile: Profile, report: ValidationReport, flag: str) -> Any:
     return None
 
 
+def is_sglang_launcher(command: Sequence[str]) -> bool:
+    """`python3 -m sglang.launch_server` (any python, any interpreter options) or `sglang serve`."""
+    words = list(command)
+    if not words:
+        return False
+    program = posixpath.basename(words[0])
+    if program.startswith("python"):
+        return any(a == "-m" and b == "sglang.launch_server" for a, b in itertools.pairwise(words))
+    return program == "sglang" and words[1:2] == ["serve"]
+
+
 def validate_profile(profile: Profile, flag_list: FlagList) -> ProfileValidation:
     """The profile against one SGLang version's parser, plus what the console itself insists on: a
     command systemd can run, a context length that reaches the target, a last verified pool that does."""
@@ -250,11 +263,31 @@ def validate_profile(profile: Profile, flag_list: FlagList) -> ProfileValidation
         )
 
     argv = profile_argv(profile, flag_list)
-    try:
-        render_exec_start(argv)
-        out.argv = argv
-    except ExecStartError as exc:
-        out.issues.append(ProfileIssue(where="command", level="error", code="exec_start", message=f"{exc}."))
+    sizes = argv_size_problems(argv)
+    for index, sentence in sizes:
+        where = "command"
+        if index >= len(profile.command) and argv[index - 1].startswith("--"):
+            where = f"flags.{argv[index - 1][2:]}"
+        out.issues.append(ProfileIssue(where=where, level="error", code="too_long", message=f"{sentence}."))
+    if not sizes:
+        try:
+            render_exec_start(argv)
+            out.argv = argv
+        except ExecStartError as exc:
+            out.issues.append(
+                ProfileIssue(where="command", level="error", code="exec_start", message=f"{exc}.")
+            )
+    if not is_sglang_launcher(profile.command):
+        out.issues.append(
+            ProfileIssue(
+                where="command",
+                level="warning",
+                code="not_sglang_launcher",
+                message=f"the command {shlex.join(profile.command)} is not SGLang's launcher (python3 -m "
+                "sglang.launch_server): the flags are checked against SGLang's parser, but what that program "
+                "does with them is not.",
+            )
+        )
 
     ctx_spec = _spec_for(flag_list, "--context-length")
     ctx = _flag_value(profile, report, ctx_spec.flag) if ctx_spec else None
@@ -520,6 +553,7 @@ __all__ = [
     "canonical_flags",
     "diff_against_argv",
     "diff_profiles",
+    "is_sglang_launcher",
     "parse_profile",
     "profile_argv",
     "profile_dropin",

@@ -20,7 +20,10 @@ stopped unit after launch (failed). SGLang ≤ 0.5.13 loads a speculative draft 
 durations add up. Repeated events (a follower that resumed after a dropped connection) change nothing.
 
 The ETA comes from earlier restarts of the same host: the median duration of each phase still ahead,
-plus what is left of the current one.
+plus what is left of the current one. The same history gives every phase of the restart a deadline
+(`phase_limit`): the median times `PHASE_FACTOR`, and never less than the median plus a margin; a phase
+with no history gets `DEFAULT_PHASE_LIMITS_S`. A boot whose exec failed without a word to the journal
+otherwise sits in "launching" until the whole boot timeout (30 min) runs out.
 """
 
 from __future__ import annotations
@@ -115,6 +118,20 @@ _FATAL = {
 
 Outcome = Literal["verified", "failed", "refused", "unchanged", "not_verified"]
 
+PHASE_FACTOR = 3.0
+"""A phase may take this many times its median over earlier restarts before the restart is failed."""
+PHASE_MARGIN_S = 60.0
+"""...and never less than its median plus this (a short phase's median is jitter, not a bound)."""
+DEFAULT_PHASE_LIMITS_S: dict[Phase, float] = {
+    Phase.RESTART: 120.0,  # the `systemctl restart` call itself
+    Phase.STOPPING: 150.0,  # systemd's TimeoutStopSec (90 s) then SIGKILL, with room
+    Phase.LAUNCHING: 600.0,  # Python imports, NCCL init, the first log lines
+    Phase.LOADING_WEIGHTS: 3600.0,  # 400+ GB from a cold network disk
+    Phase.KV_POOL: 600.0,
+    Phase.CUDA_GRAPHS: 1800.0,
+}
+"""Deadlines for a phase this host has no history of (the boot timeout still caps the whole boot)."""
+
 
 class RestartError(ValueError):
     """A call the machine cannot accept in its current phase (a controller bug, not a host problem)."""
@@ -167,8 +184,14 @@ class RestartMachine:
         host: str | None = None,
         purpose: Literal["apply", "rollback"] = "apply",
         history: Iterable[Mapping[Phase | str, float]] = (),
+        phase_factor: float = PHASE_FACTOR,
+        phase_margin_s: float = PHASE_MARGIN_S,
+        default_limits_s: Mapping[Phase, float] | None = None,
     ) -> None:
         self.profile = profile
+        self.phase_factor = phase_factor
+        self.phase_margin_s = phase_margin_s
+        self.default_limits_s = dict(DEFAULT_PHASE_LIMITS_S if default_limits_s is None else default_limits_s)
         self.host = host
         self.purpose = purpose
         self.started = now
@@ -380,6 +403,37 @@ class RestartMachine:
                 remaining += expected
         return remaining
 
+    def phase_limit(self, phase: Phase | None = None) -> float | None:
+        """Seconds `phase` (default: the current one) may last before the restart is failed; None for a
+        phase without a deadline (the controller's own steps have their command timeouts)."""
+        phase = phase or self.phase
+        if phase not in self.default_limits_s:
+            return None
+        expected = self.expected.get(phase)
+        if expected is None:
+            return self.default_limits_s[phase]
+        return max(expected * self.phase_factor, expected + self.phase_margin_s)
+
+    def overdue(self, now: float) -> str | None:
+        """When the current phase has run past its deadline: why, in words (the caller fails the restart
+        with `timed_out`); None while it is on time. Several entries of one phase (a draft model
+        loading after the target) each get the whole limit."""
+        limit = self.phase_limit()
+        if limit is None:
+            return None
+        spent = now - self.spans[-1].start
+        if spent <= limit:
+            return None
+        label = PHASE_LABELS[self.phase]
+        expected = self.expected.get(self.phase)
+        basis = (
+            f"earlier restarts of this host took {expected:.1f} s there; the limit is "
+            f"{self.phase_factor:g}x that, at least {self.phase_margin_s:g} s more"
+            if expected is not None
+            else "no earlier restart of this host to judge by; that is the default limit"
+        )
+        return f"stuck in {label} for {spent:.1f} s, past its deadline of {limit:.1f} s ({basis})"
+
     def record(self) -> RestartRecord:
         return RestartRecord(
             profile=self.profile,
@@ -399,8 +453,11 @@ class RestartMachine:
 
 __all__ = [
     "BOOT",
+    "DEFAULT_PHASE_LIMITS_S",
     "ORDER",
+    "PHASE_FACTOR",
     "PHASE_LABELS",
+    "PHASE_MARGIN_S",
     "STEPS",
     "Outcome",
     "Phase",

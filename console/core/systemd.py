@@ -56,6 +56,65 @@ class ExecStartError(ValueError):
     """An argv that cannot be written, or an ExecStart line systemd would refuse."""
 
 
+# ---- sizes --------------------------------------------------------------------------------------------
+# What Linux and systemd accept, and the console's own, lower, limits. A 1 MB flag value once made a 1 MB
+# drop-in whose exec failed with E2BIG, and a 70 KB one a server_args journal line too long to follow:
+# both boots hung in "launching". Checked before anything is written.
+
+MAX_ARG_STRLEN = 131_072
+"""Linux: the longest single argv or environment string execve(2) takes (32 pages, with its NUL);
+a longer one fails with E2BIG."""
+ARG_MAX = 2_097_152
+"""Linux: argv and the environment together (a quarter of the 8 MiB default stack limit)."""
+LONG_LINE_MAX = 1_048_576
+"""systemd: the longest line it reads from a unit file (src/basic/fileio.h)."""
+JOURNALD_LINE_MAX = 49_152
+"""journald's LineMax= default (48K): a longer stdout line is split, and SGLang logs every argument on
+its one server_args line, so a command line near this no longer reads back as one line."""
+FLAG_VALUE_MAX_BYTES = 16_384
+"""The console's limit for one argument (a flag value): an eighth of MAX_ARG_STRLEN, a third of LineMax."""
+COMMAND_LINE_MAX_BYTES = 32_768
+"""The console's limit for the whole ExecStart= line: under journald's LineMax (48 KiB), far under
+systemd's LONG_LINE_MAX (1 MiB) and Linux's ARG_MAX (2 MiB, shared with the environment)."""
+
+
+def argv_size_problems(argv: Sequence[str]) -> list[tuple[int, str]]:
+    """(index, sentence) for every argv word over FLAG_VALUE_MAX_BYTES, and (-1, sentence) when the
+    ExecStart= line as written is over COMMAND_LINE_MAX_BYTES. Each sentence names the limit."""
+    out: list[tuple[int, str]] = []
+    for i, word in enumerate(argv):
+        size = len(word.encode("utf-8", "surrogatepass"))
+        if size > FLAG_VALUE_MAX_BYTES:
+            what = f"the value of {argv[i - 1]}" if i > 0 and argv[i - 1].startswith("-") else f"argument {i}"
+            out.append(
+                (
+                    i,
+                    f"{what} is {size:,} bytes, over the console's limit of {FLAG_VALUE_MAX_BYTES:,} bytes "
+                    f"per argument (Linux refuses one over MAX_ARG_STRLEN = {MAX_ARG_STRLEN:,} bytes with "
+                    f"E2BIG, and journald splits a line over LineMax = {JOURNALD_LINE_MAX:,} bytes)",
+                )
+            )
+    total = len(b"ExecStart=") + sum(len(_quote_bytes(w)) + 1 for w in argv)
+    if total > COMMAND_LINE_MAX_BYTES:
+        out.append(
+            (
+                -1,
+                f"the ExecStart= line would be {total:,} bytes, over the console's limit of "
+                f"{COMMAND_LINE_MAX_BYTES:,} bytes for the whole command line (journald LineMax = "
+                f"{JOURNALD_LINE_MAX:,} bytes, systemd LONG_LINE_MAX = {LONG_LINE_MAX:,} bytes per unit-file "
+                f"line, Linux ARG_MAX = {ARG_MAX:,} bytes with the environment)",
+            )
+        )
+    return out
+
+
+def _quote_bytes(word: str) -> bytes:
+    try:
+        return quote_word(word).encode("utf-8", "surrogatepass")
+    except ExecStartError:
+        return word.encode("utf-8", "surrogatepass")
+
+
 def quote_word(word: str) -> str:
     """One argv word as a double-quoted systemd command-line word that unquotes to exactly `word`."""
     if "\0" in word:
@@ -105,6 +164,9 @@ def dropin_path(unit: str, *, name: str = DROPIN_NAME) -> str:
 def render_dropin(argv: Sequence[str], *, header: Sequence[str] = ()) -> str:
     """The drop-in text: comment lines, `[Service]`, an empty `ExecStart=` that clears the unit's own,
     then the new `ExecStart=`."""
+    sizes = argv_size_problems(argv)
+    if sizes:
+        raise ExecStartError(sizes[0][1])
     lines = []
     for h in header:
         for part in h.splitlines() or [""]:
@@ -310,8 +372,15 @@ def exec_start_lines(unit_text: str) -> list[str]:
 
 
 __all__ = [
+    "ARG_MAX",
+    "COMMAND_LINE_MAX_BYTES",
     "DROPIN_NAME",
+    "FLAG_VALUE_MAX_BYTES",
+    "JOURNALD_LINE_MAX",
+    "LONG_LINE_MAX",
+    "MAX_ARG_STRLEN",
     "ExecStartError",
+    "argv_size_problems",
     "dropin_path",
     "exec_start_lines",
     "quote_word",

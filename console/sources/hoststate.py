@@ -49,6 +49,7 @@ from console.core.pairing import (
     AuditAction,
     AuditEntry,
     AuditLog,
+    AuditRecord,
     BreakRefused,
     Identity,
     LockHeld,
@@ -57,6 +58,7 @@ from console.core.pairing import (
     Presence,
     fmt_span,
     lock_sentence,
+    pair_audit,
     parse_audit,
     parse_audit_line,
 )
@@ -324,7 +326,11 @@ class HostStateDir:
         t0 = self._clock()
         result = await self.transport.run(argv, timeout=self.timeout)
         t1 = self._clock()
-        lines = result.stdout.splitlines()
+        # "\n" only: str.splitlines() also splits at U+2028, U+0085, \x1c-\x1e..., which a profile name or
+        # summary may hold inside a valid JSON line (it once hid two audit entries as "unreadable").
+        lines = result.stdout.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
         # A login shell's start-up files may print before the script does: skip to its first line.
         start = next((i for i, line in enumerate(lines) if line.startswith("now ")), None)
         if start is None:
@@ -538,10 +544,11 @@ class HostStateDir:
         return lock
 
     @contextlib.asynccontextmanager
-    async def locked(self, intent: str) -> AsyncIterator[Lock]:
+    async def locked(self, intent: str, *, leave: bool = False) -> AsyncIterator[Lock]:
         """`async with state.locked("apply ctx-200k") as lock:` holds the lock for the block, beats
         the heartbeat meanwhile (so the lock never looks stale), and releases it on the way out, on an
-        exception and on cancellation too."""
+        exception and on cancellation too. `leave=True` (a command that exits afterwards) also removes
+        this console's heartbeat, which taking the lock wrote; an open console keeps beating instead."""
         lock = await self.acquire(intent)
         beat = asyncio.get_running_loop().create_task(self._beat_while(lock), name="k26-lock-heartbeat")
         try:
@@ -550,7 +557,7 @@ class HostStateDir:
             beat.cancel()
             # Shielded: a second cancellation must not leave the lock behind.
             with contextlib.suppress(TransportError, HostStateError):
-                await asyncio.shield(self.release(lock))
+                await asyncio.shield(self.leave() if leave else self.release(lock))
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait([beat])
 
@@ -574,6 +581,16 @@ class HostStateDir:
         """The whole trail, oldest first, with the count of unreadable lines skipped."""
         _, lines = await self._run(_READ_AUDIT, what="read audit.jsonl")
         return parse_audit(lines)
+
+    async def read_audit_records(self) -> tuple[AuditLog, list[AuditRecord], PairingView | None]:
+        """The whole trail, and the same paired into operations (an intent with its outcome; an intent
+        without one judged against who holds the lock now). Reads only: nothing is written."""
+        log = await self.read_audit_log()
+        view: PairingView | None = None
+        if any(e.outcome == "started" for e in log.entries):
+            with contextlib.suppress(TransportError, HostStateError):
+                view = await self.view()
+        return log, pair_audit(log.entries, view), view
 
     async def read_audit(self) -> list[AuditEntry]:
         return (await self.read_audit_log()).entries
@@ -603,7 +620,7 @@ class HostStateDir:
                     status = await stream.wait(1.0)
                     if not got and status not in (None, 0) and self.transport.connection is not None:
                         # tail itself failed (no -F, an unreadable file): retrying would not help
-                        reason = (await stream.stderr_text()).strip().splitlines() or [f"exit {status}"]
+                        reason = (await stream.stderr_text()).strip().split("\n") or [f"exit {status}"]
                         raise HostStateError(
                             f"cannot follow audit.jsonl in {self.path} on {self.host.name}: "
                             f"{reason[-1].rstrip('.')}."

@@ -20,10 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shlex
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import BaseModel, ValidationError
@@ -40,7 +42,7 @@ from console.core.apply import (
 )
 from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
 from console.core.events import Event
-from console.core.flags import FlagList, UnknownVersion, load_flag_list
+from console.core.flags import FlagList, UnknownVersion, load_flag_list, split_command
 from console.core.parser import JournalParser, parse_lines
 from console.core.profile_store import ProfileStore
 from console.core.profiles import (
@@ -48,10 +50,18 @@ from console.core.profiles import (
     ProfileError,
     Verified,
     diff_against_argv,
+    is_sglang_launcher,
     profile_argv,
     validate_profile,
 )
-from console.core.restart import PHASE_LABELS, Phase, RestartMachine, RestartRecord
+from console.core.restart import (
+    PHASE_FACTOR,
+    PHASE_LABELS,
+    PHASE_MARGIN_S,
+    Phase,
+    RestartMachine,
+    RestartRecord,
+)
 from console.core.snapshot import FollowState
 from console.core.state import Boot, fold_boots
 from console.core.systemd import (
@@ -77,6 +87,9 @@ __all__ = [
 ]
 
 BACKUP_SUFFIX = ".previous"
+BeforeChange = Callable[[], Awaitable[None]]
+"""Called once, right before the first change to the host (the audit trail's intent is written there):
+when it raises, nothing has changed and the operation stops."""
 HISTORY_KEEP = 20
 """Earlier restarts whose phase durations make the ETA (the median of each phase)."""
 
@@ -99,7 +112,7 @@ fail() { code=$1; shift; rm -f -- "$tmp" "$bak"; [ -n "$made" ] && rmdir -- "$di
 tmp=; bak=
 if [ ! -d "$dir" ]; then mkdir -p -- "$dir" 2>&1 >/dev/null | head -n 1 >&2; [ -d "$dir" ] || exit 10; made=1; fi
 tmp=$(mktemp "$dir/.$name.XXXXXX" 2>/dev/null) || fail 11 "mktemp: cannot create a file in $dir: $(touch "$dir/.k26-probe" 2>&1 | sed 's/^touch: //' | head -n 1)"
-cat > "$tmp" || fail 12 "cannot write $tmp"
+err=$(cat 2>&1 > "$tmp") || fail 12 "cannot write $tmp: ${err#cat: }"
 chmod 0644 "$tmp" || fail 12 "cannot chmod $tmp"
 sync -- "$tmp" 2>/dev/null
 if [ -f "$dir/$name" ]; then
@@ -180,7 +193,11 @@ class ServiceController:
         min_free_gib: float = DEFAULT_MIN_FREE_GIB,
         boot_timeout_s: float = 1800.0,
         command_timeout_s: float = 120.0,
+        phase_factor: float = PHASE_FACTOR,
+        phase_margin_s: float = PHASE_MARGIN_S,
     ) -> None:
+        """`phase_factor` and `phase_margin_s` set each boot phase's deadline from this host's history
+        (see `RestartMachine.phase_limit`); `boot_timeout_s` caps the whole boot."""
         self.host = host
         self.transport = transport
         self.clock = clock
@@ -189,6 +206,8 @@ class ServiceController:
         self.min_free_gib = min_free_gib
         self.boot_timeout_s = boot_timeout_s
         self.command_timeout_s = command_timeout_s
+        self.phase_factor = phase_factor
+        self.phase_margin_s = phase_margin_s
         try:
             self.unit = validate_unit_name(host.unit)
         except ExecStartError as exc:
@@ -196,6 +215,17 @@ class ServiceController:
         self.dropin_dir = f"{host.unit_dir.rstrip('/')}/{self.unit}.d"
         self.dropin_path = f"{self.dropin_dir}/{DROPIN_NAME}"
         self._boots: list[Boot] = []
+
+    def _machine(self, name: str, purpose: Literal["apply", "rollback"] = "apply") -> RestartMachine:
+        return RestartMachine(
+            name,
+            now=self.clock(),
+            host=self.host.name,
+            purpose=purpose,
+            history=self._history(),
+            phase_factor=self.phase_factor,
+            phase_margin_s=self.phase_margin_s,
+        )
 
     # ---- remote commands -----------------------------------------------------------------------
 
@@ -249,7 +279,8 @@ class ServiceController:
                 f"systemctl show {self.unit} failed on {self.host.name}: {result.first_error_line()}."
             )
         values: dict[str, str] = {}
-        for line in result.stdout.splitlines():
+        # "\n" only: str.splitlines() also breaks at U+2028, U+0085, \x1c..., which may sit in a value.
+        for line in result.stdout.split("\n"):
             key, sep, value = line.partition("=")
             if sep and key not in values:
                 values[key] = value
@@ -347,6 +378,20 @@ class ServiceController:
             warnings.extend(f"the running ExecStart: {p}" for p in d.problems)
             if not diff and new_argv != running:
                 diff = ["~ the same flags, written in another order or spelling"]
+        program_changed = False
+        if running and new_argv:
+            before_cmd, after_cmd = split_command(running)[0], split_command(new_argv)[0]
+            if before_cmd != after_cmd:
+                program_changed = True
+                warnings.append(
+                    f"the unit would run another program: {shlex.join(before_cmd)} → {shlex.join(after_cmd)}"
+                    + (
+                        ""
+                        if is_sglang_launcher(after_cmd)
+                        else " (not SGLang's launcher, so nothing the console checks applies to it)"
+                    )
+                    + "; type the profile's name to confirm (or pass --yes)"
+                )
         return ApplyPreview(
             profile=profile.name,
             host=self.host.name,
@@ -365,6 +410,7 @@ class ServiceController:
             running_argv=running,
             new_argv=new_argv,
             dropin_path=self.dropin_path,
+            program_changed=program_changed,
         )
 
     # ---- history (ETA) -------------------------------------------------------------------------
@@ -376,7 +422,7 @@ class ServiceController:
         except (FileNotFoundError, OSError, UnicodeDecodeError):
             return []
         out: list[dict[str, float]] = []
-        for line in text.splitlines()[-HISTORY_KEEP * 2 :]:
+        for line in text.split("\n")[-HISTORY_KEEP * 2 :]:
             with contextlib.suppress(ValueError, ValidationError):
                 rec = RestartRecord.model_validate_json(line)
                 if rec.outcome == "verified":
@@ -401,10 +447,12 @@ class ServiceController:
         progress: Callable[[ApplyProgress], None] | None = None,
         store: ProfileStore | None = None,
         preview: ApplyPreview | None = None,
+        before_change: BeforeChange | None = None,
     ) -> ApplyOutcome:
         """Apply `profile` in one restart and verify it. A profile with invalid flags raises ServiceError
-        (bad_input) before anything is touched; one the planner refuses ends `refused` unless `force`."""
-        m = RestartMachine(profile.name, now=self.clock(), host=self.host.name, history=self._history())
+        (bad_input) before anything is touched; one the planner refuses ends `refused` unless `force`.
+        `before_change` runs right before the drop-in is written (not at all when nothing changes)."""
+        m = self._machine(profile.name)
         report = _Reporter(m, self.clock, progress)
         report.emit()
         pv = preview or await self.preview(profile)
@@ -441,14 +489,23 @@ class ServiceController:
         report.emit()
         before_pool = self._boots[-1].pool.tokens if self._boots else None
 
-        text = render_dropin(
-            pv.new_argv,
-            header=[
-                f"Written by k26-console: profile {profile.name} (target context {profile.target_context:,} "
-                f"tokens, SGLang {profile.sglang_version}), {datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}.",
-                f"The previous drop-in, if any, is kept as {DROPIN_NAME}{BACKUP_SUFFIX} for the rollback.",
-            ],
-        )
+        try:
+            text = render_dropin(
+                pv.new_argv,
+                header=[
+                    f"Written by k26-console: profile {profile.name} (target context "
+                    f"{profile.target_context:,} tokens, SGLang {profile.sglang_version}), "
+                    f"{datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}.",
+                    f"The previous drop-in, if any, is kept as {DROPIN_NAME}{BACKUP_SUFFIX} for the rollback.",
+                ],
+            )
+        except ExecStartError as exc:
+            raise ServiceError(
+                f"the command cannot be written as a systemd unit: {exc}; the host is unchanged.",
+                bad_input=True,
+            ) from None
+        if before_change is not None:
+            await before_change()
         await self.write_dropin(text)
         report.emit(
             f"drop-in written to {self.dropin_path}; the previous one kept as {DROPIN_NAME}{BACKUP_SUFFIX}"
@@ -464,6 +521,7 @@ class ServiceController:
             m, report, profile, pv, events, target=profile.target_context, store=store
         )
         if not outcome.ok and rollback_on_failure:
+            # The intent written above covers the rollback too: its outcome is this apply's outcome.
             outcome.rollback = await self.rollback(progress=progress, expect_pool=before_pool)
             outcome.rolled_back = True
             tail = "verified" if outcome.rollback.ok else "NOT verified"
@@ -490,12 +548,26 @@ class ServiceController:
         if not result.ok:
             step = _WRITE_STEPS.get(result.exit_status or 0, "write the drop-in")
             detail = result.first_error_line()
-            hint = "" if self.host.sudo else " (set sudo = true for this host in hosts.toml if it needs root)"
             raise ServiceError(
-                f"cannot {step} {self.dropin_dir} on {self.host.name}: {detail.rstrip('.')}{hint}; "
-                "the host is unchanged.",
+                f"cannot {step} {self.dropin_dir} on {self.host.name}: {detail.rstrip('.')}"
+                f"{self._write_hint(result.stderr)}; the host is unchanged.",
                 bad_input=True,
             )
+
+    def _write_hint(self, stderr: str) -> str:
+        """What the operator can do about a failed write: root only helps against a permission refusal
+        (a full disk or a read-only file system is not fixed by sudo)."""
+        err = stderr.lower()
+        if "no space left" in err or "disk quota exceeded" in err:
+            return (
+                f" (ENOSPC: the file system holding {self.dropin_dir} is full; free space there and run "
+                "the apply again)"
+            )
+        if "read-only file system" in err:
+            return f" (EROFS: {self.dropin_dir} is on a read-only file system)"
+        if self.host.sudo or not ("permission denied" in err or "operation not permitted" in err):
+            return ""
+        return " (set sudo = true for this host in hosts.toml if it needs root)"
 
     async def _reload_and_check(self, intended: list[str]) -> None:
         """daemon-reload and read the unit back; on any doubt, put the previous drop-in back and reload."""
@@ -541,7 +613,7 @@ class ServiceController:
     async def _journal_cursor(self) -> str | None:
         """The cursor of the unit's last journal entry: the new invocation's lines are what follows it."""
         result = await self._run(["journalctl", "-u", self.unit, "-o", "json", "--no-pager", "-n", "1"])
-        for line in reversed(result.stdout.splitlines()):
+        for line in reversed(result.stdout.split("\n")):
             with contextlib.suppress(ValueError):
                 entry = json.loads(line)
                 cursor = entry.get("__CURSOR") if isinstance(entry, dict) else None
@@ -618,6 +690,13 @@ class ServiceController:
                     m.timed_out(
                         self.clock(), f"no ready line within {self.boot_timeout_s:g} s of the restart"
                     )
+                    report.emit()
+                    break
+                overdue = m.overdue(self.clock())
+                if overdue is not None:
+                    # A boot that stopped making progress (an exec that failed without a journal line,
+                    # a server whose lines no longer reach the journal) ends here, not at the boot timeout.
+                    m.timed_out(self.clock(), overdue)
                     report.emit()
                     break
                 try:
@@ -767,12 +846,13 @@ class ServiceController:
         *,
         progress: Callable[[ApplyProgress], None] | None = None,
         expect_pool: int | None = None,
+        before_change: BeforeChange | None = None,
     ) -> ApplyOutcome:
         """Restart the unit with the flags in force (nothing written, no profile recorded), follow the
         boot and verify it as an apply is verified: ready, no errors since this boot, free memory at
         ready, and a pool of at least `expect_pool` tokens when given. The outcome is named after the
         unit, so an audit line reads "alice restarted sglang.service"."""
-        m = RestartMachine(self.unit, now=self.clock(), host=self.host.name, history=self._history())
+        m = self._machine(self.unit)
         report = _Reporter(m, self.clock, progress)
         report.emit()
         argv = await self.running_argv()  # the unit exists and has an ExecStart to restart
@@ -784,6 +864,8 @@ class ServiceController:
         m.step_done(Phase.WRITE_DROPIN, self.clock())
         m.step_done(Phase.DAEMON_RELOAD, self.clock())
         report.emit("nothing written: the drop-in in force stays")
+        if before_change is not None:
+            await before_change()
         events = await self._restart_guarded(m, report)
         return await self._finish(
             m, report, None, None, events, target=expect_pool, store=None, name=self.unit
@@ -796,12 +878,11 @@ class ServiceController:
         *,
         progress: Callable[[ApplyProgress], None] | None = None,
         expect_pool: int | None = None,
+        before_change: BeforeChange | None = None,
     ) -> ApplyOutcome:
         """Put the previous drop-in back (or remove ours when there was none), reload, restart, verify:
         ready, no errors since this boot, and, when `expect_pool` is given, the pool it had before."""
-        m = RestartMachine(
-            "rollback", now=self.clock(), host=self.host.name, purpose="rollback", history=self._history()
-        )
+        m = self._machine("rollback", "rollback")
         report = _Reporter(m, self.clock, progress)
         report.emit()
         state = await self._dropin_state()
@@ -815,6 +896,8 @@ class ServiceController:
         before = await self.running_argv()
         m.step_done(Phase.DIFF, self.clock())
         report.emit()
+        if before_change is not None:
+            await before_change()
         what = await self._restore()
         report.emit(
             f"the previous drop-in is back at {self.dropin_path}"
