@@ -46,6 +46,9 @@ class ConnectionStatus(BaseModel):
     """How long the last successful connect took (TCP + key exchange + authentication)."""
     drops: int = 0
     """How many times an established connection was lost since the transport started."""
+    host_key_checked: bool = True
+    """False only when the host's settings say `insecure_skip_host_key_check = true`: every view of the
+    link then says the host key is NOT checked."""
 
     def describe(self) -> str:
         if self.state is ConnState.RETRYING:

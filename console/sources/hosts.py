@@ -13,11 +13,18 @@ named with `--hosts FILE`. One table per host:
     gpu = "RTX PRO 6000 Blackwell"     # optional GPU-model override
     gpu_count = 8                      # optional
     identity_file = "~/.ssh/id_gpu1"   # optional; else ~/.ssh/config and the agent
-    known_hosts = "~/.ssh/known_hosts" # optional; else ~/.ssh/config, else ~/.ssh/known_hosts
+    known_hosts = "~/.ssh/known_hosts" # optional; else the user's known_hosts files (see below)
+    insecure_skip_host_key_check = false   # true: connect WITHOUT checking the host key (never in production)
     local = false                      # true: the console runs ON the GPU host (local NVML, no SSH)
     sudo = false                       # true: systemctl and the drop-in go through `sudo -n` (no prompt)
     unit_dir = "/etc/systemd/system"   # where the unit's drop-in directory UNIT.service.d lives
     state_dir = "~/.k26-console"       # on the host: presence, the lock and audit.jsonl
+
+The host key is always checked: against `known_hosts` when it is given, else against the user's own
+files (`~/.ssh/known_hosts`, any file `UserKnownHostsFile` names in `~/.ssh/config`, and the system's
+`/etc/ssh/ssh_known_hosts`). `StrictHostKeyChecking no` or `UserKnownHostsFile none` in the ssh config
+do NOT turn it off; only `insecure_skip_host_key_check = true` on the host does, and then the console
+says so on every screen and command.
 
 A name that is not in the file is taken as an ssh target with the defaults above, so
 `k26-console verify gpu1` works with nothing but an `~/.ssh/config` entry.
@@ -38,6 +45,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
@@ -65,6 +73,9 @@ class HostConfig(BaseModel):
     gpu_count: int | None = Field(default=None, ge=0)
     identity_file: Path | None = None
     known_hosts: Path | None = None
+    insecure_skip_host_key_check: bool = Field(default=False, strict=True)
+    """Connect without checking the host key. Strict: only a TOML `true` turns the check off, never a
+    string such as "yes"; the ssh config cannot turn it off at all."""
     local: bool = False
     state_dir: str = Field(default="~/.k26-console", min_length=1, pattern=r"^[^\n\r\x00]+$")
     """Where consoles on this host keep presence, the lock and audit.jsonl (on the host; "~" is the
@@ -112,6 +123,18 @@ class HostConfig(BaseModel):
         except ValueError:
             raise ValueError("the server URL has a port that is not a number") from None
         return value.rstrip("/")
+
+    @field_validator("insecure_skip_host_key_check")
+    @classmethod
+    def _skip_check(cls, value: bool, info: ValidationInfo) -> bool:
+        # A host with its own known_hosts file and the check switched off says two opposite things;
+        # neither reading is safe to guess.
+        if value and info.data.get("known_hosts") is not None:
+            raise ValueError(
+                "cannot be true when known_hosts is set: the host key is either checked against that file "
+                "or not checked at all"
+            )
+        return value
 
     @field_validator("identity_file", "known_hosts")
     @classmethod

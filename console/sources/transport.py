@@ -1,9 +1,16 @@
 """One SSH connection per host, kept up: strict host keys, reconnect with backoff, visible state.
 
-- asyncssh reads the user's `~/.ssh/config` (an alias works as is), the agent and `known_hosts`; the
-  hosts file may name an `identity_file` and a `known_hosts` file of its own.
-- An unknown or changed host key is refused, never accepted: the status says so in one sentence with
-  the fingerprint the server presented, and the transport stops trying (retrying cannot fix it).
+- asyncssh reads the user's `~/.ssh/config` (an alias works as is) and the agent; the hosts file may
+  name an `identity_file` and a `known_hosts` file of its own.
+- The host key is ALWAYS checked: against the hosts file's `known_hosts`, else the user's own known_hosts
+  files. The console decides that itself and hands asyncssh the keys it trusts, because asyncssh takes
+  `UserKnownHostsFile none` in the ssh config as "accept any key". Only the host's explicit
+  `insecure_skip_host_key_check = true` turns the check off, and then the status says so.
+- An unknown or changed host key is refused at once, never accepted: the status says so in one sentence
+  with the key type, the SHA256 fingerprint the server presented and the known_hosts line to add once
+  that fingerprint is checked, and the transport stops trying (retrying cannot fix it).
+- A supervisor that dies of anything unexpected leaves the status FAILED with the reason, so nobody
+  waits on "connecting" forever.
 - After a drop or a failed attempt the supervisor reconnects with exponential backoff and jitter; its
   state (connecting / up / retrying in Ns / failed: reason) is a `ConnectionStatus` anyone can watch.
 - Every remote command is an argument list joined with `shlex.join`: nothing from a host name, a unit
@@ -17,15 +24,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import logging
+import os
 import random
 import shlex
 import socket
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import asyncssh
+from asyncssh.config import SSHClientConfig
 from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.snapshot import ConnectionStatus, ConnState
@@ -79,10 +90,21 @@ class _SetupError(TransportError):
 
 
 class HostKeyRefused(TransportError):
-    def __init__(self, sentence: str, fingerprint: str | None, changed: bool) -> None:
+    def __init__(
+        self,
+        sentence: str,
+        fingerprint: str | None,
+        changed: bool,
+        *,
+        key_type: str | None = None,
+        known_hosts_line: str | None = None,
+    ) -> None:
         super().__init__(sentence)
         self.fingerprint = fingerprint
         self.changed = changed
+        self.key_type = key_type
+        self.known_hosts_line = known_hosts_line
+        """The line to add to a known_hosts file once the fingerprint is checked on the host."""
 
 
 class CommandResult(BaseModel):
@@ -111,7 +133,40 @@ def quote(argv: Sequence[str]) -> str:
     return shlex.join(str(a) for a in argv)
 
 
+_log = logging.getLogger(__name__)
+
+# Expanded at each connect (HOME decides), like ssh(1).
 _DEFAULT_KNOWN_HOSTS = Path("~", ".ssh", "known_hosts")
+_GLOBAL_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
+_DEFAULT_SSH_CONFIG = Path("~", ".ssh", "config")
+
+# The short key type ssh-keyscan -t and the host's key file names use.
+_KEY_KIND = {"ssh-ed25519": "ed25519", "ssh-rsa": "rsa", "ssh-dss": "dsa"}
+
+
+def _key_kind(algorithm: str) -> str | None:
+    if algorithm.startswith("ecdsa-sha2-"):
+        return "ecdsa"
+    return _KEY_KIND.get(algorithm)
+
+
+@dataclass(frozen=True)
+class _Trust:
+    """The host keys the console trusts for one connect, decided before asyncssh sees the ssh config."""
+
+    known: asyncssh.SSHKnownHosts | None
+    """All trusted entries; None only for `insecure_skip_host_key_check = true`."""
+    files: tuple[tuple[Path, asyncssh.SSHKnownHosts], ...]
+    """Each file read, with its own entries (to name the one holding an entry that no longer matches)."""
+    add_to: Path | None
+    """Where a checked key belongs: the hosts file's known_hosts, else the user's own file."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    options: asyncssh.SSHClientConnectionOptions
+    config: list[str]
+    trust: _Trust
 
 
 class _Client(asyncssh.SSHClient):
@@ -172,12 +227,17 @@ class Transport:
         self.connect_timeout = connect_timeout
         self.keepalive_interval = keepalive_interval
         self.keepalive_count_max = keepalive_count_max
-        # None: asyncssh's default (~/.ssh/config); tests pass [] so the runner's own config stays out.
+        # None: the user's ~/.ssh/config; tests pass [] so the runner's own config stays out.
         self._ssh_config = ssh_config
         self._rng = rng or random.Random()
         self._conn: asyncssh.SSHClientConnection | None = None
         self._task: asyncio.Task[None] | None = None
-        self._status = ConnectionStatus(host=host.name, state=ConnState.CONNECTING, since=time.time())
+        self._status = ConnectionStatus(
+            host=host.name,
+            state=ConnState.CONNECTING,
+            since=time.time(),
+            host_key_checked=not host.insecure_skip_host_key_check,
+        )
         self._changed = asyncio.Event()
         self._closing = False
         self._drops = 0
@@ -195,7 +255,12 @@ class Transport:
 
     def _set(self, state: ConnState, **fields: Any) -> None:
         self._status = ConnectionStatus(
-            host=self.host.name, state=state, since=time.time(), drops=self._drops, **fields
+            host=self.host.name,
+            state=state,
+            since=time.time(),
+            drops=self._drops,
+            host_key_checked=not self.host.insecure_skip_host_key_check,
+            **fields,
         )
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
@@ -241,24 +306,80 @@ class Transport:
 
     def start(self) -> None:
         if self._task is None and not self._closing:
+            if self.host.insecure_skip_host_key_check:
+                # Logged, not printed: with no logging set up (the command line) it reaches stderr as
+                # this one line; inside the console the header says it instead.
+                _log.warning(
+                    "k26-console: WARNING: the host key of %s is NOT checked "
+                    "(insecure_skip_host_key_check = true in the hosts file): anyone on the network path "
+                    "can pose as this host.",
+                    self.host.name,
+                )
             self._task = asyncio.get_running_loop().create_task(
                 self._supervise(), name=f"ssh-supervisor-{self.host.name}"
             )
+            self._task.add_done_callback(self._supervisor_ended)
 
     def _where(self) -> str:
         return self.host.describe()
 
-    def _options(self) -> asyncssh.SSHClientConnectionOptions:
+    def _config_paths(self) -> list[str]:
+        # Resolved here rather than left to asyncssh's default: the options built below must have read
+        # the same config that connect() applies, or a decision made on them misses what it says.
+        if self._ssh_config is not None:
+            return [str(p) for p in self._ssh_config]
+        default = _DEFAULT_SSH_CONFIG.expanduser()
+        return [str(default)] if os.access(default, os.R_OK) else []
+
+    def _trust(self, config: SSHClientConfig) -> _Trust:
+        """The keys to trust. Never taken from asyncssh's own reading of the ssh config, where
+        `UserKnownHostsFile none` means "accept any key"; `StrictHostKeyChecking` is not read at all."""
         host = self.host
+        if host.insecure_skip_host_key_check:
+            return _Trust(known=None, files=(), add_to=None)
+        user_default = _DEFAULT_KNOWN_HOSTS.expanduser()
+        if host.known_hosts is not None:
+            candidates = [host.known_hosts]
+            add_to = host.known_hosts
+        else:
+            # The user's own files: those the ssh config names (none for "none"; /dev/null is no file),
+            # ~/.ssh/known_hosts, and the system-wide ones, as ssh(1) reads them.
+            named = [Path(p).expanduser() for p in (config.get("UserKnownHostsFile") or [])]
+            system = [Path(p).expanduser() for p in (config.get("GlobalKnownHostsFile") or [])]
+            candidates = list(dict.fromkeys([*named, user_default, *system, _GLOBAL_KNOWN_HOSTS]))
+            add_to = next((p for p in named if p.is_file()), user_default)
+        known = asyncssh.SSHKnownHosts()
+        files: list[tuple[Path, asyncssh.SSHKnownHosts]] = []
+        for path in candidates:
+            if not path.is_file():
+                continue
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError as exc:
+                raise _SetupError(
+                    f"the known_hosts file {path} cannot be read: {exc.strerror or exc}"
+                ) from None
+            try:
+                own = asyncssh.SSHKnownHosts(text)
+                known.load(text)
+            except ValueError as exc:
+                raise _SetupError(
+                    f"the known_hosts file {path} has a line the console cannot read: {exc}"
+                ) from None
+            files.append((path, own))
+        return _Trust(known=known, files=tuple(files), add_to=add_to)
+
+    def _plan(self) -> _Plan:
+        host = self.host
+        config = self._config_paths()
         kwargs: dict[str, Any] = {
             "host": host.ssh_host,
+            "config": config,
             "connect_timeout": self.connect_timeout,
             "login_timeout": self.connect_timeout,
             "keepalive_interval": self.keepalive_interval,
             "keepalive_count_max": self.keepalive_count_max,
         }
-        if self._ssh_config is not None:
-            kwargs["config"] = [str(p) for p in self._ssh_config]
         if host.port is not None:
             kwargs["port"] = host.port
         if host.ssh_user is not None:
@@ -268,24 +389,21 @@ class Transport:
                 raise _SetupError(f"the {label} {path} named for {host.name} does not exist")
         if host.identity_file is not None:
             kwargs["client_keys"] = [str(host.identity_file)]
-        if host.known_hosts is not None:
-            kwargs["known_hosts"] = str(host.known_hosts)
         try:
             options = asyncssh.SSHClientConnectionOptions(**kwargs)
+            trust = self._trust(options.config)
+            # An explicit known_hosts wins over anything the ssh config says, here and when connect()
+            # rebuilds the options. The SSHKnownHosts object is always truthy: asyncssh would swap an
+            # empty value for ~/.ssh/known_hosts; None (the insecure setting only) turns checking off.
+            options = asyncssh.SSHClientConnectionOptions(options, known_hosts=trust.known)
         except (OSError, ValueError, asyncssh.Error) as exc:
             raise _SetupError(f"the SSH settings for {host.name} cannot be used: {exc}") from None
-        if options.known_hosts is None:
-            # `UserKnownHostsFile none` in the ssh config turns asyncssh's checking off; the console
-            # never connects unchecked, so fall back to the user's own known_hosts (or to none at
-            # all, which refuses every key with its fingerprint).
-            default = _DEFAULT_KNOWN_HOSTS.expanduser()
-            options = asyncssh.SSHClientConnectionOptions(
-                options, known_hosts=str(default) if default.is_file() else b""
-            )
-        return options
+        return _Plan(options=options, config=config, trust=trust)
 
-    def _refusal(self, client: _Client, options: asyncssh.SSHClientConnectionOptions) -> HostKeyRefused:
-        if client.rejected is None:
+    def _refusal(self, client: _Client, trust: _Trust) -> HostKeyRefused:
+        if client.rejected is None or trust.known is None:
+            # A revoked key or a host certificate that does not validate: asyncssh refused it before
+            # asking us, so there is no key of ours to name.
             return HostKeyRefused(
                 f"the host key of {self.host.name} ({self._where()}) could not be verified, "
                 "so the console refuses to connect",
@@ -294,45 +412,91 @@ class Transport:
             )
         host, addr, port, key = client.rejected
         fingerprint = key.get_fingerprint("sha256")
-        presented = f"{key.get_algorithm()} {fingerprint}"
-        known = options.known_hosts
-        if isinstance(known, str):
-            label = known
-        elif isinstance(known, list):
-            label = ", ".join(map(str, known))
-        else:
-            label = "any known_hosts file"
-        try:
-            trusted = asyncssh.match_known_hosts(known, host, addr, None if port == 22 else port)[0]
-        except (OSError, ValueError, asyncssh.KeyImportError):
-            trusted = []
+        algorithm, blob = key.export_public_key("openssh").decode().split()[:2]
+        kind = _key_kind(algorithm)
+        presented = f"{algorithm} {fingerprint}"
+        pattern = host if port == 22 else f"[{host}]:{port}"
+        line = f"{pattern} {algorithm} {blob}"
+        match_port = None if port == 22 else port
+        holders = [path for path, entries in trust.files if entries.match(host, addr, match_port)[0]]
+        label = ", ".join(str(path) for path, _ in trust.files) or "any known_hosts file (there is none)"
         where = f"{self.host.name} ({addr} port {port})"
-        if trusted:
+        on_host = (
+            f"ssh-keygen -lf /etc/ssh/ssh_host_{kind}_key.pub" if kind else "ssh-keygen -lf on its host key"
+        )
+        keyscan = shlex.join(
+            ["ssh-keyscan", *(["-p", str(port)] if port != 22 else []), *(["-t", kind] if kind else []), host]
+        )
+        add = (
+            f"add this line to {trust.add_to}: {line} (the line {keyscan} prints; "
+            "add it only once the fingerprint is checked)"
+        )
+        if holders:
+            remove = "; ".join(shlex.join(["ssh-keygen", "-R", pattern, "-f", str(p)]) for p in holders)
             return HostKeyRefused(
                 f"the host key of {where} has CHANGED: it presents {presented}, which does not match "
-                f"{label}, so the console refuses to connect (if the change is expected, remove the old "
-                "entry with ssh-keygen -R and check the new fingerprint)",
+                f"{', '.join(map(str, holders))}, so the console refuses to connect; if the change is "
+                f"expected, check the new fingerprint on the host ({on_host}), remove the old entry "
+                f"({remove}) and {add}",
                 fingerprint,
                 changed=True,
+                key_type=algorithm,
+                known_hosts_line=line,
             )
         return HostKeyRefused(
             f"the host key of {where} is unknown: it presents {presented}, which is not in {label}, so "
-            "the console refuses to connect (check the fingerprint, then add it with ssh-keyscan or one "
-            "interactive ssh login)",
+            f"the console refuses to connect; check that fingerprint on the host ({on_host}), then {add}",
             fingerprint,
             changed=False,
+            key_type=algorithm,
+            known_hosts_line=line,
         )
 
     async def _connect(self) -> tuple[asyncssh.SSHClientConnection, _Client]:
-        options = self._options()
+        # Off the event loop: building the options reads the ssh config, key and known_hosts files.
+        plan = await asyncio.to_thread(self._plan)
         client = _Client()
         try:
-            conn = await asyncssh.connect(self.host.ssh_host, options=options, client_factory=lambda: client)
+            conn = await asyncssh.connect(
+                self.host.ssh_host, options=plan.options, config=plan.config, client_factory=lambda: client
+            )
         except asyncssh.HostKeyNotVerifiable:
-            raise self._refusal(client, options) from None
+            raise self._refusal(client, plan.trust) from None
         return conn, client
 
+    def _fail(self, failure: TransportError, **fields: Any) -> None:
+        self._failure = failure
+        self._set(ConnState.FAILED, reason=str(failure), **fields)
+
     async def _supervise(self) -> None:
+        try:
+            await self._keep_up()
+        except Exception as exc:  # CancelledError is no Exception: close() and cancels pass through
+            # A bug here or a surprise from a library must not leave the status "connecting" with
+            # everyone waiting on it: the transport fails, visibly, with the reason.
+            _log.debug("the SSH supervisor of %s died", self.host.name, exc_info=exc)
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.abort()  # nobody watches it any more
+            self._fail(
+                TransportError(
+                    f"the connection to {self.host.name} stopped on an unexpected error "
+                    f"({type(exc).__name__}: {exc or 'no message'})"
+                )
+            )
+
+    def _supervisor_ended(self, task: asyncio.Task[None]) -> None:
+        # Whatever ended the supervisor (a cancellation from outside included), its last word must be
+        # a final state, never "connecting".
+        if self._closing or self._status.state in (ConnState.FAILED, ConnState.CLOSED):
+            return
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.abort()  # nobody watches it any more
+        how = "was cancelled" if task.cancelled() else "ended"
+        self._fail(TransportError(f"the connection supervisor of {self.host.name} {how} unexpectedly"))
+
+    async def _keep_up(self) -> None:
         failures = 0
         while not self._closing:
             if not (self._status.state is ConnState.CONNECTING and self._status.attempt == failures):
@@ -341,14 +505,10 @@ class Transport:
             try:
                 conn, client = await self._connect()
             except HostKeyRefused as exc:
-                self._failure = exc
-                self._set(
-                    ConnState.FAILED, reason=str(exc), fingerprint=exc.fingerprint, attempt=failures + 1
-                )
+                self._fail(exc, fingerprint=exc.fingerprint, attempt=failures + 1)
                 return
             except _SetupError as exc:
-                self._failure = exc
-                self._set(ConnState.FAILED, reason=str(exc), attempt=failures + 1)
+                self._fail(exc, attempt=failures + 1)
                 return
             except asyncio.CancelledError:
                 raise
@@ -358,8 +518,7 @@ class Transport:
                 fatal = isinstance(exc, asyncssh.PermissionDenied | ValueError)
                 limit = self.backoff.max_attempts
                 if fatal or (limit is not None and failures >= limit):
-                    self._failure = TransportError(reason)
-                    self._set(ConnState.FAILED, reason=reason, attempt=failures)
+                    self._fail(TransportError(reason), attempt=failures)
                     return
                 delay = self.backoff.delay(failures, self._rng)
                 self._set(ConnState.RETRYING, reason=reason, attempt=failures, retry_in_s=delay)
@@ -385,8 +544,10 @@ class Transport:
 
     def drop(self) -> None:
         """Abort the current connection as a network failure would; the supervisor reconnects."""
-        if self._conn is not None:
-            self._conn.abort()
+        # Forgotten at once: until the supervisor sees it close, wait_up would hand out the dead one.
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.abort()
 
     async def close(self) -> None:
         self._closing = True

@@ -151,6 +151,10 @@ class HeaderBar(Widget):
             line1.append(" SIMULATED HOST ", "bold black on yellow")
         if self.read_only:
             line1.append(" READ-ONLY ", "bold white on dark_blue")
+        if snap is not None and snap.connection is not None and not snap.connection.host_key_checked:
+            # A badge up front like the two above, so a long link reason cannot push it off the line:
+            # the hosts file turned the host-key check off for this host.
+            line1.append(" host key NOT checked ", "bold white on red3")
         boot = display_boot(snap.state) if snap is not None else None
         line1.append("  service ", "grey62")
         state = unit_state(snap, boot) if snap is not None else "—"
