@@ -208,8 +208,14 @@ async def test_b_watches_a_apply_live_and_is_refused_by_name(twin, store, tmp_pa
         assert seen & boot_phases <= set(track.durations), (seen, track.durations)
 
         # The end: alice's audit line on bob's feed and under his timeline; the lock is free again.
-        await until(pb, "alice's audit entry", lambda: any(e.user == "alice" for e in audits(db)))
-        entry = next(e for e in audits(db) if e.user == "alice")
+        # (Her intent, outcome "started", comes first on the feed: the outcome is the entry that follows.)
+        await until(
+            pb,
+            "alice's audit entry",
+            lambda: any(e.user == "alice" and e.outcome != "started" for e in audits(db)),
+        )
+        assert next(e for e in audits(db) if e.user == "alice").outcome == "started"
+        entry = next(e for e in audits(db) if e.user == "alice" and e.outcome != "started")
         assert entry.action == "apply" and entry.profile == "ctx-200k" and entry.outcome == "ok"
         assert entry.message.startswith("alice applied ctx-200k; restart ")
         assert f"verified {entry.pool_tokens:,} tokens" in entry.message and entry.pool_tokens >= 200_000
@@ -221,7 +227,9 @@ async def test_b_watches_a_apply_live_and_is_refused_by_name(twin, store, tmp_pa
         await until(pb, "the new boot", lambda: (ready_pool(db) or 0) >= 200_000)
         assert db.check_action("restart", ()) is True
         # The trail on the host holds the one apply, by alice, with its phases.
-        (applied,) = [e for e in trail(twin) if e["action"] == "apply"]
+        # (Written twice: the intent before the restart, then the outcome, paired by op_id.)
+        intent, applied = [e for e in trail(twin) if e["action"] == "apply"]
+        assert intent["outcome"] == "started" and intent["op_id"] == applied["op_id"]
         assert applied["user"] == "alice" and applied["jump_host"] == "jump1"
         assert {"loading_weights", "kv_pool", "cuda_graphs"} <= set(applied["durations"])
 
@@ -302,9 +310,11 @@ async def test_stale_lock_broken_only_after_confirming_then_restart_is_audited(t
             for step in ("validate", "restart", "KV pool", "verify"):
                 assert f"✔ {step}" in timeline, (step, timeline)
             await until(
-                pb, "bob's restart on the feed", lambda: any(e.action == "restart" for e in audits(db))
+                pb,
+                "bob's restart on the feed",
+                lambda: any(e.action == "restart" and e.outcome != "started" for e in audits(db)),
             )
-            done = next(e for e in audits(db) if e.action == "restart")
+            done = next(e for e in audits(db) if e.action == "restart" and e.outcome != "started")
             assert done.user == "bob" and done.outcome == "ok" and done.pool_tokens == before
             assert done.message.startswith(f"bob restarted {twin.unit}; restart ")
             rd = reader.dashboards[host]
@@ -312,7 +322,8 @@ async def test_stale_lock_broken_only_after_confirming_then_restart_is_audited(t
                 pr, "the reader's note", lambda: rd.timeline.note and "restarted" in rd.timeline.note.plain
             )
             actions = [(e["user"], e["action"]) for e in trail(twin)]
-            assert actions[-2:] == [("bob", "lock_break"), ("bob", "restart")]
+            assert actions[-3:] == [("bob", "lock_break"), ("bob", "restart"), ("bob", "restart")]
+            assert [e["outcome"] for e in trail(twin)[-2:]] == ["started", "ok"]
             assert not any(user == "dave" for user, _ in actions)
 
 

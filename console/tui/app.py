@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -611,19 +612,60 @@ class ConsoleApp(App[int]):
         try:
             async with link.state.locked(intent) as lock:
                 link.poke()
+                # The intent goes into the trail before the operation starts, so a console that dies
+                # mid-restart leaves an entry readers show as unfinished; no trail, no change.
+                started = AuditEntry.intent(
+                    self.me,
+                    ts=link.state.now(),
+                    host=host,
+                    action=action,
+                    op_id=uuid.uuid4().hex,
+                    profile=intent.removeprefix("apply ") if action == "apply" else None,
+                    lock_id=lock.info.lock_id,
+                    summary=intent,
+                )
+                try:
+                    await link.state.append_audit(started)
+                except (HostStateError, TransportError) as exc:
+                    self._fail(host, f"{intent} was not started: the audit trail cannot be written ({exc})")
+                    return None
                 dash.begin_track(intent)
                 try:
                     outcome = await start()
+                except asyncio.CancelledError:
+                    # The console is closing mid-operation: say so in the trail before the lock goes.
+                    with contextlib.suppress(HostStateError, TransportError, TimeoutError):
+                        async with asyncio.timeout(10):
+                            await asyncio.shield(
+                                link.state.append_audit(
+                                    started.interrupted(ts=link.state.now(), phase=None, signal=None)
+                                )
+                            )
+                    raise
                 except Exception as exc:
+                    failed = started.model_copy(
+                        update={
+                            "ts": link.state.now(),
+                            "outcome": "failed",
+                            "phase": None,
+                            "summary": str(exc),
+                        }
+                    )
+                    with contextlib.suppress(HostStateError, TransportError):
+                        await link.state.append_audit(failed)
                     self._fail(host, str(exc))
                     return None
                 entry = AuditEntry.from_outcome(
-                    outcome, me=self.me, host=host, ts=link.state.now(), action=action
+                    outcome, me=self.me, host=host, ts=link.state.now(), action=action, started=started
                 )
                 try:
                     await link.state.append_audit(entry)
                 except (HostStateError, TransportError) as exc:
-                    self.notify(f"{host}: the audit entry could not be written: {exc}", severity="warning")
+                    self.notify(
+                        f"{host}: {intent} happened but its outcome is NOT in the audit trail: {exc}",
+                        severity="error",
+                        timeout=30,
+                    )
                 if lock.lost:
                     self.notify(
                         f"{host}: another console broke this console's lock while {intent} ran (it judged "
