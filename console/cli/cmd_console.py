@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from console.cli.cmd_plan import human_int
 from console.cli.errors import UsageError
+from console.core.capacity import MAX_TOKENS, range_text
+from console.core.text import terminal_safe
 
 
 def add_target_options(p: argparse.ArgumentParser) -> None:
@@ -13,7 +17,10 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
         "--read-only", action="store_true", help="hide and refuse every action that changes the host"
     )
     p.add_argument(
-        "--target-context", type=int, metavar="N", help="the context the KV gauge measures the pool against"
+        "--target-context",
+        type=human_int,
+        metavar="N",
+        help="the context the KV gauge measures the pool against",
     )
     p.add_argument("--profile", metavar="NAME", help="take the gauge's target from this saved profile")
 
@@ -33,12 +40,23 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
+def require_terminal(command: str) -> None:
+    """The console draws a full screen and reads keys: without a terminal on both ends it would write
+    escape codes into a pipe or a file for ever. Refuse, pointing at the one-shot commands."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        side = "standard input" if not sys.stdin.isatty() else "standard output"
+        raise UsageError(
+            f"{command} is a full-screen console and needs a terminal, but {side} is not one "
+            "(for a one-shot answer use parse, verify, probe or plan)."
+        )
+
+
 def resolve_target(args: argparse.Namespace) -> tuple[int | None, str | None]:
     """The gauge's target context: --target-context, else the named profile's target."""
     if args.target_context is not None:
-        if args.target_context <= 0:
+        if not 0 < args.target_context <= MAX_TOKENS:
             raise UsageError(
-                f"--target-context must be a positive number of tokens, not {args.target_context}."
+                f"--target-context must be {range_text(1, MAX_TOKENS, 'tokens')}, not {args.target_context}."
             )
         return args.target_context, "--target-context"
     if args.profile:
@@ -58,6 +76,11 @@ def run(args: argparse.Namespace) -> int:
     from console.sources.hosts import HostsError, load_hosts, resolve_host
     from console.tui.app import ConsoleApp, HostEntry
 
+    host = args.host or ""
+    if not host.isprintable() or " " in host:
+        # No host or ssh alias holds a control character or a space; such a name would be shown in
+        # titles and messages (drawn safe) only to fail to resolve.
+        raise UsageError(f"{terminal_safe(repr(args.host))} is not a host name.")
     try:
         hosts = load_hosts(args.hosts)
         configs = [resolve_host(args.host, hosts)] if args.host else list(hosts.hosts.values())
@@ -67,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         where = hosts.path or "the hosts file"
         raise UsageError(f"no host given and {where} lists none; name a HOST or add [hosts.NAME] tables.")
     target, source = resolve_target(args)
+    require_terminal("k26-console open")
     app = ConsoleApp(
         [HostEntry(name=c.name, config=c) for c in configs],
         read_only=args.read_only,

@@ -9,7 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from console.cli.cmd_console import add_target_options, resolve_target
+from console.cli.cmd_console import add_target_options, require_terminal, resolve_target
+from console.cli.cmd_twin import scenario_argument, state_dir_argument
 from console.cli.errors import UsageError
 
 DEMO_TARGET = 200_000
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--scenario", default=None, help="simulated deployment (default: the twin's default)")
     p.add_argument(
-        "--state-dir", type=Path, help="where the twin keeps its files (default: a temporary directory)"
+        "--state-dir", metavar="DIR", help="where the twin keeps its files (default: a temporary directory)"
     )
     add_target_options(p)
     p.set_defaults(func=run)
@@ -47,18 +48,21 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.time_scale <= 100:
         raise UsageError(f"--time-scale must be a positive number up to 100, not {args.time_scale}.")
+    scenario = scenario_argument(args.scenario)
+    chosen_dir = state_dir_argument(args.state_dir)
     target, source = resolve_target(args)
     if target is None:
         target, source = DEMO_TARGET, "demo goal"
+    require_terminal("k26-console demo")
     with contextlib.ExitStack() as stack:
-        if args.state_dir is not None:
-            state_dir = args.state_dir
+        if chosen_dir is not None:
+            state_dir = chosen_dir
         else:
             state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="k26-demo-"))) / "twin"
         twin = TwinHost(
             state_dir,
             name="twin",
-            scenario=args.scenario or DEFAULT_SCENARIO,
+            scenario=scenario or DEFAULT_SCENARIO,
             time_scale=args.time_scale,
             ssh_port=0,
             start_service=False,

@@ -15,6 +15,7 @@ from typing import IO, Any
 from console.cli.errors import UsageError
 from console.core.events import EVENT_KINDS, EventBase
 from console.core.parser import JournalParser
+from console.core.text import LINE_MAX_BYTES, LineSplitter, json_safe, terminal_safe
 
 _COMMON = frozenset(EventBase.model_fields) | {"kind"}
 _RANK_TAGS = (
@@ -26,6 +27,9 @@ _RANK_TAGS = (
     ("ep_rank", "EP"),
 )
 _TIME_W, _HOST_W, _RANK_W, _KIND_W = 19, 14, 11, 17
+CONNECT_ATTEMPTS = 3
+"""Tries before a host never reached is an error (the same as verify, probe, audit and apply)."""
+CONNECT_TIMEOUT_S = 30.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -79,38 +83,39 @@ def _open(path: str) -> IO[bytes]:
 
 
 def _lines(stream: IO[bytes]) -> Iterator[str]:
-    # Split on b"\n" only: a "\r" inside a line is a tqdm frame, not a line break.
+    """The reference reading, one line at a time (the tests hold `_chunks` to it for lines under the
+    limit): split on b"\n" only, since a "\r" inside a line is a tqdm frame, not a line break."""
     for raw in stream:
         yield raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
 
 
-def _chunks(stream: IO[bytes], size: int = 1 << 16) -> Iterator[list[str]]:
+def _chunks(
+    stream: IO[bytes], size: int = 1 << 16, splitter: LineSplitter | None = None
+) -> Iterator[list[str]]:
     """The stream's lines, a list at a time: whatever has arrived (`read1`), so a live pipe still streams.
 
-    The same lines as `_lines`: split on b"\n" only, each decoded on its own, one trailing "\r" cut.
+    Split on b"\n" only (a "\r" inside a line is a tqdm frame, not a line break), each line decoded on its
+    own, one trailing "\r" cut, and none longer than `LINE_MAX_BYTES`: a longer one keeps its start and a
+    note, so one endless line costs linear time and bounded memory.
     """
-    read1 = getattr(stream, "read1", None)
-    if read1 is None:
-        for line in _lines(stream):
-            yield [line]
-        return
-    tail = b""
+    splitter = splitter or LineSplitter()
+    read = getattr(stream, "read1", None) or stream.read
     while True:
-        data = read1(size)
+        data = read(size)
         if not data:
             break
-        parts = (tail + data).split(b"\n") if tail else data.split(b"\n")
-        tail = parts.pop()
-        if parts:
-            yield [raw.decode("utf-8", "replace").removesuffix("\r") for raw in parts]
-    if tail:
-        yield [tail.decode("utf-8", "replace").removesuffix("\r")]
+        lines = splitter.feed(data)
+        if lines:
+            yield lines
+    last = splitter.flush()
+    if last:
+        yield last
 
 
-def _events(stream: IO[bytes]) -> Iterator[Any]:
+def _events(stream: IO[bytes], splitter: LineSplitter | None = None) -> Iterator[Any]:
     """Events of a journal stream through the parser's batch path, flushed at the end."""
     parser = JournalParser()
-    for chunk in _chunks(stream):
+    for chunk in _chunks(stream, splitter=splitter):
         yield from parser.feed_many(chunk)
     yield from parser.flush()
 
@@ -151,14 +156,17 @@ def _fit(text: str, width: int) -> str:
 
 
 def _row(event: Any) -> str:
-    ts = (event.ts or "")[:19].replace("T", " ")
+    # Every field but the fixed ones comes from the journal: control characters are drawn, not sent (an
+    # ESC in a host name or a message would retitle the window or move the cursor), and a line break in
+    # a message stays one row.
+    ts = terminal_safe((event.ts or "")[:19].replace("T", " "))
     return " ".join(
         (
             _fit(ts, _TIME_W),
-            _fit(event.host or "", _HOST_W),
+            _fit(terminal_safe(event.host or ""), _HOST_W),
             _fit(_ranks(event), _RANK_W),
             _fit(event.kind, _KIND_W),
-            _detail(event).replace("\n", " "),
+            terminal_safe(_detail(event).replace("\n", " ")),
         )
     )
 
@@ -175,34 +183,46 @@ def _write(events: Iterable[Any], as_json: bool, kinds: frozenset[str] | None, h
     for event in events:
         if kinds is not None and event.kind not in kinds:
             continue
-        out.write(event.model_dump_json(exclude_none=True) + "\n" if as_json else _row(event) + "\n")
+        out.write(
+            json_safe(event.model_dump_json(exclude_none=True)) + "\n" if as_json else _row(event) + "\n"
+        )
     out.flush()
 
 
 def _follow(name: str, hosts_file: str | None, as_json: bool, kinds: frozenset[str] | None) -> int:
-    """`parse HOST --follow`: the same rows as `parse FILE`, live; link changes go to stderr."""
+    """`parse HOST --follow`: the same rows as `parse FILE`, live; link changes go to stderr.
+
+    The rule of every command that reaches a host: a host never reached (a name that does not resolve,
+    a refused connection) is an error after a few tries, exit 2; once the journal flows, a drop is
+    waited out and the follow resumes from its cursor.
+    """
     import asyncio
 
     from console.sources.hosts import HostsError, load_hosts, resolve_host
     from console.sources.journal import follow_unit_events
-    from console.sources.transport import Transport, TransportError
+    from console.sources.transport import Backoff, Transport, TransportError
 
     async def follow() -> None:
         host = resolve_host(name, load_hosts(hosts_file))
-        transport = Transport(host)
+        transport = Transport(host, backoff=Backoff(max_attempts=CONNECT_ATTEMPTS))
+        reporter: asyncio.Future[None] | None = None
 
         async def report() -> None:
             async for status in transport.watch():
                 if status.state.value != "up":
-                    sys.stderr.write(f"k26-console: {host.name}: {status.describe()}\n")
+                    sys.stderr.write(f"k26-console: {terminal_safe(status.describe())}\n")
 
-        reporter = asyncio.ensure_future(report())
         try:
+            await transport.wait_up(CONNECT_TIMEOUT_S)
+            # Reached once: from here on a lost connection is waited out rather than given up on.
+            transport.backoff = Backoff()
+            reporter = asyncio.ensure_future(report())
             _write((), as_json, kinds)
             async for events in follow_unit_events(transport, host.unit_name, host=host.name):
                 _write(events, as_json, kinds, header=False)
         finally:
-            reporter.cancel()
+            if reporter is not None:
+                reporter.cancel()
             await transport.close()
 
     try:
@@ -219,8 +239,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--follow needs a HOST to follow, e.g. k26-console parse gpu1 --follow.")
         return _follow(args.file, args.hosts, args.json, kinds)
     stream = _open(args.file)
+    splitter = LineSplitter()
     try:
-        _write(_events(stream), args.json, kinds)
+        _write(_events(stream, splitter), args.json, kinds)
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             raise
@@ -228,4 +249,11 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
+    if splitter.cut:
+        # The cut lines carry their own note; this says it once where a --kinds filter or a pipe hides it.
+        many = f"{splitter.cut:,} lines" if splitter.cut > 1 else "1 line"
+        sys.stderr.write(
+            f"k26-console: {many} longer than {LINE_MAX_BYTES:,} bytes kept only their start "
+            f"(marked 'line cut' in the output).\n"
+        )
     return 0

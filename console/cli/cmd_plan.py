@@ -6,20 +6,28 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from console.core.capacity import (
     DEFAULT_MIN_HEADROOM_GIB,
+    MAX_GPU_MEM_GIB,
+    MAX_PAGE_SIZE,
+    MAX_RUNNING_REQUESTS,
+    MAX_TOKENS,
+    MAX_TP,
     CapacityError,
     Plan,
     PoolConfig,
     Speculative,
     calibrate,
     check_fraction,
+    in_range,
     observation_from_boot,
     plan,
+    range_text,
     sizing_rule_for,
 )
 from console.core.models import (
@@ -34,24 +42,30 @@ from console.core.parser import parse_lines
 from console.core.profile_store import ProfileStore
 from console.core.profiles import ProfileError
 from console.core.state import Boot, fold_boots
+from console.core.text import LineSplitter, json_safe, terminal_safe
 
 # ------------------------------------------------------------------ shared with `verify`
 
 
 def human_int(text: str) -> int:
-    """`200000`, `200_000`, `200k`, `128Ki` (SGLang's own spelling of token counts)."""
+    """`200000`, `200_000`, `200k`, `128Ki` (SGLang's own spelling of token counts), 1 to MAX_TOKENS."""
+    span = f"{range_text(1, MAX_TOKENS)}, the most SGLang indexes"
     raw = text.strip().replace("_", "").replace(",", "")
     scale = 1
     for suffix, factor in (("Ki", 1024), ("K", 1000), ("k", 1000), ("Mi", 1 << 20), ("M", 1_000_000)):
         if raw.endswith(suffix):
             raw, scale = raw[: -len(suffix)], factor
             break
+    if len(raw) > 30:  # int() of a huge digit string is slow (and past 4,300 digits refused)
+        raise argparse.ArgumentTypeError(f"{text[:30]!r}… is too many tokens ({span})")
     try:
         value = int(raw) * scale
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens ({span})") from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of tokens")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of tokens ({span})")
+    if value > MAX_TOKENS:
+        raise argparse.ArgumentTypeError(f"{text!r} is too many tokens ({span})")
     return value
 
 
@@ -65,7 +79,20 @@ def finite_float(text: str) -> float:
     return value
 
 
+def fraction(text: str) -> float:
+    """A `--mem-fraction-static`: a number strictly between 0 and 1."""
+    try:
+        value = finite_float(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (a fraction strictly between 0 and 1)") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction strictly between 0 and 1")
+    return value
+
+
 def positive_int(text: str) -> int:
+    if len(text.strip()) > 30:
+        raise argparse.ArgumentTypeError(f"{text[:30]!r}… is too large")
     try:
         value = int(text)
     except ValueError:
@@ -73,6 +100,25 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
     return value
+
+
+def ranged(
+    parse: Callable[[str], float], lo: float, hi: float, unit: str = "", *, above_lo: bool = False
+) -> Callable[[str], Any]:
+    """An argparse type: `parse`, then the value must lie in the range (named in the message)."""
+
+    span = range_text(lo, hi, unit, above_lo=above_lo)
+
+    def convert(text: str) -> Any:
+        try:
+            value = parse(text)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{exc} ({span})") from None
+        if not in_range(value, lo, hi, above_lo=above_lo):
+            raise argparse.ArgumentTypeError(f"{text!r} is out of range ({span})")
+        return value
+
+    return convert
 
 
 def read_text(path: str) -> str:
@@ -88,11 +134,35 @@ def read_text(path: str) -> str:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}.") from None
 
 
+def read_lines(path: str) -> list[str]:
+    """The lines of a journal file (`-` for standard input), split on `\\n` only and each at most
+    LINE_MAX_BYTES (a longer one keeps its start and a note): linear time whatever the file holds."""
+    splitter = LineSplitter()
+    lines: list[str] = []
+    try:
+        stream = sys.stdin.buffer if path == "-" else Path(path).open("rb")  # noqa: SIM115
+    except FileNotFoundError:
+        raise UsageError(f"there is no file {path}.") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path} is a directory, not a file.") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}.") from None
+    try:
+        while data := stream.read(1 << 20):
+            lines.extend(splitter.feed(data))
+        lines.extend(splitter.flush())
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}.") from None
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    return lines
+
+
 def read_boots(path: str) -> list[Boot]:
     """The boots in a journal file (`-` for standard input); a usage error when there are none."""
-    text = read_text(path)
     name = "standard input" if path == "-" else path
-    lines = [line for line in text.split("\n") if line.strip()]
+    lines = [line for line in read_lines(path) if line.strip()]
     if not lines:
         raise UsageError(f"the journal {name} is empty.")
     boots = fold_boots(parse_lines(lines))
@@ -127,30 +197,38 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     model.add_argument("--model-config", metavar="PATH", help="the model's Hugging Face config.json")
     p.add_argument(
         "--mem-fraction-static",
-        type=finite_float,
+        type=fraction,
         metavar="F",
         help="the fraction to predict for; also the fraction the journal's boot ran with when it shows none",
     )
     p.add_argument(
         "--journal-mem-fraction-static",
-        type=finite_float,
+        type=fraction,
         metavar="F",
         help="the fraction the journal's latest boot ran with, when the journal shows no server_args dump "
         "(default: --mem-fraction-static)",
     )
     p.add_argument("--profile", metavar="FILE", help="a flag profile (TOML) to take flags from")
-    p.add_argument("--gpu-mem-gib", type=finite_float, metavar="G", help="total memory of one GPU in GiB")
     p.add_argument(
-        "--tp", type=positive_int, metavar="N", help="tensor-parallel size (matters for MHA models)"
+        "--gpu-mem-gib",
+        type=ranged(finite_float, 0, MAX_GPU_MEM_GIB, "GiB", above_lo=True),
+        metavar="G",
+        help="total memory of one GPU in GiB",
     )
-    p.add_argument("--max-running-requests", type=positive_int, metavar="N")
+    p.add_argument(
+        "--tp",
+        type=ranged(positive_int, 1, MAX_TP),
+        metavar="N",
+        help="tensor-parallel size (matters for MHA models)",
+    )
+    p.add_argument("--max-running-requests", type=ranged(positive_int, 1, MAX_RUNNING_REQUESTS), metavar="N")
     p.add_argument("--max-total-tokens", type=human_int, metavar="N")
-    p.add_argument("--page-size", type=positive_int, metavar="N")
+    p.add_argument("--page-size", type=ranged(positive_int, 1, MAX_PAGE_SIZE), metavar="N")
     p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, metavar="DTYPE")
     p.add_argument("--sglang-version", metavar="V", help="e.g. 0.5.12 (default: the v0.5.7-v0.5.13 rule)")
     p.add_argument(
         "--min-headroom-gib",
-        type=finite_float,
+        type=ranged(finite_float, 0, MAX_GPU_MEM_GIB, "GiB"),
         default=DEFAULT_MIN_HEADROOM_GIB,
         metavar="G",
         help=f"least headroom to keep for CUDA graphs, activations and the draft (default {DEFAULT_MIN_HEADROOM_GIB:g})",
@@ -169,26 +247,57 @@ def read_profile(ref: str) -> dict[str, Any]:
     return {key.replace("-", "_"): value for key, value in profile.flags.items()}
 
 
-def _number(value: Any, kind: type, name: str) -> Any:
+_LIMITS: dict[str, tuple[float, float, str, bool]] = {
+    # flag: (low, high, unit, low excluded) -- what a value from a profile or a journal must respect too
+    "tp_size": (1, MAX_TP, "", False),
+    "page_size": (1, MAX_PAGE_SIZE, "tokens", False),
+    "max_total_tokens": (1, MAX_TOKENS, "tokens", False),
+    "max_running_requests": (1, MAX_RUNNING_REQUESTS, "", False),
+    "context_length": (1, MAX_TOKENS, "tokens", False),
+    "gpu_mem_gib": (0, MAX_GPU_MEM_GIB, "GiB", True),
+    "speculative_num_steps": (0, 1 << 16, "", False),
+    "speculative_eagle_topk": (0, 1 << 16, "", False),
+    "speculative_num_draft_tokens": (0, 1 << 16, "", False),
+}
+
+
+def _number(value: Any, kind: type, name: str, flag: str | None = None) -> Any:
+    """`value` as `kind`, within the sane range of `flag` when it has one; `name` says where it came
+    from (a profile, a journal) in the message."""
     if value is None:
         return None
+    if kind is str:
+        return str(value)
+    if isinstance(value, str) and len(value) > 40:
+        raise UsageError(f"{name}={terminal_safe(value[:40])!r}… is not a number.")
     try:
-        return kind(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{name}={value!r} is not a number.") from None
+        number = kind(value)
+    except (TypeError, ValueError, OverflowError):
+        raise UsageError(f"{name}={terminal_safe(repr(value))} is not a number.") from None
+    limits = _LIMITS.get(flag or "")
+    if limits is not None:
+        lo, hi, unit, above_lo = limits
+        if not in_range(number, lo, hi, above_lo=above_lo):
+            raise UsageError(
+                f"{name} must be {range_text(lo, hi, unit, above_lo=above_lo)}, not {terminal_safe(value)}."
+            )
+    elif isinstance(number, float) and not math.isfinite(number):
+        raise UsageError(f"{name}={value!r} is not a finite number.")
+    return number
 
 
 def _pick(name: str, explicit: Any, profile: dict[str, Any], boot: Boot | None, kind: type = str) -> Any:
-    """A flag's value: the command line, then the profile, then the journal's latest server_args dump."""
+    """A flag's value: the command line, then the profile, then the journal's latest server_args dump.
+    Numbers from a profile or a journal are held to the same ranges as the command line's."""
     if explicit is not None:
         return explicit
     for key in (name, *_ALIASES.get(name, ())):
         if profile.get(key) is not None:
-            return _number(profile[key], kind, f"{key} in the profile")
+            return _number(profile[key], kind, f"{key} in the profile", name)
     if boot is not None:
         for key in (name, *_ALIASES.get(name, ())):
             if boot.arg(key) is not None:
-                return _number(boot.arg(key), kind, f"{key} in the journal")
+                return _number(boot.arg(key), kind, f"{key} in the journal", name)
     return None
 
 
@@ -280,10 +389,6 @@ def build_plan(args: argparse.Namespace) -> Plan:
         )
         model.kv_element_bytes(cfg.kv_cache_dtype)
         gpu = _pick("gpu_mem_gib", args.gpu_mem_gib, profile, None, float)
-        if gpu is not None and gpu <= 0:
-            raise UsageError(f"--gpu-mem-gib must be positive, not {gpu:g}.")
-        if args.min_headroom_gib < 0:
-            raise UsageError(f"--min-headroom-gib must not be negative, not {args.min_headroom_gib:g}.")
         observations = []
         for boot in boots:
             fallback = boot_f if boot is latest else None
@@ -308,10 +413,13 @@ def build_plan(args: argparse.Namespace) -> Plan:
     except (CapacityError, ModelConfigError) as exc:
         raise UsageError(str(exc)) from None
     except ValueError as exc:  # pydantic validation of a profile or journal value
-        raise UsageError(f"a flag value is out of range ({str(exc).splitlines()[-1].strip()}).") from None
+        last = str(exc).split("\n")[-1].strip()
+        raise UsageError(f"a flag value is out of range ({last}).") from None
 
 
 def render(result: Plan) -> str:
+    # The model's name, the assumptions and the notes quote the journal, a profile and a config.json:
+    # each line is drawn terminal-safe on its own, so nothing in them moves the cursor or adds a line.
     lines = [
         f"plan for {result.target_context:,} tokens: {result.model}, {result.cell_bytes:,} B/token/GPU, "
         f"SGLang {result.sizing_rule} sizing, calibration {result.calibration}",
@@ -336,13 +444,13 @@ def render(result: Plan) -> str:
             lines.extend(f"  - {a}" for a in result.alternatives)
     lines.append("notes:")
     lines.extend(f"  - {n}" for n in result.notes)
-    return "\n".join(lines)
+    return "\n".join(terminal_safe(line) for line in lines)
 
 
 def run(args: argparse.Namespace) -> int:
     result = build_plan(args)
     if args.json:
-        sys.stdout.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False) + "\n")
+        sys.stdout.write(json_safe(json.dumps(result.model_dump(mode="json"), ensure_ascii=False)) + "\n")
     else:
         sys.stdout.write(render(result) + "\n")
     return EXIT_OK if result.fits else EXIT_CHECK_FAILED

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from console.cli.cmd_plan import human_int
 from console.cli.errors import EXIT_OK, CheckFailed, UsageError
+from console.core.capacity import MAX_TOKENS as MAX_CONTEXT_TOKENS
+from console.core.capacity import in_range, range_text
 from console.core.probe import (
     ProbePhase,
     ProbeProgress,
@@ -26,6 +28,7 @@ from console.core.probe import (
     fmt_pct,
     parse_depths,
 )
+from console.core.text import terminal_safe
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
     from console.core.profile_store import ProfileStore
@@ -33,22 +36,48 @@ if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
     from console.sources.transport import Transport
 
 MAX_TOKENS = 4096
+"""New tokens a probe asks for at most: enough for a steady decode rate."""
+MAX_SWEEP = 64
+"""Depths one sweep may hold; each costs a full prefill."""
+MAX_TIMEOUT_S = 86_400.0
+"""A day: a wait longer than that is no timeout."""
 
 
 def _depths(text: str) -> list[int]:
+    depth_range = range_text(1, MAX_CONTEXT_TOKENS, "tokens")
     try:
-        return parse_depths(text)
+        depths = parse_depths(text)
+    except OverflowError:  # a number too large for a float
+        raise argparse.ArgumentTypeError(f"a depth in {text[:40]!r} is too large ({depth_range})") from None
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if len(depths) > MAX_SWEEP:
+        raise argparse.ArgumentTypeError(
+            f"{len(depths)} depths are too many for one sweep (at most {MAX_SWEEP})"
+        )
+    too_deep = [d for d in depths if d > MAX_CONTEXT_TOKENS]
+    if too_deep:
+        raise argparse.ArgumentTypeError(f"depth {too_deep[0]:,} is too large ({depth_range})")
+    return depths
+
+
+def _new_tokens(text: str) -> int:
+    value = human_int(text)
+    if value > MAX_TOKENS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is more new tokens than a probe needs; use at most {MAX_TOKENS} and at least 1"
+        )
+    return value
 
 
 def _seconds(text: str) -> float:
+    span = range_text(0, MAX_TIMEOUT_S, "seconds", above_lo=True)
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds ({span})") from None
+    if not in_range(value, 0, MAX_TIMEOUT_S, above_lo=True):
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range ({span})")
     return value
 
 
@@ -83,7 +112,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--sweep", type=_depths, metavar="LIST", help="depths in order, e.g. 1k,8k,32k,64k,128k,185k,200k"
     )
     p.add_argument(
-        "--tokens", type=human_int, default=None, metavar="M", help="new tokens per depth (default 32)"
+        "--tokens",
+        type=_new_tokens,
+        default=None,
+        metavar="M",
+        help=f"new tokens per depth (default 32, at most {MAX_TOKENS})",
     )
     p.add_argument("--profile", metavar="NAME", help="record tok/s by depth in this profile's [verified]")
     p.add_argument("--hosts", metavar="FILE", help="the hosts file (default: hosts.toml in the config dir)")
@@ -137,7 +170,9 @@ def format_table(report: ProbeReport) -> str:
         lines.append(f"{fmt_depth(r.depth)}: {r.diagnosis}.")
     if report.fit is not None:
         lines.append(f"sweep: {report.fit.diagnosis}.")
-    return "\n".join(lines) + "\n"
+    # The host name, the model, the card's name (from nvidia-smi) and the server's error messages come
+    # from the host: each line is drawn terminal-safe, so none of them can send an escape sequence.
+    return "".join(terminal_safe(line) + "\n" for line in lines)
 
 
 def _progress_printer(enabled: bool) -> Callable[[ProbeProgress], None]:
@@ -154,7 +189,8 @@ def _progress_printer(enabled: bool) -> Callable[[ProbeProgress], None]:
             result: ProbeResult | None = p.result
             text = f"{where}: {p.phase.value}" + (f" ({result.error})" if result and result.error else "")
         end = "\n" if p.phase not in (ProbePhase.PREFILL, ProbePhase.DECODING) else ""
-        sys.stderr.write(f"\r\033[K{text}{end}")
+        # Our own "\r" and erase-line only; the text (the server's error) is drawn safe.
+        sys.stderr.write(f"\r\033[K{terminal_safe(text)}{end}")
         sys.stderr.flush()
 
     return show
@@ -175,8 +211,6 @@ def run(args: argparse.Namespace) -> int:
 
     depths: list[int] = args.sweep if args.sweep else [args.depth]
     tokens: int = args.tokens or DEFAULT_NEW_TOKENS
-    if tokens > MAX_TOKENS:
-        raise UsageError(f"--tokens {tokens} is more than a probe needs; use at most {MAX_TOKENS}.")
     store = None
     if args.profile:
         from console.core.profile_store import ProfileStore
@@ -219,8 +253,11 @@ def run(args: argparse.Namespace) -> int:
                 why = await _not_running(host, prober.transport, store, args.profile)
                 if why:
                     sys.stderr.write(
-                        f"k26-console: the results go to the probe history only, not to "
-                        f"{args.profile}'s [verified]: {why}.\n"
+                        terminal_safe(
+                            f"k26-console: the results go to the probe history only, not to "
+                            f"{args.profile}'s [verified]: {why}."
+                        )
+                        + "\n"
                     )
                     keep_in = None
             started = time.monotonic()
@@ -228,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
             if prober.transport is not None:
                 trouble = await audit_probe(prober.transport, host, report, time.monotonic() - started)
                 if trouble:
-                    sys.stderr.write(f"k26-console: {trouble}\n")
+                    sys.stderr.write(f"k26-console: {terminal_safe(trouble)}\n")
             return report
 
     try:
@@ -240,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         keep_report(report, store=store)
     except (OSError, ProfileError) as exc:
-        sys.stderr.write(f"k26-console: the results could not be kept: {exc}\n")
+        sys.stderr.write(f"k26-console: the results could not be kept: {terminal_safe(exc)}\n")
     sys.stdout.write(report_json(report) + "\n" if args.json else format_table(report))
     if not report.ok:
         raise CheckFailed(report.summary())

@@ -18,8 +18,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from console.cli.cmd_plan import finite_float, ranged
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from console.core.apply import PlannerVerdict
+from console.core.capacity import MAX_GPU_MEM_GIB
 from console.core.flags import FlagList, UnknownVersion, available_versions, load_flag_list
 from console.core.profile_store import ProfileStore
 from console.core.profiles import (
@@ -32,6 +34,7 @@ from console.core.profiles import (
     validate_profile,
 )
 from console.core.systemd import ExecStartError, dropin_path
+from console.core.text import json_safe, terminal_safe
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -75,7 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     val.add_argument("--hosts", metavar="FILE", help="the hosts file for --host")
     val.add_argument(
         "--min-headroom-gib",
-        type=float,
+        type=ranged(finite_float, 0, MAX_GPU_MEM_GIB, "GiB"),
         default=None,
         metavar="G",
         help="least headroom the planner keeps (default 3)",
@@ -105,11 +108,14 @@ def _flag_list(version: str) -> FlagList:
 
 
 def _out(text: str) -> None:
+    # Names, notes, flag values and paths come from profile files: every control character is drawn
+    # as its picture (line breaks kept: the drop-in is printed as the file it would be).
+    text = terminal_safe(text, keep_newlines=True)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
 def _json(data: Any) -> None:
-    _out(json.dumps(data, indent=2, default=str, ensure_ascii=False))
+    sys.stdout.write(json_safe(json.dumps(data, indent=2, default=str, ensure_ascii=False)) + "\n")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -174,7 +180,8 @@ def _show(store: ProfileStore, args: argparse.Namespace) -> int:
         return EXIT_OK
     _out(f"profile {prof.name}: target context {prof.target_context:,}, SGLang {prof.sglang_version}")
     if prof.notes:
-        _out("notes: " + " ".join(prof.notes.split()))
+        # On one line: split on whitespace, then any control character left is drawn, not sent.
+        _out("notes: " + terminal_safe(" ".join(prof.notes.split())))
     v = prof.verified
     if v and v.pool_tokens is not None:
         when = v.when.isoformat() if v.when else "unknown time"
@@ -187,7 +194,7 @@ def _show(store: ProfileStore, args: argparse.Namespace) -> int:
         _out("verified: never")
     _out("")
     _out("argv:")
-    _out("  " + " \\\n    ".join(argv_lines(argv)))
+    _out("  " + " \\\n    ".join(terminal_safe(line) for line in argv_lines(argv)))
     _out("")
     _out(f"drop-in {path}:")
     _out(dropin)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import platformdirs
 
 from console.cli.errors import UsageError
+from console.core.text import terminal_safe
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -25,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--port", type=int, default=0, help="SSH port on 127.0.0.1 (default: a free one)")
     p.add_argument(
-        "--state-dir", type=Path, help="where the twin keeps its files (default: the user state dir)"
+        "--state-dir", metavar="DIR", help="where the twin keeps its files (default: the user state dir)"
     )
     p.add_argument("--name", default="twin", help="host name in hosts.toml (default: twin)")
     p.add_argument("--scenario", default=None, help="simulated deployment (default: kimi-k26-rtx6000)")
@@ -39,6 +41,50 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "so `k26-console apply twin PROFILE` works without --hosts)",
     )
     p.set_defaults(func=run)
+
+
+def state_dir_argument(text: str | None) -> Path | None:
+    """`--state-dir` checked before anything is written: an empty string (which reads as the current
+    directory), a file, a parent that does not exist or cannot be written are one sentence each.
+    The directory itself may be missing (the twin creates it) or a twin's from an earlier run."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise UsageError("--state-dir needs a directory, not an empty string.")
+    path = Path(text).expanduser()
+    shown = terminal_safe(text)
+    if path.exists():
+        if not path.is_dir():
+            raise UsageError(f"--state-dir {shown} is a file, not a directory.")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UsageError(f"--state-dir {shown} cannot be written (permission denied).")
+        return path
+    parent = path.absolute().parent
+    if not parent.exists():
+        raise UsageError(
+            f"--state-dir {shown}: its parent directory {terminal_safe(parent)} does not exist (create it first)."
+        )
+    if not parent.is_dir():
+        raise UsageError(f"--state-dir {shown}: {terminal_safe(parent)} is a file, not a directory.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"--state-dir {shown} cannot be created: {terminal_safe(parent)} is not writable (permission denied)."
+        )
+    return path
+
+
+def scenario_argument(name: str | None) -> str | None:
+    """`--scenario` checked before a state directory exists: an unknown name lists the known ones."""
+    if name is None:
+        return None
+    from console.twin.scenarios import ALIASES, SCENARIOS, get_scenario
+
+    try:
+        get_scenario(name)
+    except KeyError:
+        known = ", ".join([*SCENARIOS, *sorted(ALIASES)])
+        raise UsageError(f"there is no twin scenario {terminal_safe(repr(name))}; known: {known}.") from None
+    return name
 
 
 def register_host(twin_hosts: Path, name: str, target: Path | None = None) -> Path:
@@ -84,11 +130,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--name must be a host name of letters, digits, '-', '_' or '.', not {args.name!r}."
         )
-    state_dir = args.state_dir or Path(platformdirs.user_state_dir("k26-console")) / "twins" / name
+    scenario = scenario_argument(args.scenario)
+    state_dir = state_dir_argument(args.state_dir) or (
+        Path(platformdirs.user_state_dir("k26-console")) / "twins" / name
+    )
     twin = TwinHost(
         state_dir,
         name=name,
-        scenario=args.scenario or DEFAULT_SCENARIO,
+        scenario=scenario or DEFAULT_SCENARIO,
         time_scale=args.time_scale,
         ssh_port=args.port,
     )
@@ -102,6 +151,10 @@ def run(args: argparse.Namespace) -> int:
             await twin.start()
         except TwinError as exc:
             raise UsageError(f"{exc}.") from None
+        except OSError as exc:
+            # The checks above leave little, but a disk can fill or a directory change under us.
+            where = terminal_safe(exc.filename) if exc.filename else terminal_safe(state_dir)
+            raise UsageError(f"the twin cannot set up {where}: {exc.strerror or exc}.") from None
         try:
             print(twin.hosts_toml, flush=True)
             print(twin.ssh_command(), flush=True)
@@ -110,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
                     where = register_host(twin.hosts_toml, name)
                 except (UsageError, OSError) as exc:
                     reason = exc.sentence if isinstance(exc, UsageError) else f"{exc.strerror or exc}."
-                    sys.stderr.write(f"k26 twin: not registered: {reason}\n")
+                    sys.stderr.write(f"k26 twin: not registered: {terminal_safe(reason)}\n")
                 else:
                     print(
                         f"registered as host '{name}' in {where} (--no-register to skip); "

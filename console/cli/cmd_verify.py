@@ -10,6 +10,7 @@ from console.cli.cmd_plan import human_int, read_boots
 from console.cli.errors import EXIT_OK, CheckFailed, UsageError
 from console.core.apply import Verdict, judge
 from console.core.state import Boot
+from console.core.text import json_safe, terminal_safe
 
 __all__ = ["Verdict", "judge", "register", "run"]  # the verdict lives in core.apply, shared with `apply`
 
@@ -82,9 +83,10 @@ def run(args: argparse.Namespace) -> int:
         boots = read_boots(args.journal)
     verdict = judge(boots, args.target_context)
     if args.json:
-        sys.stdout.write(json.dumps(verdict.model_dump(mode="json"), ensure_ascii=False) + "\n")
+        sys.stdout.write(json_safe(json.dumps(verdict.model_dump(mode="json"), ensure_ascii=False)) + "\n")
     elif verdict.ok:
-        sys.stdout.write(verdict.summary + "\n")
+        # The summary quotes the journal (error messages, the model path): drawn, never sent raw.
+        sys.stdout.write(terminal_safe(verdict.summary) + "\n")
     if not verdict.ok:
         raise CheckFailed(verdict.summary)
     return EXIT_OK

@@ -14,6 +14,7 @@ import os
 import sys
 
 from console.cli.errors import EXIT_USAGE, CliError
+from console.core.text import terminal_safe
 
 # Order here is the order `--help` lists them.
 _COMMAND_MODULES: tuple[str, ...] = (
@@ -35,10 +36,61 @@ class _Parser(argparse.ArgumentParser):
     """argparse prints usage + a message and exits 2 on bad options; keep it to one sentence."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(
-            f"k26-console: {message}.\n" if not message.endswith(".") else f"k26-console: {message}\n"
-        )
+        # argparse quotes the operator's own words back (an unknown choice, a bad number): drawn safe too.
+        say(message if message.endswith(".") else f"{message}.")
         raise SystemExit(EXIT_USAGE)
+
+
+def say(sentence: str) -> None:
+    """One sentence on stderr. Sentences quote host names, file contents and argv, so every control
+    character is drawn as its picture: an ESC or BEL from outside never reaches the terminal."""
+    sentence = terminal_safe(sentence)
+    sys.stderr.write(
+        f"k26-console: {sentence}\n" if sentence.endswith(".") else f"k26-console: {sentence}.\n"
+    )
+
+
+def _empty_argument(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The sentence refusing the first empty argument (`''` or `--opt=`), or None. An empty path reads as
+    the current directory (`parse ''` said "is a directory", `twin --state-dir ''` wrote its files into
+    the working directory) and an empty host as no host at all: no option of any command means that."""
+    current = parser
+    positionals = [a for a in current._actions if not a.option_strings]
+    index = 0
+    expecting: str | None = None
+    for token in argv:
+        if expecting is not None:
+            if token == "":
+                return f"{expecting} needs a value, not an empty string."
+            expecting = None
+            continue
+        if token.startswith("-") and token != "-":
+            option, has_value, value = token.partition("=")
+            if has_value and not value:
+                return f"{option} needs a value, not an empty string."
+            known = current._option_string_actions
+            action = known.get(option)
+            if action is None and option.startswith("--"):
+                matches = [known[o] for o in known if o.startswith(option)]  # argparse's abbreviations
+                action = matches[0] if len({id(a) for a in matches}) == 1 else None
+            if action is not None and action.nargs != 0 and not has_value:
+                expecting = option
+            continue
+        action = positionals[index] if index < len(positionals) else None
+        if token == "":
+            what = (action.metavar or action.dest.upper()) if action is not None else "an argument"
+            return f"{what} must not be an empty string."
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(token)
+            if chosen is None:
+                return None  # argparse names the unknown command itself
+            current = chosen
+            positionals = [a for a in current._actions if not a.option_strings]
+            index = 0
+            continue
+        if action is not None and action.nargs not in ("*", "+", argparse.REMAINDER):
+            index += 1
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     # `k26-console HOST` is `k26-console open HOST`: a first word that is no subcommand names a host.
     if argv and not argv[0].startswith("-") and argv[0] not in _subcommands(parser):
         argv.insert(0, "open")
+    empty = _empty_argument(parser, argv)
+    if empty is not None:
+        say(empty)
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:
@@ -71,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(func(args))
     except CliError as exc:
-        sys.stderr.write(f"k26-console: {exc.sentence}\n")
+        say(exc.sentence)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

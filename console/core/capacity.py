@@ -41,6 +41,50 @@ class CapacityError(ValueError):
     """Input the model cannot work with; the message is one sentence."""
 
 
+# Sane ranges for every number the planner takes. Far wider than any real deployment, narrow enough
+# that the arithmetic stays finite (a 1e300 GiB card overflowed `int()` into a traceback).
+MAX_TOKENS = 2**31 - 1
+"""A context, a pool, a cap: SGLang indexes tokens with int32 (req_to_token), so no pool holds more."""
+MAX_GPU_MEM_GIB = 1024.0
+"""One GPU's memory; the largest cards hold 288 GB."""
+MAX_TP = 1024
+MAX_PAGE_SIZE = 1 << 16
+MAX_RUNNING_REQUESTS = 1 << 20
+
+
+def range_text(lo: float, hi: float, unit: str = "", *, above_lo: bool = False) -> str:
+    """`from 1 to 1,024 GiB` or `more than 0 and at most 1,024 GiB`: a range as an error message says it."""
+    lo_s, hi_s = _number_text(lo), _number_text(hi)
+    unit = f" {unit}" if unit else ""
+    return f"more than {lo_s} and at most {hi_s}{unit}" if above_lo else f"from {lo_s} to {hi_s}{unit}"
+
+
+def _number_text(x: float) -> str:
+    """1024 as `1,024`, 0.5 as `0.5`, 1e300 as `1e+300`."""
+    if isinstance(x, int):
+        # A huge int has no float form (and more than 4,300 digits no str() either).
+        return f"{x:,}" if abs(x) < 10**15 else f"2^{abs(x).bit_length() - 1} or more"
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
+        return f"{int(x):,}"
+    return f"{x:g}"
+
+
+def in_range(value: float, lo: float, hi: float, *, above_lo: bool = False) -> bool:
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return (lo < value if above_lo else lo <= value) and value <= hi
+
+
+def check_range(
+    name: str, value: float, lo: float, hi: float, unit: str = "", *, above_lo: bool = False
+) -> float:
+    """`value`, or a CapacityError naming `name` and the range it must lie in."""
+    if not in_range(value, lo, hi, above_lo=above_lo):
+        shown = _number_text(value)
+        raise CapacityError(f"{name} must be {range_text(lo, hi, unit, above_lo=above_lo)}, not {shown}.")
+    return value
+
+
 class SizingRule(StrEnum):
     LEGACY = "v0.4-v0.5.6"
     """`rest = avail − pre·(1−f)`; EAGLE adds `reqs·(steps·topk + draft_tokens) + 100` tokens."""
@@ -166,6 +210,11 @@ class MemoryEstimate(BaseModel):
 def pool_tokens(mem: MemoryEstimate, f: float, cfg: PoolConfig) -> int:
     """`max_total_num_tokens` SGLang sizes for this memory and fraction (0 when nothing fits)."""
     rest_gib = mem.post_gib - mem.pre_gib * (1 - f)
+    if not math.isfinite(rest_gib):
+        # Only out-of-range memory gets here (the entry points check theirs); never an OverflowError.
+        raise CapacityError(
+            f"the memory figures ({mem.pre_gib:g} and {mem.post_gib:g} GiB) are not GPU memory."
+        )
     t0 = int(rest_gib * GIB) // cfg.cell_bytes
     if t0 <= 0:
         return 0
@@ -266,6 +315,15 @@ def calibrate(
     Each observation is read in the configuration its boot ran with (`Observation.config`, else `cfg`);
     the result is memory (`pre`, `post`), so it predicts for any other configuration: another KV dtype,
     page size or TP size."""
+    if gpu_mem_gib is not None:
+        check_range("--gpu-mem-gib", gpu_mem_gib, 0, MAX_GPU_MEM_GIB, "GiB", above_lo=True)
+    for obs in observations:
+        for what, gib in (("free memory before the weights", obs.pre_gib), ("after them", obs.post_gib)):
+            if gib is not None and not in_range(gib, 0, MAX_GPU_MEM_GIB):
+                raise CapacityError(
+                    f"{obs.label or 'a boot'} shows {gib:g} GiB of {what}, which is no GPU's memory "
+                    f"({range_text(0, MAX_GPU_MEM_GIB, 'GiB')})."
+                )
     for obs in reversed(observations):
         if obs.pre_gib is not None and obs.post_gib is not None:
             return Calibration(
@@ -388,6 +446,19 @@ def check_fraction(f: float) -> float:
     return f
 
 
+def check_config(cfg: PoolConfig) -> PoolConfig:
+    """`cfg`, or a CapacityError for the first number outside its sane range."""
+    check_range("--tp", cfg.tp, 1, MAX_TP)
+    check_range("--page-size", cfg.page_size, 1, MAX_PAGE_SIZE, "tokens")
+    if cfg.max_total_tokens is not None:
+        check_range("--max-total-tokens", cfg.max_total_tokens, 1, MAX_TOKENS, "tokens")
+    if cfg.max_running_requests is not None:
+        check_range("--max-running-requests", cfg.max_running_requests, 1, MAX_RUNNING_REQUESTS)
+    if cfg.context_length is not None:
+        check_range("--context-length", cfg.context_length, 1, MAX_TOKENS, "tokens")
+    return cfg
+
+
 def plan(
     target_context: int,
     cfg: PoolConfig,
@@ -398,8 +469,9 @@ def plan(
 ) -> Plan:
     """The smallest `f` on the 0.005 grid whose (pessimistic) pool holds `target_context` with at least
     `min_headroom_gib` of headroom; otherwise a refusal with reasons and alternatives."""
-    if target_context <= 0:
-        raise CapacityError(f"--target-context must be a positive number of tokens, not {target_context}.")
+    check_range("--target-context", target_context, 1, MAX_TOKENS, "tokens")
+    check_range("--min-headroom-gib", min_headroom_gib, 0, MAX_GPU_MEM_GIB, "GiB")
+    check_config(cfg)
     if mem_fraction_static is not None:
         check_fraction(mem_fraction_static)
     if cfg.context_length is None:

@@ -438,9 +438,9 @@ class _StreamSampler:
                     if sample is not None:
                         self._put(sample)
                 status = await stream.wait(2.0)
-                text = (await stream.stderr_text()).strip().splitlines()
+                text = (await stream.stderr_text()).strip().split("\n")
                 self._last_exit = f"{self.what} ended (exit status {status})" + (
-                    f": {text[-1]}" if text else ""
+                    f": {text[-1]}" if text[-1] else ""
                 )
         except (ValueError, TransportError) as exc:
             self._last_exit = str(exc)

@@ -34,6 +34,7 @@ from typing import Any
 from console.core.events import Event
 from console.core.parser import JournalParser
 from console.core.snapshot import FollowerStatus, FollowState
+from console.core.text import split_lines
 from console.sources.transport import Transport, TransportError
 
 JournalEntry = dict[str, Any]
@@ -246,8 +247,8 @@ class JournalFollower:
                     await asyncio.sleep(0)
             status = await stream.wait(2.0)
             if status not in (0, None):
-                text = (await stream.stderr_text()).strip().splitlines()
-                return f"journalctl exited with status {status}" + (f": {text[0]}" if text else "")
+                text = (await stream.stderr_text()).strip().split("\n")
+                return f"journalctl exited with status {status}" + (f": {text[0]}" if text[0] else "")
             return None
 
 
@@ -268,7 +269,9 @@ async def read_unit_journal(
             f"journalctl on {transport.host.name} failed with status {result.exit_status}: "
             f"{result.first_error_line()}"
         )
-    return [line for line in result.stdout.splitlines() if line.strip()]
+    # Split on "\n" only: journalctl ends an entry there, while a message may hold "\r" (a tqdm frame),
+    # U+2028 or \x85, at which str.splitlines would cut one entry into pieces that parse as nothing.
+    return [line for line in split_lines(result.stdout) if line.strip()]
 
 
 async def follow_unit_events(

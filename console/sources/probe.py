@@ -58,6 +58,7 @@ from console.core.probe import (
 )
 from console.core.profile_store import ProfileStore
 from console.core.profiles import Verified
+from console.core.text import json_safe
 from console.sources.gpus import LocalRunner, NvidiaSmiSampler, Runner
 from console.sources.hosts import APP_NAME, HostConfig
 from console.sources.journal import read_unit_journal
@@ -100,7 +101,9 @@ def load_history(path: Path | None = None, *, host: str | None = None) -> list[P
     """The records kept so far (those of `host` only when given); unreadable lines are skipped."""
     path = path or default_history_path()
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # One record a line, split on "\n" only: a record's text may hold U+2028 or \x85 (JSON leaves
+        # them raw), where str.splitlines would cut it in two and lose it.
+        lines = path.read_text(encoding="utf-8").split("\n")
     except FileNotFoundError:
         return []
     except (OSError, UnicodeDecodeError):
@@ -584,7 +587,7 @@ def report_json(report: ProbeReport) -> str:
     data = report.model_dump(mode="json")
     data["ok"] = report.ok
     data["summary"] = report.summary()
-    return json.dumps(data, ensure_ascii=False)
+    return json_safe(json.dumps(data, ensure_ascii=False))
 
 
 __all__ = [

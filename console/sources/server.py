@@ -19,6 +19,7 @@ import httpx
 
 from console.core.metrics import SglangMetrics, parse_prometheus
 from console.core.snapshot import HealthState, ServerSample
+from console.core.text import LineSplitter
 from console.sources.hosts import HostConfig
 from console.sources.transport import LocalForward, Transport
 
@@ -196,7 +197,7 @@ class ServerClient:
                         f"{self.label} refused the request ({response.status_code}): {_error_message(text)}",
                         response.status_code,
                     )
-                async for line in response.aiter_lines():
+                async for line in _sse_lines(response):
                     if not line.startswith("data:"):
                         continue
                     data = line[5:].strip()
@@ -214,6 +215,18 @@ class ServerClient:
             raise ServerError(f"{self.label} stopped streaming (no chunk within {timeout_s} s)") from None
         except httpx.HTTPError as exc:
             raise ServerError(f"{self.label} broke the stream ({type(exc).__name__})") from None
+
+
+async def _sse_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """The stream's lines, split on "\n" only. httpx's `aiter_lines` splits like str.splitlines, so a
+    generated U+2028, U+0085 or \x1c in an event's JSON (SGLang writes them raw) cut the event in two,
+    neither half parsed, and its tokens went uncounted."""
+    splitter = LineSplitter()
+    async for chunk in response.aiter_bytes():
+        for line in splitter.feed(chunk):
+            yield line
+    for line in splitter.flush():
+        yield line
 
 
 def _error_message(text: str) -> str:
