@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from console.twin.layout import TwinConfig, TwinLayout
 from console.twin.scenarios import get_scenario
+from console.twin.server_memory import gpus_held
 from console.twin.units import pid_alive
 
 # A driver reports this much used on an idle GPU (context-less): what nvidia-smi shows with no process.
@@ -73,6 +74,7 @@ def read(layout: TwinLayout, cfg: TwinConfig) -> GpuSnapshot:
         snap = GpuSnapshot.model_validate_json(layout.gpus_json.read_bytes())
     except (FileNotFoundError, ValidationError, ValueError):
         return idle(cfg)
-    if snap.pid and not pid_alive(snap.pid):
+    held = gpus_held(layout.gpu_dir)
+    if held is False or (held is None and snap.pid and not pid_alive(snap.pid)):
         return idle(cfg)
     return snap

@@ -39,6 +39,7 @@ from console.twin.layout import (
     install_standins,
     write_atomic,
 )
+from console.twin.realsd import RealManager, RealSystemdError, systemd_version, why_unavailable
 from console.twin.ssh_server import TwinSSHServer
 from console.twin.unitfile import render_environment, render_exec
 from console.twin.units import ServiceManager, pid_alive
@@ -100,11 +101,16 @@ def native_journal_available() -> bool:
 
 def health_wait_script(host: str, port: int) -> str:
     """ExecStartPost=: `systemctl start` returns once /health answers 200, as a production unit that waits
-    for readiness does. Plain bash (/dev/tcp), so a fresh machine needs no curl."""
+    for readiness does. Plain bash (/dev/tcp), so a fresh machine needs no curl.
+
+    It gives up when the main process is gone ($MAINPID): systemd does not end an ExecStartPost= when the
+    main process dies, it waits for it until TimeoutStartSec= (the real manager showed it: a server killed
+    by its CUDA OOM left the unit "activating (start-post)" for the whole 900 s)."""
     return (
         "until { printf 'GET /health HTTP/1.0\\r\\nHost: %s\\r\\n\\r\\n' "
         f'"{host}" >&3 && IFS= read -r line <&3 && [[ $line == *" 200 "* ]]; }} '
-        f"2>/dev/null 3<>/dev/tcp/{host}/{port}; do sleep 0.2; done"
+        f"2>/dev/null 3<>/dev/tcp/{host}/{port}; do "
+        'if [ -n "$MAINPID" ] && ! kill -0 "$MAINPID" 2>/dev/null; then exit 1; fi; sleep 0.2; done'
     )
 
 
@@ -126,12 +132,18 @@ class TwinHost:
         start_service: bool = True,
         wait_ready: bool = True,
         gpus: GpuInventory | None = None,
+        systemd: Literal["auto", "real", "simulated"] = "auto",
     ) -> None:
         """`server_command` replaces `python -m sglang.launch_server` (tests use a small fake server);
         `wait_ready=False` leaves out the ExecStartPost= readiness wait; `ssh=False` serves no SSH (a
         test serving the twin through the real sshd uses `session_env()` instead); `gpus` overrides the
-        scenario's GPU inventory (for a fake server that has no scenario)."""
+        scenario's GPU inventory (for a fake server that has no scenario); `systemd` chooses a real
+        systemd manager in namespaces (`auto`: where this machine allows one) or the simulated one.
+        `K26_TWIN_SYSTEMD=real|simulated` in the environment overrides `auto`."""
         self.gpus = gpus
+        self.systemd_mode = systemd
+        self.systemd_note: str | None = None
+        self._manager: RealManager | None = None
         self.layout = TwinLayout(Path(state_dir))
         self.name = name
         self.scenario = scenario
@@ -218,6 +230,30 @@ class TwinHost:
         )
         return "fallback"
 
+    def _systemd_choice(self) -> tuple[Literal["real", "simulated"], str | None]:
+        mode = self.systemd_mode
+        if mode == "auto":
+            forced = os.environ.get("K26_TWIN_SYSTEMD", "")
+            if forced in ("real", "simulated"):
+                mode = forced  # type: ignore[assignment]
+        if mode == "simulated":
+            return "simulated", None
+        why = why_unavailable()
+        if why is None:
+            return "real", systemd_version()
+        if mode == "real":
+            raise TwinError(f"a real systemd manager cannot run here: {why}")
+        self.systemd_note = f"a real systemd manager cannot run here ({why}); the twin simulates systemd"
+        return "simulated", None
+
+    @property
+    def systemd_description(self) -> str:
+        """What runs the unit, for the operator: `systemd: real (systemd 252)` or `systemd: simulated`."""
+        cfg = self.cfg
+        if cfg is not None and cfg.systemd == "real":
+            return f"systemd: real (systemd {cfg.systemd_version or 'unknown'})"
+        return "systemd: simulated"
+
     def prepare(self) -> TwinConfig:
         """Create or refresh the state directory; idempotent, keys are kept across runs."""
         lay = self.layout
@@ -240,6 +276,7 @@ class TwinHost:
         sglang_port = previous.sglang_port if previous else free_port()
         if not _port_free(sglang_port):
             sglang_port = free_port()
+        systemd, systemd_ver = self._systemd_choice()
         cfg = TwinConfig(
             name=self.name,
             hostname=previous.hostname if previous else self.name,
@@ -250,7 +287,9 @@ class TwinHost:
             pythonpath=str(REPO_ROOT),
             boot_id=machine_boot_id(),
             machine_id=previous.machine_id if previous else uuid.uuid4().hex,
-            journal=self._journal_choice(),
+            journal="native" if systemd == "real" else self._journal_choice(),
+            systemd=systemd,
+            systemd_version=systemd_ver,
             sglang_port=sglang_port,
             gpus=inventory,
             user=self.user,
@@ -411,10 +450,17 @@ class TwinHost:
 
     def start_blocking(self) -> None:
         """Everything but the SSH server (which needs an event loop)."""
-        self.prepare()
-        self._start_journal()
+        cfg = self.prepare()
         try:
-            ServiceManager(self.layout, self._cfg()).daemon_reload()
+            if cfg.systemd == "real":
+                self._manager = RealManager(self.layout)
+                try:
+                    self._manager.start(hostname=cfg.hostname)
+                except RealSystemdError as exc:
+                    raise TwinError(str(exc)) from None
+            else:
+                self._start_journal()
+                ServiceManager(self.layout, cfg).daemon_reload()
             if self.start_service:
                 self.systemctl("start", self.unit)
         except BaseException:
@@ -426,6 +472,14 @@ class TwinHost:
         return self.cfg
 
     def stop_blocking(self) -> None:
+        if self._manager is not None:
+            # Stop the unit first, as a shutdown would, so its last lines reach the journal; then the
+            # manager, its namespaces and its cgroup go.
+            with contextlib.suppress(subprocess.SubprocessError, OSError, RealSystemdError):
+                self._manager.systemctl("stop", self.unit, timeout=120)
+            self._manager.stop()
+            self._manager = None
+            return
         if self.cfg is not None and self._journal_proc is not None:
             self.systemctl("stop", self.unit, check=False)
             self._reap_units()

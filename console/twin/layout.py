@@ -44,6 +44,10 @@ class TwinConfig(BaseModel):
     boot_id: str
     machine_id: str
     journal: Literal["native", "fallback"]
+    systemd: Literal["real", "simulated"] = "simulated"
+    """`real`: a real systemd manager in namespaces runs the unit (console.twin.realsd); `simulated`: the
+    twin's own systemctl and supervisor do."""
+    systemd_version: str | None = None
     sglang_host: str = "127.0.0.1"
     sglang_port: int
     gpus: GpuInventory
@@ -185,6 +189,22 @@ exec "$@"
 """
 
 
+def _enter_manager(layout: TwinLayout, binary: str) -> str:
+    """systemd's own program, run in the twin's real manager's namespaces (its private bus socket lives
+    in the manager's /run). The pid on record must still be that manager: a reused pid is refused."""
+    pid_file = shlex.quote(str(layout.root / "realsd" / "init.pid"))
+    return (
+        "#!/bin/sh\n# k26 twin stand-in: systemd's own program, inside the twin's real systemd manager.\n"
+        f"pid=$(cat {pid_file} 2>/dev/null)\n"
+        'if [ -z "$pid" ] || [ "$(cat /proc/$pid/comm 2>/dev/null)" != systemd ]; then\n'
+        '  echo "System has not been booted with systemd as init system (PID 1). Can\'t operate." >&2\n'
+        '  echo "Failed to connect to bus: Host is down" >&2\n'
+        "  exit 1\n"
+        "fi\n"
+        f'exec nsenter -t "$pid" -m -p -- {binary} "$@"\n'
+    )
+
+
 def install_standins(layout: TwinLayout, cfg: TwinConfig) -> None:
     """`<root>/bin/{systemctl,nvidia-smi,journalctl,k26-nvml-agent,sudo}` and the `sglang.launch_server` shim.
 
@@ -202,13 +222,17 @@ def install_standins(layout: TwinLayout, cfg: TwinConfig) -> None:
         f"PYTHONPATH={pypath_q}${{PYTHONPATH:+:$PYTHONPATH}}\nexport PYTHONPATH\n"
     )
     tools = {
-        "systemctl": "console.twin.systemctl",
         "nvidia-smi": "console.twin.nvidia_smi",
         "k26-nvml-agent": "console.twin.nvml_agent",
     }
+    if cfg.systemd == "real":
+        for name, binary in (("systemctl", "/usr/bin/systemctl"), ("systemd-run", "/usr/bin/systemd-run")):
+            write_atomic(layout.bin_dir / name, _enter_manager(layout, binary), mode=0o755)
+    else:
+        tools["systemctl"] = "console.twin.systemctl"
     for name, module in tools.items():
         write_atomic(layout.bin_dir / name, header + f'exec {py_q} -m {module} "$@"\n', mode=0o755)
-    if cfg.journal == "native":
+    if cfg.journal == "native" or cfg.systemd == "real":
         journalctl = (
             "#!/bin/sh\n# k26 twin stand-in: the real journalctl over the twin's journal files.\n"
             f'exec {REAL_JOURNALCTL} --directory={shlex.quote(str(layout.journal_dir))} "$@"\n'

@@ -8,6 +8,7 @@ point like the original, from the min-over-ranks free memory before and after th
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -277,6 +278,40 @@ def build_gpu_state(
             )
         )
     return GpuState(updated=time.time(), pid=pid, gpus=gpus)
+
+
+GPU_LOCK = "gpus.lock"
+
+
+def hold_gpus(state_dir: Path) -> int | None:
+    """Take `gpus.lock` for the life of this process (the kernel drops it when the process dies, however
+    it dies). Readers tell a live server's `gpus.json` from a dead one's by it: the server's pid cannot
+    tell, as under a real systemd the server runs in a pid namespace of its own."""
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(state_dir / GPU_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def gpus_held(state_dir: Path) -> bool | None:
+    """True while a server holds `gpus.lock`, False once none does, None where no server ever took it."""
+
+    try:
+        fd = os.open(state_dir / GPU_LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def write_gpu_state(state_dir: Path, state: GpuState) -> Path:

@@ -44,6 +44,7 @@ from console.twin.server_memory import (
     PoolPlan,
     build_gpu_state,
     gib,
+    hold_gpus,
     write_gpu_state,
 )
 
@@ -106,6 +107,7 @@ class SimulatedServer:
         self.weight_usage_gib = 0.0
         self.graph_usage_gib = 0.0
         self._gpu_writer: asyncio.Task[None] | None = None
+        self._gpu_hold = hold_gpus(env.state_dir) if env.state_dir is not None else None
 
     # ------------------------------------------------------------------ helpers
     async def sleep(self, real_seconds: float) -> None:

@@ -226,6 +226,15 @@ class Supervisor:
             main_wait = asyncio.ensure_future(main.wait())
             waits.add(main_wait)
         _done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        main_exited = main_wait is not None and main_wait.done() and proc.returncode is None
+        if main_exited and not self.stop_requested.is_set():
+            # systemd does not end an ExecStartPost= whose main process died: it logs the main exit and
+            # waits for the control process (until TimeoutStartSec=, which the caller enforces). The real
+            # manager showed this; the twin used to kill the control process at once.
+            assert main is not None
+            self.log_main_exit(main.returncode)
+            waits = {w for w in waits if w is not main_wait}
+            _done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for t in pending:
             if t is not main_wait:
                 t.cancel()
@@ -239,12 +248,15 @@ class Supervisor:
             return "stopped" if self.stop_requested.is_set() else "main-exited"
         self.set_state(self.state.active_state, self.state.sub_state, control_pid=0)
         rc = proc.returncode
-        if rc == 0 or cmd.ignore_failure:
+        if (rc == 0 or cmd.ignore_failure) and not main_exited:
             return ""
-        code, _, text = describe_exit(rc)
-        self.systemd_line(
-            f"{self.unit}: Control process exited, code={code}, {text}", "process_exit", priority=5
-        )
+        if rc != 0:
+            code, _, text = describe_exit(rc)
+            self.systemd_line(
+                f"{self.unit}: Control process exited, code={code}, {text}", "process_exit", priority=5
+            )
+        if main_exited:
+            return "main-exited"
         return "exit-code" if code == "exited" else "signal"
 
     async def stop_main(self, main: asyncio.subprocess.Process) -> int:
@@ -262,19 +274,29 @@ class Supervisor:
             self.kill(main, signal.SIGKILL)
             return await self.wait_exit(main)
 
+    def log_main_exit(self, rc: int | None) -> None:
+        """ "Main process exited, ..." for an unclean exit, once (a start-post may log it first)."""
+        if rc is None or getattr(self, "_main_exit_logged", False):
+            return
+        code, _status, text = describe_exit(rc)
+        if rc == 0 or (rc < 0 and signal.Signals(-rc) in _CLEAN_SIGNALS):
+            return
+        self._main_exit_logged = True
+        self.systemd_line(
+            f"{self.unit}: Main process exited, code={code}, {text}",
+            "process_exit",
+            priority=5 if code == "exited" else 4,
+        )
+
     def finish(self, rc: int | None, result: str, *, stopping: bool, starting: bool) -> None:
         """systemd's lines when the main process is gone, and the final state."""
         code = ""
         status = 0
         if rc is not None:
-            code, status, text = describe_exit(rc)
+            code, status, _text = describe_exit(rc)
             clean = rc == 0 or (rc < 0 and signal.Signals(-rc) in _CLEAN_SIGNALS)
             if not clean:
-                self.systemd_line(
-                    f"{self.unit}: Main process exited, code={code}, {text}",
-                    "process_exit",
-                    priority=5 if code == "exited" else 4,
-                )
+                self.log_main_exit(rc)
                 if not result:
                     result = "exit-code" if code == "exited" else "signal"
         failed = bool(result)
@@ -340,7 +362,11 @@ class Supervisor:
             exec_main_exit_us=0,
             cpu_usec=0,
         )
-        self.systemd_line(f"Starting {self.unit} - {self.description}...", "starting", JOB_TYPE="start")
+        if self.svc.exec_start_pre or self.svc.exec_start_post or self.svc.service_type != "simple":
+            # systemd logs "Starting" only for a unit with an activating phase: a Type=simple unit with
+            # no ExecStartPre=/Post= goes from inactive to active in one step and logs "Started" alone
+            # (job.c; seen on the real manager).
+            self.systemd_line(f"Starting {self.unit} - {self.description}...", "starting", JOB_TYPE="start")
         for cmd in self.svc.exec_start_pre:
             result = await self.run_control(cmd, env, None)
             if result:
@@ -363,7 +389,8 @@ class Supervisor:
         for cmd in self.svc.exec_start_post:
             try:
                 async with asyncio.timeout(self.svc.timeout_start_sec):
-                    result = await self.run_control(cmd, env, main)
+                    # systemd passes the main process's pid to ExecStartPost= as $MAINPID.
+                    result = await self.run_control(cmd, {**env, "MAINPID": str(main.pid)}, main)
             except TimeoutError:
                 self.systemd_line(f"{self.unit}: start-post operation timed out. Terminating.", priority=4)
                 result = "timeout"

@@ -364,9 +364,11 @@ class Systemctl:
 
                 print(f"        CPU: {format_cpu(st.cpu_usec)}")
             if svc.load_state != "not-found" and self.mgr.need_daemon_reload(svc):
+                # On stderr, as systemd 252 prints it (the real manager showed the twin printed it on stdout).
                 print(
-                    f"\nWarning: The unit file, source configuration file or drop-ins of {name} changed on disk. "
-                    "Run 'systemctl daemon-reload' to reload units."
+                    f"Warning: The unit file, source configuration file or drop-ins of {name} changed on disk. "
+                    "Run 'systemctl daemon-reload' to reload units.",
+                    file=sys.stderr,
                 )
             if self.lines > 0:
                 journal = subprocess.run(
