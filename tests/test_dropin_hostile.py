@@ -1,11 +1,12 @@
 """Hostile flag values can never change the command (issue 6 §3).
 
 Each argv is rendered into the drop-in by the console (`ServiceController.install`: written over SSH by the
-remote script, daemon-reload, read back), then the twin's systemd stand-in — its own, independent reading
-of unit files: quoting, C escapes, `%` specifiers, `$` expansion, `;` separators — starts the unit. The
-server it starts writes the argv it received; that must be the argv intended, word for word. The server
-is a few lines of Python that record `sys.argv`, so each example costs one restart of a process, not a
-model load.
+remote script, daemon-reload, read back), then systemd starts the unit: the REAL systemd manager where this
+machine can run one (console.twin.realsd: systemd's own reading of quoting, C escapes, `%` specifiers, `$`
+expansion, `;` separators), and the twin's simulated one as well, so that the simulation is held to the
+same answers. The server it starts writes the argv it received; that must be the argv intended, word for
+word. The server is a few lines of Python that record `sys.argv`, so each example costs one restart of a
+process, not a model load.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from console.sources.service import ServiceController
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
 from console.twin.layout import GpuInventory
+from console.twin.realsd import why_unavailable
 
 ARGV_SERVER = r"""
 import json, os, signal, sys, time
@@ -70,14 +72,26 @@ HOSTILE = [
     "#not a comment",
     "[Service]",
     "ExecStart=/bin/false",
+    "$$HOME",
+    "%%n",
+    "\\$HOME",
+    "'$HOME'",
+    '"${PATH}"',
+    "%h%u%H",
+    "x" * 12_000,
 ]
 
 text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=24)
 values = st.lists(st.one_of(st.sampled_from(HOSTILE), text), min_size=1, max_size=4)
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TwinHost, Path, Path]]:
+MODES = ["simulated", *(["real"] if why_unavailable() is None else [])]
+
+
+@pytest.fixture(scope="module", params=MODES)
+def host(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[TwinHost, Path, Path]]:
     root = tmp_path_factory.mktemp("hostile")
     script = root / "argv_server.py"
     script.write_text(ARGV_SERVER)
@@ -87,8 +101,10 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TwinHost, P
         server_command=[sys.executable, str(script), str(out)],
         wait_ready=False,
         gpus=GpuInventory(name="NVIDIA RTX PRO 6000 Blackwell Server Edition", count=8, total_mib=97887),
+        systemd=request.param,
     )
     twin.start_sync()
+    assert twin.cfg is not None and twin.cfg.systemd == request.param
     try:
         yield twin, script, out
     finally:
@@ -111,7 +127,7 @@ async def _run_on_twin(twin: TwinHost, argv: list[str], out: Path) -> list[str]:
     return json.loads(out.read_text(encoding="utf-8"))
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(values=values)
 @example(values=HOSTILE)
 def test_hostile_values_reach_the_server_unchanged(
