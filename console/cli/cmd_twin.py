@@ -35,6 +35,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--time-scale", type=float, default=None, help="startup time multiplier (1.0 is real time)"
     )
     p.add_argument(
+        "--systemd",
+        choices=("auto", "real", "simulated"),
+        default="auto",
+        help="who runs the unit: a real systemd manager in namespaces (needs root, namespaces, cgroup2), "
+        "the twin's simulated one, or auto (real where this machine allows it; default)",
+    )
+    p.add_argument(
         "--no-register",
         action="store_true",
         help="do not add the twin to your hosts.toml (by default it is added or updated under its --name, "
@@ -140,15 +147,29 @@ def run(args: argparse.Namespace) -> int:
         scenario=scenario or DEFAULT_SCENARIO,
         time_scale=args.time_scale,
         ssh_port=args.port,
+        systemd=args.systemd,
     )
 
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, stop.set)
+        starting = asyncio.ensure_future(twin.start())
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            # A signal while the service starts (a boot can take minutes): stopping the host ends the
+            # start job, so the start returns too, and nothing is left running.
+            sys.stderr.write("k26 twin: interrupted while starting; stopping the service and the host.\n")
+            await twin.stop()
+            with contextlib.suppress(Exception):
+                await starting
+            await twin.stop()
+            return 130
+        stopped.cancel()
         try:
-            await twin.start()
+            await starting
         except TwinError as exc:
             raise UsageError(f"{exc}.") from None
         except OSError as exc:
@@ -158,6 +179,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             print(twin.hosts_toml, flush=True)
             print(twin.ssh_command(), flush=True)
+            if twin.systemd_note:
+                sys.stderr.write(f"k26 twin: {twin.systemd_note}.\n")
+            print(twin.systemd_description, flush=True)
             if not args.no_register:
                 try:
                     where = register_host(twin.hosts_toml, name)

@@ -273,8 +273,19 @@ class TwinHost:
         previous = None
         with contextlib.suppress(Exception):
             previous = TwinConfig.model_validate_json(lay.config_path.read_text())
-        sglang_port = previous.sglang_port if previous else free_port()
-        if not _port_free(sglang_port):
+        self._refuse_if_owned()
+        if previous is not None:
+            # The console's drop-ins pin the port the unit had (`--port` in their ExecStart=): a twin
+            # restarted on its state dir keeps it. A crashed twin's server may still be letting it go.
+            sglang_port = previous.sglang_port
+            if not _wait_port_free(sglang_port, 10.0):
+                raise TwinError(
+                    f"port {sglang_port} on 127.0.0.1, which this twin's unit and drop-ins name, is in use "
+                    "by another process"
+                )
+            if self.ssh_port == 0 and previous.ssh_port and _port_free(previous.ssh_port):
+                self.ssh_port = previous.ssh_port
+        else:
             sglang_port = free_port()
         systemd, systemd_ver = self._systemd_choice()
         cfg = TwinConfig(
@@ -291,6 +302,7 @@ class TwinHost:
             systemd=systemd,
             systemd_version=systemd_ver,
             sglang_port=sglang_port,
+            ssh_port=self.ssh_port or (previous.ssh_port if previous else None),
             gpus=inventory,
             user=self.user,
             uid=os.getuid(),
@@ -302,6 +314,15 @@ class TwinHost:
         self._write_unit(cfg)
         self.cfg = cfg
         return cfg
+
+    def _refuse_if_owned(self) -> None:
+        """Two twins on one state directory would share a unit, a journal and ports: refuse the second."""
+        try:
+            owner = int(self.layout.owner_path.read_text().strip())
+        except (OSError, ValueError):
+            return
+        if owner != os.getpid() and pid_alive(owner):
+            raise TwinError(f"the state directory {self.layout.root} is in use by another twin (pid {owner})")
 
     def _write_keys(self) -> None:
         for path in (self.host_key, self.client_key):
@@ -519,6 +540,9 @@ class TwinHost:
             except OSError as exc:
                 raise TwinError(f"cannot listen on {self.ssh_host}:{self.ssh_port}: {exc.strerror}") from exc
             self.write_known_hosts(self.ssh_host, self.ssh_port)
+            if self.cfg is not None and self.cfg.ssh_port != self.ssh_port:
+                self.cfg.ssh_port = self.ssh_port
+                write_atomic(self.layout.config_path, self.cfg.model_dump_json(indent=1) + "\n")
         try:
             await asyncio.to_thread(self.start_blocking)
         except BaseException:
@@ -599,8 +623,20 @@ class TwinHost:
         self._thread = None
 
 
+def _wait_port_free(port: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not _port_free(port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _port_free(port: int) -> bool:
+    """Free for a server that listens as servers do (SO_REUSEADDR): the connections a killed server leaves
+    in TIME_WAIT for a minute do not count, a listener does."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

@@ -50,6 +50,8 @@ class TwinConfig(BaseModel):
     systemd_version: str | None = None
     sglang_host: str = "127.0.0.1"
     sglang_port: int
+    ssh_port: int | None = None
+    """The SSH port the twin served last (kept when it is started again on the same state directory)."""
     gpus: GpuInventory
     user: str
     uid: int
