@@ -30,6 +30,7 @@ from console.cli.cmd_plan import finite_float
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, CliError, HostBusy, UsageError
 from console.core.apply import DEFAULT_MIN_FREE_GIB, ApplyOutcome, ApplyPreview, ApplyProgress
 from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
+from console.core.confirm import default_confirm_within
 from console.core.pairing import AuditEntry, BreakRefused, LockHeld
 from console.core.profile_store import ProfileStore
 from console.core.profiles import Profile, ProfileError, argv_lines
@@ -126,6 +127,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=DEFAULT_MIN_FREE_GIB,
         metavar="G",
         help=f"least GPU memory free at ready for the boot to verify (default {DEFAULT_MIN_FREE_GIB:g})",
+    )
+    p.add_argument(
+        "--confirm-within",
+        type=finite_float,
+        default=None,
+        metavar="S",
+        help=(
+            "commit-confirmed: before the restart, arm a rollback on the host itself that fires unless the "
+            "new boot is verified within S seconds (the console disarms it then); it survives this command "
+            "being killed, its connection or its terminal lost. Default: twice this host's usual restart "
+            "plus 2 minutes (at least 300 s; 1800 s without history); 0 arms none"
+        ),
     )
     p.add_argument(
         "--boot-timeout",
@@ -237,6 +250,10 @@ def run(args: argparse.Namespace) -> int:
     from console.sources.service import ServiceError
     from console.sources.transport import Backoff, Transport, TransportError
 
+    if args.confirm_within is not None and not 0 <= args.confirm_within <= 86_400:
+        raise UsageError(
+            f"--confirm-within must be between 0 and 86400 seconds, not {args.confirm_within:g}."
+        )
     if args.min_headroom_gib < 0 or args.min_free_gib < 0 or args.boot_timeout <= 0:
         raise UsageError(
             "--min-headroom-gib and --min-free-gib must not be negative, --boot-timeout must be positive."
@@ -488,6 +505,11 @@ async def _preview_and_apply(
         why = "the planner refuses it" if pv.planner_refused else "the unit will run another program"
         _out(f"forced with --yes: applying {pv.profile} although {why}.")
 
+    op_id = uuid.uuid4().hex
+    confirm_within = args.confirm_within
+    if confirm_within is None:
+        confirm_within = default_confirm_within(controller.expected_boot_s())
+
     async def write_intent() -> None:
         # Before the drop-in is written: a trail that cannot take the intent stops the apply with the
         # host unchanged, and one that can always shows what was being done, whatever happens next.
@@ -496,7 +518,7 @@ async def _preview_and_apply(
             ts=state.now(),
             host=host.name,
             action="apply",
-            op_id=uuid.uuid4().hex,
+            op_id=op_id,
             profile=profile.name,
             diff=pv.diff,
             lock_id=run_state.lock.info.lock_id if run_state.lock else None,
@@ -523,6 +545,9 @@ async def _preview_and_apply(
             store=store,
             preview=pv,
             before_change=write_intent,
+            confirm_within_s=confirm_within or None,
+            armed_by=state.me.user + (f"@{state.me.jump_host}" if state.me.jump_host else ""),
+            op_id=op_id,
         )
     except ServiceError as exc:
         if run_state.intent is not None:

@@ -179,9 +179,6 @@ def run(args: argparse.Namespace) -> int:
         try:
             print(twin.hosts_toml, flush=True)
             print(twin.ssh_command(), flush=True)
-            if twin.systemd_note:
-                sys.stderr.write(f"k26 twin: {twin.systemd_note}.\n")
-            print(twin.systemd_description, flush=True)
             if not args.no_register:
                 try:
                     where = register_host(twin.hosts_toml, name)
@@ -194,6 +191,10 @@ def run(args: argparse.Namespace) -> int:
                         f"try: k26-console apply {name} ctx-200k --rollback-on-failure",
                         flush=True,
                     )
+            # Last, so the lines scripts read first (hosts.toml, ssh, registered) keep their places.
+            if twin.systemd_note:
+                sys.stderr.write(f"k26 twin: {twin.systemd_note}.\n")
+            print(twin.systemd_description, flush=True)
             await stop.wait()
         finally:
             sys.stderr.write("k26 twin: stopping the service and the host.\n")

@@ -30,6 +30,7 @@ from console.core.capacity import (
     plan,
     sizing_rule_for,
 )
+from console.core.confirm import PendingRollback
 from console.core.events import Error
 from console.core.flags import (
     FlagList,
@@ -158,6 +159,8 @@ class ApplyOutcome(BaseModel):
     """The profile file the verified numbers went into."""
     rolled_back: bool = False
     rollback: ApplyOutcome | None = None
+    pending_rollback: PendingRollback | None = None
+    """A host-side rollback still armed when the apply ended (commit-confirmed, not confirmed)."""
 
 
 # --------------------------------------------------------------------------------------------------

@@ -41,8 +41,10 @@ from console.core.apply import (
     why_not_running,
 )
 from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
+from console.core.confirm import PendingRollback
 from console.core.events import Event
 from console.core.flags import FlagList, UnknownVersion, load_flag_list, split_command
+from console.core.pairing import AuditEntry
 from console.core.parser import JournalParser, parse_lines
 from console.core.profile_store import ProfileStore
 from console.core.profiles import (
@@ -61,6 +63,7 @@ from console.core.restart import (
     Phase,
     RestartMachine,
     RestartRecord,
+    median_durations,
 )
 from console.core.snapshot import FollowState
 from console.core.state import Boot, fold_boots
@@ -72,6 +75,7 @@ from console.core.systemd import (
     split_exec_start,
     validate_unit_name,
 )
+from console.sources.confirm import HostRollback, RollbackTimerError
 from console.sources.hosts import HostConfig
 from console.sources.journal import JournalFollower, read_unit_journal
 from console.sources.transport import CommandResult, Transport, TransportError
@@ -448,6 +452,9 @@ class ServiceController:
         store: ProfileStore | None = None,
         preview: ApplyPreview | None = None,
         before_change: BeforeChange | None = None,
+        confirm_within_s: float | None = None,
+        armed_by: str = "k26-console",
+        op_id: str | None = None,
     ) -> ApplyOutcome:
         """Apply `profile` in one restart and verify it. A profile with invalid flags raises ServiceError
         (bad_input) before anything is touched; one the planner refuses ends `refused` unless `force`.
@@ -504,15 +511,54 @@ class ServiceController:
                 f"the command cannot be written as a systemd unit: {exc}; the host is unchanged.",
                 bad_input=True,
             ) from None
+        guard = HostRollback(self) if confirm_within_s else None
+        if guard is not None:
+            armed_before = await guard.pending()
+            if armed_before is not None and armed_before.active:
+                raise ServiceError(
+                    f"{armed_before.describe(datetime.now(UTC))}; confirm or roll back that change first "
+                    "(the host is unchanged)",
+                    bad_input=True,
+                )
         if before_change is not None:
             await before_change()
         await self.write_dropin(text)
         report.emit(
-            f"drop-in written to {self.dropin_path}; the previous one kept as {DROPIN_NAME}{BACKUP_SUFFIX}"
+            f"drop-in written to {self.dropin_path}"
+            + (
+                f"; the previous one kept as {DROPIN_NAME}{BACKUP_SUFFIX}"
+                if await self._had_previous()
+                else " (there was none before: a rollback removes it)"
+            )
         )
+        armed: PendingRollback | None = None
+        if guard is not None and confirm_within_s:
+            # Right after the write, so that what the timer restores is the drop-in that ran until now.
+            try:
+                armed = await guard.arm(
+                    confirm_within_s,
+                    armed_by=armed_by,
+                    profile=profile.name,
+                    op_id=op_id,
+                    audit=self._host_rollback_entry(profile.name, armed_by, confirm_within_s, op_id),
+                )
+            except RollbackTimerError as exc:
+                await self._restore()
+                with contextlib.suppress(ServiceError):
+                    await self._daemon_reload()
+                raise ServiceError(
+                    f"{exc}; the previous drop-in is back and the service was not restarted "
+                    "(--confirm-within 0 applies without a host-side rollback)"
+                ) from None
+            report.emit(armed.describe(datetime.now(UTC)))
         m.step_done(Phase.WRITE_DROPIN, self.clock())
         report.emit()
-        await self._reload_and_check(pv.new_argv)
+        try:
+            await self._reload_and_check(pv.new_argv)
+        except ServiceError:
+            if guard is not None and armed is not None:
+                await guard.disarm()
+            raise
         m.step_done(Phase.DAEMON_RELOAD, self.clock())
         report.emit()
 
@@ -520,6 +566,8 @@ class ServiceController:
         outcome = await self._finish(
             m, report, profile, pv, events, target=profile.target_context, store=store
         )
+        if guard is not None and armed is not None:
+            await self._settle_rollback(guard, armed, outcome, report, rollback_on_failure)
         if not outcome.ok and rollback_on_failure:
             # The intent written above covers the rollback too: its outcome is this apply's outcome.
             outcome.rollback = await self.rollback(progress=progress, expect_pool=before_pool)
@@ -527,6 +575,68 @@ class ServiceController:
             tail = "verified" if outcome.rollback.ok else "NOT verified"
             outcome.summary += f" Rolled back to the previous drop-in: {tail}."
         return outcome
+
+    def expected_boot_s(self) -> float | None:
+        """A usual restart on this host (the sum of its median phase durations); None without history."""
+        medians = median_durations(self._history())
+        return sum(medians.values()) if medians else None
+
+    def _host_rollback_entry(
+        self, profile: str, armed_by: str, within_s: float, op_id: str | None
+    ) -> AuditEntry:
+        return AuditEntry(
+            ts=datetime.now(UTC),
+            user="host",
+            host=self.host.name,
+            action="rollback",
+            profile=profile,
+            outcome="rolled_back",
+            summary=(
+                f"the host rolled itself back: {profile} (applied by {armed_by}) was not confirmed within "
+                f"{within_s:g} s, so the previous drop-in of {self.unit} is back and the service restarts"
+            ),
+            op_id=op_id,
+            phase="commit-confirmed",
+        )
+
+    async def _settle_rollback(
+        self,
+        guard: HostRollback,
+        armed: PendingRollback,
+        outcome: ApplyOutcome,
+        report: _Reporter,
+        rollback_on_failure: bool,
+    ) -> None:
+        """A verified boot confirms the change (the timer is stopped); a failed one is left to the timer,
+        unless the console rolls back itself (then the timer is stopped first, the console takes over)."""
+        if not outcome.ok and not rollback_on_failure:
+            outcome.pending_rollback = armed
+            outcome.summary += (
+                f" {armed.describe(datetime.now(UTC))[0].upper()}{armed.describe(datetime.now(UTC))[1:]}."
+            )
+            report.emit(armed.describe(datetime.now(UTC)))
+            return
+        try:
+            was_waiting = await guard.disarm()
+        except (ServiceError, TransportError) as exc:
+            outcome.ok = False
+            outcome.pending_rollback = armed
+            outcome.summary += (
+                f" The host-side rollback could NOT be disarmed ({str(exc).rstrip('.')}): it fires at "
+                f"{armed.deadline.strftime('%H:%M:%S')} UTC unless stopped."
+            )
+            return
+        if not was_waiting:
+            outcome.ok = False
+            outcome.summary += (
+                " But the host-side rollback had already fired (its deadline passed before the boot was "
+                "verified): the host runs the previous drop-in again."
+            )
+        elif outcome.ok:
+            report.emit("confirmed: the host-side rollback is disarmed")
+
+    async def _had_previous(self) -> bool:
+        return "previous" in await self._dropin_state()
 
     async def install(self, argv: Sequence[str], *, header: Sequence[str] = ()) -> None:
         """Write the drop-in that makes the unit run `argv`, reload, and check systemd reads it back as

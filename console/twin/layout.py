@@ -232,6 +232,7 @@ def install_standins(layout: TwinLayout, cfg: TwinConfig) -> None:
             write_atomic(layout.bin_dir / name, _enter_manager(layout, binary), mode=0o755)
     else:
         tools["systemctl"] = "console.twin.systemctl"
+        tools["systemd-run"] = "console.twin.systemd_run"
     for name, module in tools.items():
         write_atomic(layout.bin_dir / name, header + f'exec {py_q} -m {module} "$@"\n', mode=0o755)
     if cfg.journal == "native" or cfg.systemd == "real":

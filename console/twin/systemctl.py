@@ -14,6 +14,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from console.twin import timers
 from console.twin.journal import JournalClient
 from console.twin.layout import TwinLayout
 from console.twin.unitfile import ServiceConfig
@@ -153,6 +154,14 @@ class Systemctl:
             raise _Usage("Too few arguments.")
         rc = 0
         for raw in names:
+            if raw.endswith(".timer"):
+                # Transient timers (systemd-run --on-active): stopping one is all the console does.
+                if verb == "stop":
+                    timers.stop(self.layout, raw.removesuffix(".timer"))
+                    continue
+                sys.stderr.write(f"Failed to {verb} {raw}: this host's systemctl only stops timers.\n")
+                rc = rc or 1
+                continue
             name = normalize_unit(raw)
             svc = self.mgr.loaded(name)
             self.warn_reload(svc)
@@ -196,10 +205,13 @@ class Systemctl:
         rc = EXIT_NOT_ACTIVE
         all_active = True
         for raw in names:
-            st = self.mgr.state(normalize_unit(raw))
+            if raw.endswith(".timer"):
+                state = "active" if timers.read(self.layout, raw.removesuffix(".timer")) else "inactive"
+            else:
+                state = self.mgr.state(normalize_unit(raw)).active_state
             if not self.quiet:
-                print(st.active_state)
-            all_active = all_active and st.active_state == "active"
+                print(state)
+            all_active = all_active and state == "active"
         if names and all_active:
             rc = 0
         return rc
