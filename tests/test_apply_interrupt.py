@@ -39,7 +39,7 @@ CTX200K = (REPO / "profiles" / "ctx-200k.toml").read_text()
 
 @pytest.fixture(scope="module")
 def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("interrupt-twin") / "state", time_scale=0.02)
+    host = TwinHost(tmp_path_factory.mktemp("interrupt-twin") / "state", time_scale=0.02, systemd="simulated")
     host.start_sync()
     try:
         yield host
@@ -80,7 +80,18 @@ class Apply:
 
     def __init__(self, twin: TwinHost, home: Path, profile: Path, *extra: str) -> None:
         self.proc = subprocess.Popen(
-            [*CLI, "apply", "twin", str(profile), "--hosts", str(twin.hosts_toml), "--yes", *extra],
+            [
+                *CLI,
+                "apply",
+                "twin",
+                str(profile),
+                "--hosts",
+                str(twin.hosts_toml),
+                "--yes",
+                "--confirm-within",
+                "0",
+                *extra,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
@@ -235,7 +246,16 @@ def test_a_full_disk_under_the_dropin_dir_is_named(twin: TwinHost, tmp_path: Pat
         _fill(fs)
         before = sorted(p.name for p in fs.iterdir())
         res = subprocess.run(
-            [*CLI, "apply", "twin", str(_profile(tmp_path, "full-dropin", fraction="0.94")), "--yes", *hosts],
+            [
+                *CLI,
+                "apply",
+                "twin",
+                str(_profile(tmp_path, "full-dropin", fraction="0.94")),
+                "--yes",
+                "--confirm-within",
+                "0",
+                *hosts,
+            ],
             capture_output=True,
             text=True,
             timeout=120,

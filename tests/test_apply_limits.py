@@ -98,7 +98,9 @@ def test_a_phase_past_its_deadline_is_overdue() -> None:
 
 @pytest.fixture(scope="module")
 def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("limits-twin") / "state", time_scale=TIME_SCALE)
+    host = TwinHost(
+        tmp_path_factory.mktemp("limits-twin") / "state", time_scale=TIME_SCALE, systemd="simulated"
+    )
     host.start_sync()
     try:
         yield host
@@ -142,7 +144,7 @@ def test_cli_refuses_a_1mb_value_before_touching_the_host(twin: TwinHost, tmp_pa
     before, presence = _host_state(twin), _presence(twin)
     started = time.monotonic()
     res = subprocess.run(
-        [*CLI, "apply", "twin", str(path), "--yes", "--hosts", str(twin.hosts_toml)],
+        [*CLI, "apply", "twin", str(path), "--yes", "--hosts", str(twin.hosts_toml), "--confirm-within", "0"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -164,7 +166,7 @@ def test_cli_apply_leaves_no_presence_file_behind(twin: TwinHost, tmp_path: Path
     path.write_text(_text("ctx-cli").replace("mem-fraction-static = 0.93", "mem-fraction-static = 0.94"))
     presence = _presence(twin)
     res = subprocess.run(
-        [*CLI, "apply", "twin", str(path), "--yes", "--hosts", str(twin.hosts_toml)],
+        [*CLI, "apply", "twin", str(path), "--yes", "--hosts", str(twin.hosts_toml), "--confirm-within", "0"],
         capture_output=True,
         text=True,
         timeout=240,
@@ -222,7 +224,7 @@ def test_a_changed_program_needs_its_name_or_yes(twin: TwinHost, tmp_path: Path)
     path.write_text(_text("shell", command=SLEEPER))
     before = _host_state(twin)
     res = subprocess.run(
-        [*CLI, "apply", "twin", str(path), "--hosts", str(twin.hosts_toml)],
+        [*CLI, "apply", "twin", str(path), "--hosts", str(twin.hosts_toml), "--confirm-within", "0"],
         capture_output=True,
         text=True,
         timeout=120,
