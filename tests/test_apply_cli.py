@@ -15,7 +15,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +22,9 @@ from pathlib import Path
 import pytest
 
 from console.twin.host import TwinHost
+from tests.support.cli import CLI, CTX200K, operator_env
 
-REPO = Path(__file__).resolve().parent.parent
 TIME_SCALE = 0.002
-CLI = [sys.executable, "-m", "console.cli.main"]
 
 
 @pytest.fixture(scope="module")
@@ -39,23 +37,13 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
         host.stop_sync()
 
 
-def _env(home: Path) -> dict[str, str]:
-    """The operator's config and state dirs in the test's own tree."""
-    return {
-        **os.environ,
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "XDG_STATE_HOME": str(home / "state"),
-        "PYTHONPATH": str(REPO),
-    }
-
-
 def _apply(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CLI, "apply", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_env(home),
+        env=operator_env(home),
         stdin=subprocess.DEVNULL,
     )
 
@@ -78,9 +66,6 @@ def _profile(tmp: Path, name: str, text: str) -> Path:
     path = tmp / f"{name}.toml"
     path.write_text(text)
     return path
-
-
-CTX200K = (REPO / "profiles" / "ctx-200k.toml").read_text()
 
 
 def test_unknown_flag(twin: TwinHost, tmp_path: Path) -> None:
@@ -182,7 +167,7 @@ def test_done_when_twin_registers_and_apply_verifies(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(home),
+        env=operator_env(home),
     )
     try:
         assert proc.stdout is not None
@@ -220,7 +205,7 @@ def test_profiles_validate_includes_the_planner_verdict(twin: TwinHost, tmp_path
             capture_output=True,
             text=True,
             timeout=60,
-            env=_env(tmp_path),
+            env=operator_env(tmp_path),
         )
 
     ok = validate("ctx-200k")

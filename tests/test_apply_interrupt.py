@@ -22,7 +22,6 @@ import os
 import queue
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,10 +30,7 @@ from pathlib import Path
 import pytest
 
 from console.twin.host import TwinHost
-
-REPO = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "console.cli.main"]
-CTX200K = (REPO / "profiles" / "ctx-200k.toml").read_text()
+from tests.support.cli import CLI, operator_env, profile_variant
 
 
 @pytest.fixture(scope="module")
@@ -47,27 +43,8 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
         host.stop_sync()
 
 
-def _env(home: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "XDG_STATE_HOME": str(home / "state"),
-        "PYTHONPATH": str(REPO),
-    }
-
-
-def _profile(tmp: Path, name: str, *, command: str | None = None, fraction: str = "0.93") -> Path:
-    text = CTX200K.replace('name = "ctx-200k"', f'name = "{name}"')
-    text = text.replace("mem-fraction-static = 0.93", f"mem-fraction-static = {fraction}")
-    if command is not None:
-        text = text.replace('command = ["python3", "-m", "sglang.launch_server"]', f"command = {command}")
-    path = tmp / f"{name}.toml"
-    path.write_text(text)
-    return path
-
-
 def _sleeper(tmp: Path, name: str, seconds: int) -> Path:
-    return _profile(tmp, name, command=f'["/bin/sh", "-c", "exec sleep {seconds}", "sh"]')
+    return profile_variant(tmp, name, command=f'["/bin/sh", "-c", "exec sleep {seconds}", "sh"]')
 
 
 def _defaults() -> None:
@@ -96,7 +73,7 @@ class Apply:
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
-            env=_env(home),
+            env=operator_env(home),
             start_new_session=True,
             preexec_fn=_defaults,  # resets two signal dispositions, nothing else
         )
@@ -153,7 +130,7 @@ def _audit(twin: TwinHost, home: Path) -> dict[str, object]:
         capture_output=True,
         text=True,
         timeout=60,
-        env=_env(home),
+        env=operator_env(home),
     )
     assert res.returncode == 0, res.stderr
     return dict(json.loads(res.stdout))
@@ -250,7 +227,7 @@ def test_a_full_disk_under_the_dropin_dir_is_named(twin: TwinHost, tmp_path: Pat
                 *CLI,
                 "apply",
                 "twin",
-                str(_profile(tmp_path, "full-dropin", fraction="0.94")),
+                str(profile_variant(tmp_path, "full-dropin", fraction="0.94")),
                 "--yes",
                 "--confirm-within",
                 "0",
@@ -259,7 +236,7 @@ def test_a_full_disk_under_the_dropin_dir_is_named(twin: TwinHost, tmp_path: Pat
             capture_output=True,
             text=True,
             timeout=120,
-            env=_env(tmp_path),
+            env=operator_env(tmp_path),
             stdin=subprocess.DEVNULL,
         )
         after = sorted(p.name for p in fs.iterdir())
@@ -273,7 +250,7 @@ def test_a_full_disk_under_the_dropin_dir_is_named(twin: TwinHost, tmp_path: Pat
 def test_an_outcome_that_cannot_be_recorded_exits_non_zero(twin: TwinHost, tmp_path: Path) -> None:
     with _tmpfs(_state(twin), "1m") as fs:
         start = len(_trail(twin))
-        apply = Apply(twin, tmp_path, _profile(tmp_path, "full-trail", fraction="0.94"))
+        apply = Apply(twin, tmp_path, profile_variant(tmp_path, "full-trail", fraction="0.94"))
         try:
             deadline = time.monotonic() + 60
             while not any(e["outcome"] == "started" for e in _trail(twin)[start:]):

@@ -12,9 +12,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,11 +28,9 @@ from console.sources.hosts import HostConfig, load_hosts
 from console.sources.service import ServiceController, history_path
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
+from tests.support.cli import CLI, CTX200K, operator_env
 
-REPO = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "console.cli.main"]
 TIME_SCALE = 0.002
-CTX200K = (REPO / "profiles" / "ctx-200k.toml").read_text()
 
 
 def _text(name: str, *, command: str | None = None, extra: str = "") -> str:
@@ -129,15 +125,6 @@ def _presence(twin: TwinHost) -> list[str]:
     return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
 
 
-def _env(home: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "XDG_STATE_HOME": str(home / "state"),
-        "PYTHONPATH": str(REPO),
-    }
-
-
 def test_cli_refuses_a_1mb_value_before_touching_the_host(twin: TwinHost, tmp_path: Path) -> None:
     path = tmp_path / "huge.toml"
     path.write_text(_text("huge", extra=f'served-model-name = "{"x" * 1_000_000}"\n'))
@@ -148,7 +135,7 @@ def test_cli_refuses_a_1mb_value_before_touching_the_host(twin: TwinHost, tmp_pa
         capture_output=True,
         text=True,
         timeout=120,
-        env=_env(tmp_path),
+        env=operator_env(tmp_path),
         stdin=subprocess.DEVNULL,
     )
     assert res.returncode == 2, (res.stdout[-2000:], res.stderr)
@@ -170,7 +157,7 @@ def test_cli_apply_leaves_no_presence_file_behind(twin: TwinHost, tmp_path: Path
         capture_output=True,
         text=True,
         timeout=240,
-        env=_env(tmp_path),
+        env=operator_env(tmp_path),
         stdin=subprocess.DEVNULL,
     )
     assert res.returncode == 0, (res.stdout[-3000:], res.stderr)
@@ -228,7 +215,7 @@ def test_a_changed_program_needs_its_name_or_yes(twin: TwinHost, tmp_path: Path)
         capture_output=True,
         text=True,
         timeout=120,
-        env=_env(tmp_path),
+        env=operator_env(tmp_path),
         stdin=subprocess.DEVNULL,
     )
     assert res.returncode == 2 and "--yes" in res.stderr, res.stderr

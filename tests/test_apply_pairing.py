@@ -11,10 +11,8 @@ meet it: two processes on one twin over SSH.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,9 +20,8 @@ from pathlib import Path
 import pytest
 
 from console.twin.host import TwinHost
+from tests.support.cli import CLI, REPO, operator_env
 
-REPO = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "console.cli.main"]
 TIME_SCALE = 0.004
 
 
@@ -36,15 +33,6 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
         yield host
     finally:
         host.stop_sync()
-
-
-def _env(home: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "XDG_STATE_HOME": str(home / "state"),
-        "PYTHONPATH": str(REPO),
-    }
 
 
 def _profile(tmp: Path, name: str, fraction: float) -> Path:
@@ -59,14 +47,19 @@ def _profile(tmp: Path, name: str, fraction: float) -> Path:
     return path
 
 
+# These tests are about the lock: their applies arm no host-side rollback (--confirm-within 0), which a
+# killed apply would leave armed for the next one to confirm (tests/test_commit_confirmed.py).
+NO_CONFIRM = ("--confirm-within", "0")
+
+
 def _start_apply(twin: TwinHost, home: Path, profile: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [*CLI, "apply", "twin", str(profile), "--hosts", str(twin.hosts_toml), "--yes", *extra],
+        [*CLI, "apply", "twin", str(profile), "--hosts", str(twin.hosts_toml), "--yes", *NO_CONFIRM, *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
-        env=_env(home),
+        env=operator_env(home),
     )
 
 
@@ -74,11 +67,11 @@ def _apply_now(
     twin: TwinHost, home: Path, profile: Path, *extra: str, timeout: float
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*CLI, "apply", "twin", str(profile), "--hosts", str(twin.hosts_toml), *extra],
+        [*CLI, "apply", "twin", str(profile), "--hosts", str(twin.hosts_toml), *NO_CONFIRM, *extra],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_env(home),
+        env=operator_env(home),
         stdin=subprocess.DEVNULL,
     )
 
@@ -89,7 +82,7 @@ def _audit(twin: TwinHost, home: Path) -> list[dict[str, object]]:
         capture_output=True,
         text=True,
         timeout=60,
-        env=_env(home),
+        env=operator_env(home),
     )
     assert res.returncode == 0, res.stderr
     return list(json.loads(res.stdout)["entries"])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,9 +22,8 @@ from console.sources.hosts import load_hosts
 from console.sources.hoststate import HostStateDir
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
+from tests.support.cli import CLI, REPO
 
-REPO = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "console.cli.main"]
 T0 = datetime(2026, 6, 1, 9, 0, 0, tzinfo=UTC)
 ALICE = Identity(user="alice", jump_host="jump1", pid=4242, console_id="alice1")
 BOB = Identity(user="bob", jump_host="jump2", pid=5151, console_id="bob2")

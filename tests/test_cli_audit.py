@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,10 +16,9 @@ from console.sources.hosts import load_hosts
 from console.sources.hoststate import HostStateDir
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
+from tests.support.cli import CLI, REPO
 from tests.support.sshd import free_port
 
-REPO = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "console.cli.main"]
 T0 = datetime(2026, 5, 30, 12, 0, 0, tzinfo=UTC)
 ALICE = Identity(user="alice", jump_host="jump1", pid=4242, console_id="alice1")
 BOB = Identity(user="bob", jump_host="jump2", pid=5151, console_id="bob2")

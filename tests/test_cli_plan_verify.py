@@ -7,19 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from console.cli.main import main
+from tests.support.cli import run_main as run
 
 INCIDENT = [(0.85, 101_134), (0.92, 192_406), (0.94, 218_484)]
 CELL = 70_272
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's own usage errors
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_sentence(err: str) -> str:

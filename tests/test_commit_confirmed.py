@@ -16,8 +16,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,12 +24,10 @@ import pytest
 from console.core.confirm import PENDING_FILE, rollback_unit
 from console.twin.host import TwinHost
 from console.twin.realsd import why_unavailable
+from tests.support.cli import CLI, CTX200K, operator_env, run_cli, wait_until
 
-REPO = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "console.cli.main"]
 TIME_SCALE = 0.002
 MODES = ["simulated", *(["real"] if why_unavailable() is None else [])]
-CTX200K = (REPO / "profiles" / "ctx-200k.toml").read_text()
 
 
 @pytest.fixture(scope="module", params=MODES)
@@ -47,26 +43,6 @@ def twin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         host.stop_sync()
 
 
-def _env(home: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "XDG_STATE_HOME": str(home / "state"),
-        "PYTHONPATH": str(REPO),
-    }
-
-
-def _cli(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_env(home),
-        stdin=subprocess.DEVNULL,
-    )
-
-
 def _timer_active(twin: TwinHost) -> bool:
     res = twin.systemctl("is-active", f"{rollback_unit(twin.unit)}.timer", check=False)
     return res.stdout.strip() == "active"
@@ -80,17 +56,8 @@ def _exec_start(twin: TwinHost) -> str:
     return twin.systemctl("show", "-p", "ExecStart", twin.unit).stdout
 
 
-def _wait(cond: object, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return True
-        time.sleep(0.1)
-    return bool(cond())  # type: ignore[operator]
-
-
 def test_verified_apply_leaves_no_timer_armed(twin: TwinHost, tmp_path: Path) -> None:
-    res = _cli(
+    res = run_cli(
         tmp_path,
         "apply",
         "twin",
@@ -137,7 +104,7 @@ def test_killed_apply_is_rolled_back_by_the_host(twin: TwinHost, tmp_path: Path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(tmp_path),
+        env=operator_env(tmp_path),
         stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
@@ -149,7 +116,7 @@ def test_killed_apply_is_rolled_back_by_the_host(twin: TwinHost, tmp_path: Path,
             if "host-side rollback of profile hot is armed" in line:
                 break
         # Killed once the restart has begun (the unit has a new invocation).
-        assert _wait(
+        assert wait_until(
             lambda: (
                 twin.systemctl("show", "-p", "InvocationID", "--value", twin.unit).stdout.strip()
                 != invocation
@@ -167,8 +134,8 @@ def test_killed_apply_is_rolled_back_by_the_host(twin: TwinHost, tmp_path: Path,
                 stream.close()
     assert _pending(twin).exists() or not _timer_active(twin)
     # The deadline (8 s) plus one boot: the host ran the rollback by itself.
-    assert _wait(lambda: not _pending(twin).exists(), 60), "the host-side rollback did not fire"
-    assert _wait(
+    assert wait_until(lambda: not _pending(twin).exists(), 60), "the host-side rollback did not fire"
+    assert wait_until(
         lambda: (
             before in _exec_start(twin)
             and twin.systemctl("is-active", twin.unit, check=False).stdout.strip() == "active"
@@ -176,9 +143,11 @@ def test_killed_apply_is_rolled_back_by_the_host(twin: TwinHost, tmp_path: Path,
         90,
     ), _exec_start(twin)
     assert not _timer_active(twin)
-    verify = _cli(tmp_path, "verify", "twin", "--target-context", "100000", "--hosts", str(twin.hosts_toml))
+    verify = run_cli(
+        tmp_path, "verify", "twin", "--target-context", "100000", "--hosts", str(twin.hosts_toml)
+    )
     assert verify.returncode == 0, (verify.stdout, verify.stderr)
-    audit = _cli(tmp_path, "audit", "twin", "--json", "--hosts", str(twin.hosts_toml))
+    audit = run_cli(tmp_path, "audit", "twin", "--json", "--hosts", str(twin.hosts_toml))
     assert audit.returncode == 0, audit.stderr
     trail = [json.loads(line) for line in audit.stdout.splitlines() if line.strip()]
     entries = trail[0]["trail"] if len(trail) == 1 and "trail" in trail[0] else trail

@@ -26,7 +26,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from console.cli.main import main
 from console.core.capacity import CapacityError, Observation, PoolConfig, calibrate
 from console.core.models import get_model
 from console.core.probe import ProbeReport, ProbeResult, ProbeStatus, ProbeTarget, ServerLimits
@@ -38,9 +37,8 @@ from console.core.text import (
     split_lines,
     terminal_safe,
 )
-
-REPO = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "console.cli.main"]
+from tests.support.cli import CLI, REPO
+from tests.support.cli import run_main as run
 
 # The hostile strings of the issue: an OSC retitle ended by BEL, a CSI clear screen, a bare CR that
 # would overwrite the line, U+2028 (a line break for splitlines), the 8-bit CSI 0x9B (C1), NEL U+0085.
@@ -52,15 +50,6 @@ EVIL = "".join(HOSTILE)
 def raw_controls(text: str) -> list[str]:
     """The characters of `text` a terminal would act on (a line break between lines is fine)."""
     return [c for c in text if c != "\n" and ord(c) in CONTROL_PICTURES]
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's own usage errors
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_sentence(err: str) -> str:

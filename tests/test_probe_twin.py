@@ -235,7 +235,8 @@ def _stop_server(twin: TwinHost, how: str) -> None:
     if how == "stop":
         twin.systemctl("stop", twin.unit)
     else:  # a crash: the server's process dies at once, nothing is flushed
-        pid = int(twin.systemctl("show", "-P", "MainPID", twin.unit).stdout.strip())
+        pid = twin.main_pid()  # this machine's pid (a real manager's MainPID is a namespace pid)
+        assert pid is not None
         os.kill(pid, signal.SIGKILL)
 
 

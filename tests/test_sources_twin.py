@@ -44,6 +44,7 @@ from console.sources.session import HostSession
 from console.sources.transport import Backoff, Transport
 from console.twin.host import DEFAULT_UNIT, TwinHost
 from console.twin.layout import GpuInventory
+from tests.support.procs import processes_of
 from tests.support.sshd import SshdHandle, sshd_unavailable_reason, start_sshd
 from tests.test_sources_gpus import EXPECTED, STANDIN, _load
 
@@ -295,8 +296,6 @@ async def test_host_without_pynvml_falls_back_to_nvidia_smi(session_host: Host) 
     """The fallback streams: every tick's answer comes down one channel (a command per tick cost two
     SSH channels a second), and the host's loop ends once the channel closes."""
     transport = Transport(session_host.config, ssh_config=[])
-    # Loops already running on this machine (a console someone left open) are not this test's.
-    others = set(_loops_on_host())
     try:
         sampler, first = await open_sampler(transport, interval_s=0.25)
         assert isinstance(sampler, NvidiaSmiStreamSampler), first
@@ -304,20 +303,20 @@ async def test_host_without_pynvml_falls_back_to_nvidia_smi(session_host: Host) 
         later = [await sampler.sample() for _ in range(4)]
         assert all(s.state is SamplerState.OK and len(s.gpus) == 8 for s in later), later
         assert sampler.streams_started == 1
-        assert set(_loops_on_host()) - others, "the nvidia-smi loop is not running on the host"
+        assert _loops_on_host(session_host), "the nvidia-smi loop is not running on the host"
         await sampler.close()
         deadline = time.monotonic() + 5
-        while set(_loops_on_host()) - others and time.monotonic() < deadline:
+        while _loops_on_host(session_host) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        assert not set(_loops_on_host()) - others, "the nvidia-smi loop outlived its channel"
+        assert not _loops_on_host(session_host), "the nvidia-smi loop outlived its channel"
     finally:
         await transport.close()
 
 
-def _loops_on_host() -> list[str]:
-    """This machine plays the host: the `sh` loops of the nvidia-smi back-end running on it."""
-    out = subprocess.run(["pgrep", "-f", "-a", "@@k26-nvidia-smi"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if "pgrep" not in line]
+def _loops_on_host(host: Host) -> list[str]:
+    """This machine plays the host: the `sh` loops of the nvidia-smi back-end that this test's twin
+    sessions run (they carry its K26_TWIN_ROOT); another console's loops on the machine are not counted."""
+    return processes_of(host.twin.layout.root, cmdline_has="@@k26-nvidia-smi")
 
 
 async def test_three_hosts_one_hangs_the_others_stay_on_time(tmp_path: Path) -> None:

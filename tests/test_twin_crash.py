@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,8 @@ import pytest
 
 from console.twin.layout import TwinConfig, TwinLayout
 from console.twin.realsd import RealManager, why_unavailable
+from tests.support.cli import wait_until
+from tests.support.procs import processes_of
 
 TIME_SCALE = "0.002"
 MODES = ["simulated", *(["real"] if why_unavailable() is None else [])]
@@ -51,31 +52,6 @@ def _start(state: Path, mode: str) -> tuple[subprocess.Popen[str], list[str]]:
     lines = [proc.stdout.readline().strip() for _ in range(3)]
     assert lines[2].startswith("systemd: "), (lines, proc.stderr.read() if proc.poll() is not None else "")
     return proc, lines
-
-
-def _processes_naming(root: Path) -> list[str]:
-    """Processes whose command line or environment names this twin's state directory (unique to the test)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if str(root) in cmdline or str(root) in environ:
-            found.append(f"{pid}: {cmdline[:200]}")
-    return found
-
-
-def _wait(cond: object, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return bool(cond())  # type: ignore[operator]
 
 
 @pytest.fixture
@@ -110,11 +86,11 @@ def test_sigkill_leaves_nothing_and_a_restart_keeps_its_ports(
 
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert _wait(lambda: not _processes_naming(layout.root), 15), _processes_naming(layout.root)
+    assert wait_until(lambda: not processes_of(layout.root), 15), processes_of(layout.root)
     if mode == "real":
         assert init is not None
-        assert _wait(lambda: not Path(f"/proc/{init}").exists(), 5), "the manager outlived its twin"
-        assert _wait(lambda: not manager.cgroup.exists(), 5), f"{manager.cgroup} was left behind"
+        assert wait_until(lambda: not Path(f"/proc/{init}").exists(), 5), "the manager outlived its twin"
+        assert wait_until(lambda: not manager.cgroup.exists(), 5), f"{manager.cgroup} was left behind"
 
     # The same state directory, again: same SGLang and SSH ports, a running service.
     again, lines = _start(state, mode)
@@ -133,7 +109,7 @@ def test_sigkill_leaves_nothing_and_a_restart_keeps_its_ports(
     # It stops on SIGTERM, and nothing of it is left.
     os.kill(again.pid, signal.SIGTERM)
     assert again.wait(30) == 0
-    assert _wait(lambda: not _processes_naming(layout.root), 10), _processes_naming(layout.root)
+    assert wait_until(lambda: not processes_of(layout.root), 10), processes_of(layout.root)
     if mode == "real":
         assert not manager.cgroup.exists()
 
@@ -145,7 +121,7 @@ def test_sighup_stops_the_twin(tmp_path: Path, mode: str, reap: list[subprocess.
     reap.append(proc)
     os.kill(proc.pid, signal.SIGHUP)
     assert proc.wait(30) == 0
-    assert _wait(lambda: not _processes_naming(TwinLayout(state).root), 10)
+    assert wait_until(lambda: not processes_of(TwinLayout(state).root), 10)
 
 
 def test_a_second_twin_on_a_state_dir_in_use_is_refused(

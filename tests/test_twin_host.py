@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from console.twin.host import DEFAULT_UNIT, TwinHost, native_journal_available
 from console.twin.layout import GpuInventory
 from console.twin.realsd import why_unavailable
 from console.twin.unitfile import render_exec
+from tests.support.procs import processes_of
 
 UNIT = DEFAULT_UNIT
 TIME_SCALE = 0.002
@@ -42,16 +42,8 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
 
 
 def _assert_no_leftovers(host: TwinHost) -> None:
-    root = str(host.layout.root)
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        assert root not in cmdline and root not in environ, f"process {pid} outlived the twin: {cmdline}"
+    left = processes_of(host.layout.root)
+    assert not left, f"processes outlived the twin: {left}"
 
 
 async def connect(host: TwinHost) -> asyncssh.SSHClientConnection:
@@ -156,8 +148,8 @@ async def test_channel_close_kills_the_process_group(twin: TwinHost) -> None:
             break
         await asyncio.sleep(0.01)
     assert not Path(f"/proc/{pid}").exists()
-    out = subprocess.run(["pgrep", "-f", "sleep 30[01]"], capture_output=True, text=True).stdout.split()
-    assert not out
+    # The session's children carry this twin's K26_TWIN_ROOT: only they are looked for.
+    assert not processes_of(twin.layout.root, cmdline_has="sleep 30")
 
 
 async def test_restart_with_dropin_needs_daemon_reload_then_changes_pool(twin: TwinHost) -> None:
@@ -255,14 +247,10 @@ async def test_journalctl_follow_streams_a_restart_live(twin: TwinHost) -> None:
         # Lines arrived while the restart ran, not in one burst at the end.
         first_start = next(t for t, m in seen if m.startswith("Starting "))
         assert seen[-1][0] - first_start > 0.2
-    for _ in range(100):
-        leftover = subprocess.run(
-            ["pgrep", "-f", f"journalctl --directory={twin.layout.journal_dir}"], capture_output=True
-        ).stdout
-        if not leftover:
-            break
+    deadline = time.monotonic() + 2
+    while processes_of(twin.layout.root, cmdline_has="journalctl") and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
-    assert not leftover
+    assert not processes_of(twin.layout.root, cmdline_has="journalctl")
 
 
 async def test_nvidia_smi_numbers_move_through_the_phases(twin: TwinHost) -> None:
@@ -510,8 +498,9 @@ def test_cli_rejects_a_bad_scenario_in_one_sentence(tmp_path: Path) -> None:
         timeout=60,
     )
     assert res.returncode == 2
-    assert res.stderr.startswith("k26-console: unknown twin scenario 'nope'")
+    assert res.stderr.startswith("k26-console: there is no twin scenario 'nope'; known: kimi-k26-rtx6000")
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()  # refused before anything was written
 
 
 def test_cli_prints_hosts_toml_and_a_working_ssh_command(tmp_path: Path) -> None:

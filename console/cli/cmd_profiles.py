@@ -266,7 +266,7 @@ def _planner(prof: Profile, fl: FlagList, args: argparse.Namespace) -> PlannerVe
             model = resolve_host(args.host, load_hosts(args.hosts)).model
         except HostsError as exc:
             raise UsageError(f"{str(exc).rstrip('.')}.") from None
-        boots = _remote_boots(args.host, args.hosts)
+        boots, _ = _remote_boots(args.host, args.hosts)
     else:
         return PlannerVerdict(
             checked=False,

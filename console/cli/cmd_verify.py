@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC, datetime
 
 from console.cli.cmd_plan import human_int, read_boots
 from console.cli.errors import EXIT_OK, CheckFailed, UsageError
 from console.core.apply import Verdict, judge
+from console.core.confirm import PendingRollback
 from console.core.state import Boot
 from console.core.text import json_safe, terminal_safe
 
@@ -40,41 +42,50 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-def _remote_boots(name: str, hosts_file: str | None) -> list[Boot]:
-    """The boots in HOST's unit journal, read over SSH as `journalctl -u UNIT -o json` lines."""
+def _remote_boots(
+    name: str, hosts_file: str | None, *, with_pending: bool = False
+) -> tuple[list[Boot], PendingRollback | None]:
+    """The boots in HOST's unit journal, read over SSH as `journalctl -u UNIT -o json` lines, and (with
+    `with_pending`) the commit-confirmed rollback armed on HOST, if any."""
     import asyncio
 
     from console.core.parser import parse_lines
     from console.core.state import fold_boots
+    from console.sources.confirm import read_pending
     from console.sources.hosts import HostsError, load_hosts, resolve_host
+    from console.sources.hoststate import HostStateDir, HostStateError
     from console.sources.journal import read_unit_journal
     from console.sources.transport import Backoff, Transport, TransportError
 
-    async def fetch() -> list[str]:
+    async def fetch() -> tuple[list[str], PendingRollback | None]:
         host = resolve_host(name, load_hosts(hosts_file))
         transport = Transport(host, backoff=Backoff(max_attempts=3))
         try:
-            return await read_unit_journal(transport, host.unit_name)
+            lines = await read_unit_journal(transport, host.unit_name)
+            if not with_pending:
+                return lines, None
+            return lines, await read_pending(HostStateDir(transport, host), host.unit_name, sudo=host.sudo)
         finally:
             await transport.close()
 
     try:
-        lines = asyncio.run(fetch())
-    except (HostsError, TransportError) as exc:
+        lines, pending = asyncio.run(fetch())
+    except (HostsError, TransportError, HostStateError) as exc:
         raise UsageError(f"{str(exc).rstrip('.')}.") from None
     boots = fold_boots(parse_lines(lines))
     if not boots:
         raise UsageError(
             f"the journal of {name} shows no SGLang boot (no unit start and no SGLang startup, pool or error line)."
         )
-    return boots
+    return boots, pending
 
 
 def run(args: argparse.Namespace) -> int:
     if args.host and args.journal:
         raise UsageError("give either HOST or --journal FILE, not both.")
+    pending: PendingRollback | None = None
     if args.host:
-        boots = _remote_boots(args.host, args.hosts)
+        boots, pending = _remote_boots(args.host, args.hosts, with_pending=True)
     elif not args.journal:
         raise UsageError(
             "give the journal to judge with --journal FILE ('-' reads standard input) or a HOST."
@@ -83,10 +94,16 @@ def run(args: argparse.Namespace) -> int:
         boots = read_boots(args.journal)
     verdict = judge(boots, args.target_context)
     if args.json:
-        sys.stdout.write(json_safe(json.dumps(verdict.model_dump(mode="json"), ensure_ascii=False)) + "\n")
+        doc = verdict.model_dump(mode="json")
+        if args.host:
+            # Armed by a commit-confirmed apply and not yet confirmed: deadline, who, which profile.
+            doc["pending_rollback"] = pending.model_dump(mode="json") if pending else None
+        sys.stdout.write(json_safe(json.dumps(doc, ensure_ascii=False)) + "\n")
     elif verdict.ok:
         # The summary quotes the journal (error messages, the model path): drawn, never sent raw.
         sys.stdout.write(terminal_safe(verdict.summary) + "\n")
+    if pending is not None and not args.json:
+        sys.stderr.write(terminal_safe(pending.describe(datetime.now(UTC))) + ".\n")
     if not verdict.ok:
         raise CheckFailed(verdict.summary)
     return EXIT_OK

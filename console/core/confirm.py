@@ -19,10 +19,12 @@ from __future__ import annotations
 import json
 import shlex
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from console.core.pairing import AuditEntry
+if TYPE_CHECKING:  # core.pairing carries a PendingRollback in its view: imported there, not here
+    from console.core.pairing import AuditEntry
 
 TIMER_PREFIX = "k26-rollback-"
 PENDING_FILE = "pending-rollback.json"
@@ -68,10 +70,16 @@ class PendingRollback(BaseModel):
         return (self.deadline - now).total_seconds()
 
     def describe(self, now: datetime) -> str:
+        """One sentence (without its full stop), for the command line and the console alike."""
         left = max(0, round(self.seconds_left(now)))
         what = f"profile {self.profile}" if self.profile else self.unit
+        if not self.active:
+            return (
+                f"a host-side rollback of {what} was armed by {self.armed_by} but its timer is gone (it "
+                "fired, or the host restarted): check the unit and the audit trail"
+            )
         return (
-            f"a host-side rollback of {what} is armed by {self.armed_by}: it fires at "
+            f"A host-side rollback of {what} is armed by {self.armed_by}: it fires at "
             f"{self.deadline.astimezone(UTC).strftime('%H:%M:%S')} UTC (in {left} s) unless confirmed"
         )
 

@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from console.core.text import split_lines
+
 Backend = Literal["nvml", "agent", "nvidia-smi"]
 
 
@@ -118,7 +120,7 @@ def _csv_rows(text: str, width: int, free_column: int) -> list[list[str]]:
     """Split CSV rows of `width` columns where only `free_column` may itself hold commas (a process or
     GPU name): nvidia-smi does not quote, so split from both ends around that column."""
     rows = []
-    for line in text.splitlines():
+    for line in split_lines(text):
         if not line.strip():
             continue
         parts = [p.strip() for p in line.split(",")]

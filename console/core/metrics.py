@@ -16,6 +16,8 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from console.core.text import split_lines
+
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _SAMPLE = re.compile(
     rf"^(?P<name>{_NAME})(?:\{{(?P<labels>.*)\}})?\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$"
@@ -124,7 +126,7 @@ def parse_prometheus(text: str) -> MetricsText:
     samples: list[MetricSample] = []
     types: dict[str, str] = {}
     skipped = 0
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.strip()
         if not line:
             continue

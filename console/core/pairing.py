@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from console.core.confirm import PendingRollback
 from console.core.events import Audit, AuditAction, AuditOutcome
 
 __all__ = [
@@ -203,6 +204,9 @@ class PairingView(BaseModel):
     lock: LockInfo | None = None
     lock_stale: bool = False
     """The holder's heartbeat is stale or gone: the lock may be broken after confirming."""
+    pending_rollback: PendingRollback | None = None
+    """A commit-confirmed rollback armed on the host (its record; whether its timer waits is not read
+    here, `active` stays True)."""
 
     def signature(self) -> tuple[object, ...]:
         """What a screen shows, without the heartbeat times that change every beat."""
@@ -210,6 +214,7 @@ class PairingView(BaseModel):
             tuple(sorted((p.console_id, p.who, p.pid, p.looking_at) for p in self.presence)),
             self.lock.lock_id if self.lock else None,
             self.lock_stale,
+            self.pending_rollback.deadline if self.pending_rollback else None,
         )
 
     def others(self, me: Identity) -> list[Presence]:

@@ -43,6 +43,7 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
+from console.core.confirm import PendingRollback
 from console.core.pairing import (
     DEFAULT_HEARTBEAT_S,
     DEFAULT_STALE_FACTOR,
@@ -62,6 +63,7 @@ from console.core.pairing import (
     parse_audit,
     parse_audit_line,
 )
+from console.core.text import split_lines
 from console.sources.hosts import HostConfig
 from console.sources.transport import CommandResult, ConnState, Transport, TransportError
 
@@ -135,6 +137,7 @@ _READ_STATE = (
     _READ_PROLOGUE
     + r"""
 if [ -f "$d/lock" ]; then printf 'lock '; head -n 1 "$d/lock" 2>/dev/null; echo; fi
+if [ -f "$d/pending-rollback.json" ]; then printf 'pending '; head -n 1 "$d/pending-rollback.json" 2>/dev/null; echo; fi
 for f in "$d"/presence/*.json; do
   [ -f "$f" ] || continue
   printf 'presence %s ' "${f##*/}"; head -n 1 "$f" 2>/dev/null; echo
@@ -224,6 +227,30 @@ if [ -s "$a" ] && [ -n "$(tail -c 1 "$a")" ]; then printf '\n%s\n' "$1" >> "$a";
 """
 )
 
+# The state dir's absolute path on the host ("~" expanded as the SSH user's): for what runs elsewhere
+# (the commit-confirmed rollback runs as a systemd service, with no such home).
+_WHERE = (
+    _READ_PROLOGUE
+    + r"""printf 'dir %s\n' "$d"
+"""
+)
+
+# $1 a file name in the state dir, $2 its text, $3 its mode: written atomically.
+_PUT_FILE = (
+    _PROLOGUE
+    + r"""
+t=$d/.$1.$$
+if printf '%s\n' "$2" > "$t" && chmod "$3" "$t" && mv -f "$t" "$d/$1"; then exit 0; fi
+rm -f "$t"; echo "cannot write $d/$1" >&2; exit 71
+"""
+)
+
+_REMOVE_FILE = (
+    _READ_PROLOGUE
+    + r"""rm -f -- "$d/$1"
+"""
+)
+
 _READ_AUDIT = (
     _READ_PROLOGUE
     + r"""cat "$d/audit.jsonl" 2>/dev/null; exit 0
@@ -273,6 +300,8 @@ class StateSnapshot:
     now: datetime
     lock_line: str | None
     presence_lines: dict[str, str] = field(default_factory=dict)
+    pending_line: str | None = None
+    """The commit-confirmed rollback's record (`pending-rollback.json`), when one is armed."""
 
 
 def _host_time(text: str) -> float:
@@ -326,11 +355,9 @@ class HostStateDir:
         t0 = self._clock()
         result = await self.transport.run(argv, timeout=self.timeout)
         t1 = self._clock()
-        # "\n" only: str.splitlines() also splits at U+2028, U+0085, \x1c-\x1e..., which a profile name or
+        # split_lines: "\n" only; str.splitlines() also splits at U+2028, U+0085..., which a profile name or
         # summary may hold inside a valid JSON line (it once hid two audit entries as "unreadable").
-        lines = result.stdout.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
+        lines = split_lines(result.stdout)
         # A login shell's start-up files may print before the script does: skip to its first line.
         start = next((i for i, line in enumerate(lines) if line.startswith("now ")), None)
         if start is None:
@@ -379,14 +406,17 @@ class HostStateDir:
     async def snapshot(self) -> StateSnapshot:
         now, lines = await self._run(_READ_STATE, what="read presence and the lock")
         lock_line: str | None = None
+        pending_line: str | None = None
         presence: dict[str, str] = {}
         for line in lines:
             if line.startswith("lock "):
                 lock_line = line[5:].strip() or None
+            elif line.startswith("pending "):
+                pending_line = line[8:].strip() or None
             elif line.startswith("presence "):
                 name, _, content = line[9:].partition(" ")
                 presence[name] = content
-        return StateSnapshot(now=now, lock_line=lock_line, presence_lines=presence)
+        return StateSnapshot(now=now, lock_line=lock_line, presence_lines=presence, pending_line=pending_line)
 
     def _judge(self, snap: StateSnapshot) -> tuple[list[Presence], dict[str, str], LockInfo | None, bool]:
         """Live heartbeats, the stale ones (file → line), the lock and whether its holder is stale."""
@@ -417,7 +447,32 @@ class HostStateDir:
         """Who is here and who holds the lock, now (stale heartbeats left out, not removed)."""
         snap = await self.snapshot()
         live, _, lock, lock_stale = self._judge(snap)
-        return PairingView(host=self.host.name, now=snap.now, presence=live, lock=lock, lock_stale=lock_stale)
+        pending = None
+        if snap.pending_line:
+            with contextlib.suppress(ValidationError, ValueError):
+                pending = PendingRollback.model_validate_json(snap.pending_line)
+        return PairingView(
+            host=self.host.name,
+            now=snap.now,
+            presence=live,
+            lock=lock,
+            lock_stale=lock_stale,
+            pending_rollback=pending,
+        )
+
+    # ---- files of other features (the commit-confirmed rollback's record and script) -----------------
+
+    async def absolute_path(self) -> str:
+        _, lines = await self._run(_WHERE, what="find the state directory")
+        return next((line[4:] for line in lines if line.startswith("dir ")), self.path)
+
+    async def put_file(self, name: str, text: str, mode: str = "600") -> str:
+        """Write `name` in the state directory atomically; its absolute path on the host."""
+        await self._run(_PUT_FILE, name, text, mode, what=f"write {name}")
+        return f"{await self.absolute_path()}/{name}"
+
+    async def remove_file(self, name: str) -> None:
+        await self._run(_REMOVE_FILE, name, what=f"remove {name}")
 
     async def presence(self) -> list[Presence]:
         """The consoles on this host now, oldest first; stale heartbeats are ignored and removed."""

@@ -75,8 +75,10 @@ from console.core.systemd import (
     split_exec_start,
     validate_unit_name,
 )
+from console.core.text import split_lines
 from console.sources.confirm import HostRollback, RollbackTimerError
 from console.sources.hosts import HostConfig
+from console.sources.hoststate import HostStateError
 from console.sources.journal import JournalFollower, read_unit_journal
 from console.sources.transport import CommandResult, Transport, TransportError
 
@@ -283,8 +285,7 @@ class ServiceController:
                 f"systemctl show {self.unit} failed on {self.host.name}: {result.first_error_line()}."
             )
         values: dict[str, str] = {}
-        # "\n" only: str.splitlines() also breaks at U+2028, U+0085, \x1c..., which may sit in a value.
-        for line in result.stdout.split("\n"):
+        for line in split_lines(result.stdout):
             key, sep, value = line.partition("=")
             if sep and key not in values:
                 values[key] = value
@@ -611,14 +612,13 @@ class ServiceController:
         unless the console rolls back itself (then the timer is stopped first, the console takes over)."""
         if not outcome.ok and not rollback_on_failure:
             outcome.pending_rollback = armed
-            outcome.summary += (
-                f" {armed.describe(datetime.now(UTC))[0].upper()}{armed.describe(datetime.now(UTC))[1:]}."
-            )
-            report.emit(armed.describe(datetime.now(UTC)))
+            sentence = armed.describe(datetime.now(UTC))
+            outcome.summary += f" {sentence}."
+            report.emit(sentence)
             return
         try:
             was_waiting = await guard.disarm()
-        except (ServiceError, TransportError) as exc:
+        except (ServiceError, TransportError, HostStateError) as exc:
             outcome.ok = False
             outcome.pending_rollback = armed
             outcome.summary += (

@@ -40,6 +40,7 @@ from asyncssh.config import SSHClientConfig
 from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.snapshot import ConnectionStatus, ConnState
+from console.core.text import split_lines
 from console.sources.hosts import HostConfig
 
 __all__ = [
@@ -121,7 +122,7 @@ class CommandResult(BaseModel):
         return self.exit_status == 0
 
     def first_error_line(self) -> str:
-        for line in (self.stderr + "\n" + self.stdout).splitlines():
+        for line in split_lines(self.stderr + "\n" + self.stdout):
             if line.strip():
                 return line.strip()
         return f"exit status {self.exit_status}"

@@ -456,6 +456,17 @@ class TwinHost:
             proc.stdout.close()
         self._journal_proc = None
 
+    def main_pid(self) -> int | None:
+        """The unit's main process as this machine numbers it (under the real manager, MainPID is a pid
+        of the manager's own namespace), or None when it has none."""
+        shown = self.systemctl("show", "-P", "MainPID", self.unit, check=False).stdout.strip()
+        pid = int(shown) if shown.isdigit() else 0
+        if pid <= 0:
+            return None
+        if self._manager is not None:
+            return self._manager.host_pid(pid)
+        return pid
+
     def systemctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run the twin's systemctl locally (what a session would run)."""
         res = subprocess.run(

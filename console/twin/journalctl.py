@@ -169,7 +169,7 @@ def _read_entries(path: Path, offset: int) -> tuple[list[dict[str, str]], int]:
         return [], offset
     end = data.rfind(b"\n") + 1
     entries = []
-    for line in data[:end].splitlines():
+    for line in data[:end].split(b"\n"):
         if line.strip():
             try:
                 entries.append(json.loads(line))

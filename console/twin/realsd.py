@@ -186,6 +186,33 @@ class RealManager:
                 return pid
         return None
 
+    def host_pid(self, ns_pid: int) -> int | None:
+        """The machine's pid of the process the manager knows as `ns_pid` (what `systemctl show -P MainPID`
+        prints is a pid of the manager's namespace: signalling that number here would hit another
+        process). Read from /proc/PID/status `NSpid:` of the processes in the manager's pid namespace."""
+        init = self.init_pid()
+        if init is None or ns_pid <= 0:
+            return None
+        try:
+            ns = os.readlink(f"/proc/{init}/ns/pid")
+        except OSError:
+            return None
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                if os.readlink(f"/proc/{entry}/ns/pid") != ns:
+                    continue
+                status = Path(f"/proc/{entry}/status").read_text()
+            except OSError:
+                continue
+            for line in status.split("\n"):
+                if line.startswith("NSpid:"):
+                    ids = line.split()[1:]
+                    if len(ids) >= 2 and int(ids[-1]) == ns_pid:
+                        return int(ids[0])
+        return None
+
     def enter(self) -> list[str]:
         pid = self.init_pid()
         if pid is None:

@@ -556,7 +556,9 @@ def main() -> int:
         else f"shared: everything on CPU {sorted(os.sched_getaffinity(0))}"
     )
     with tempfile.TemporaryDirectory(prefix="k26-bench-") as tmp:
-        twin = TwinHost(Path(tmp) / "twin", name="bench", time_scale=0.02)
+        twin = TwinHost(
+            Path(tmp) / "twin", name="bench", time_scale=0.02, systemd="simulated"
+        )  # its load writes the simulated journal
         twin.start_sync()
         try:
             hosts = str(twin.hosts_toml)

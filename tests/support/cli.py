@@ -1,0 +1,99 @@
+"""What the CLI and twin tests share: the operator's own config/state dirs in the test's tree, the
+command line run as an operator runs it, profile variants of the shipped ctx-200k, a started twin, and
+waiting on a condition with a deadline."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console.cli.main import main
+from console.twin.host import TwinHost
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "console.cli.main"]
+CTX200K = (REPO / "profiles" / "ctx-200k.toml").read_text()
+
+
+def operator_env(home: Path) -> dict[str, str]:
+    """The environment of an operator whose config and state dirs are under `home` (never the real ones)."""
+    return {
+        **os.environ,
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_STATE_HOME": str(home / "state"),
+        "PYTHONPATH": str(REPO),
+    }
+
+
+def run_cli(home: Path, *args: str, timeout: float = 120, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """`k26-console ARGS` in a process of its own, no terminal, as the operator of `home`."""
+    return subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=operator_env(home),
+        stdin=subprocess.DEVNULL,
+        **kw,
+    )
+
+
+def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """`k26-console ARGV` in this process: (exit code, stdout, stderr)."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own usage errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_sentence(err: str) -> str:
+    """The one line of an error: `k26-console: ...`, no traceback."""
+    assert "Traceback" not in err, err
+    lines = err.strip().split("\n")
+    assert len(lines) == 1, err
+    assert lines[0].startswith("k26-console: "), err
+    return lines[0]
+
+
+def profile_variant(
+    tmp: Path, name: str, *, fraction: str | float | None = None, command: str | None = None
+) -> Path:
+    """The shipped ctx-200k under another name, with another --mem-fraction-static or command."""
+    text = CTX200K.replace('name = "ctx-200k"', f'name = "{name}"')
+    if fraction is not None:
+        text = text.replace("mem-fraction-static = 0.93", f"mem-fraction-static = {fraction}")
+    if command is not None:
+        text = text.replace('command = ["python3", "-m", "sglang.launch_server"]', f"command = {command}")
+    path = tmp / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+@contextlib.contextmanager
+def started_twin(state: Path, **kw: Any) -> Iterator[TwinHost]:
+    host = TwinHost(state, **kw)
+    host.start_sync()
+    try:
+        yield host
+    finally:
+        host.stop_sync()
+
+
+def wait_until(cond: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Poll `cond` until it is true or `timeout_s` has passed; its last answer."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(interval_s)
+    return bool(cond())
