@@ -198,3 +198,32 @@ def test_clock_stepping_back_never_gives_negative_durations() -> None:
     m = started(t0=100)
     m.step_done(Phase.RESTART, 50)
     assert all(v >= 0 for v in m.durations(40).values())
+
+
+def test_the_replaced_invocation_ending_in_failure_does_not_fail_the_new_boot() -> None:
+    """Seen on a real systemd: restarting a unit that is still starting (in its start-post wait) ends the
+    old invocation with "Failed with result 'signal'". That is the old boot going away; the new one (its
+    own invocation id) still decides the outcome."""
+    old, new = "a" * 32, "b" * 32
+    m = started()
+    m.replaced_invocation = old
+    m.step_done(Phase.RESTART, 5)
+    m.feed(Unit(state="stopping", message="Stopping sglang.service", invocation_id=old), 6)
+    assert m.phase == Phase.STOPPING
+    m.feed(Error(category="traceback", message="KeyboardInterrupt", invocation_id=old), 6.5)
+    m.feed(
+        Unit(state="failed", result="signal", message="Failed with result 'signal'.", invocation_id=old), 7
+    )
+    assert m.phase == Phase.STOPPING and m.errors == []
+    for t, event in boot_events()[1:]:
+        m.feed(event.model_copy(update={"invocation_id": new}), t)
+    assert m.phase == Phase.READY
+    # The new invocation failing is still a failure.
+    m2 = started()
+    m2.replaced_invocation = old
+    m2.step_done(Phase.RESTART, 5)
+    m2.feed(Unit(state="started", message="Started sglang.service", invocation_id=new), 6)
+    m2.feed(
+        Unit(state="failed", result="signal", message="Failed with result 'signal'.", invocation_id=new), 7
+    )
+    assert m2.phase == Phase.FAILED

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from console.cli.cmd_plan import finite_float
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, CliError, HostBusy, UsageError
+from console.cli.remote import connected, inventory_host
 from console.core.apply import DEFAULT_MIN_FREE_GIB, ApplyOutcome, ApplyPreview, ApplyProgress
 from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
 from console.core.confirm import default_confirm_within
@@ -245,10 +246,8 @@ def _confirm(pv: ApplyPreview) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from console.sources.hosts import HostsError, load_hosts, resolve_host
     from console.sources.hoststate import HostStateDir, HostStateError
     from console.sources.service import ServiceError
-    from console.sources.transport import Backoff, Transport, TransportError
 
     if args.confirm_within is not None and not 0 <= args.confirm_within <= 86_400:
         raise UsageError(
@@ -258,30 +257,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             "--min-headroom-gib and --min-free-gib must not be negative, --boot-timeout must be positive."
         )
-    try:
-        hosts = load_hosts(args.hosts)
-        if args.hosts and hosts.get(args.host) is None:
-            # A hosts file named on the command line is the inventory: a name outside it is a typo, not
-            # an ssh alias to try (apply changes the host it reaches).
-            known = ", ".join(sorted(hosts.hosts)) or "none"
-            raise UsageError(f"there is no host {args.host!r} in {args.hosts} (known: {known}).")
-        host = resolve_host(args.host, hosts)
-    except HostsError as exc:
-        raise UsageError(f"{str(exc).rstrip('.')}.") from None
+    host = inventory_host(args.host, args.hosts)
     profile, store = _load_profile(args.profile)
     printer = _Printer(args.json)
     run_state = _Run(profile.name)
 
     async def body() -> int:
-        transport = Transport(host, backoff=Backoff(max_attempts=3))
-        transport.start()
+        transport = await connected(host)
         try:
-            try:
-                await transport.wait_up(30)
-            except (TransportError, TimeoutError) as exc:
-                raise UsageError(f"{str(exc).rstrip('.') or 'no connection to ' + host.name}.") from None
-            # From here on a lost connection is waited out rather than given up on.
-            transport.backoff = Backoff()
             state = HostStateDir(transport, host)
             async with contextlib.AsyncExitStack() as stack:
                 run_state.lock = await _take_lock(stack, state, f"apply {profile.name}", args)

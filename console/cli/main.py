@@ -25,6 +25,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "probe",
     "profiles",
     "apply",
+    "confirm",
     "twin",
     "demo",
     "console",

@@ -185,7 +185,7 @@ class Log(EventBase):
     message: str = ""
 
 
-AuditAction = Literal["apply", "restart", "rollback", "probe", "lock_break"]
+AuditAction = Literal["apply", "restart", "rollback", "probe", "lock_break", "confirm"]
 AuditOutcome = Literal["ok", "failed", "rolled_back", "refused", "aborted", "started", "interrupted"]
 """`started` is an intent written before a change, `interrupted` its outcome when a signal stopped it."""
 

@@ -404,7 +404,11 @@ class AuditEntry(BaseModel):
             "lock_break": f"{self.user} {self.summary}"
             if self.summary.startswith("broke ")
             else f"{self.user} broke the lock",
+            "confirm": f"{self.user} confirmed {profile} ahead of the host-side rollback",
         }[self.action]
+        if self.phase == "commit-confirmed":
+            # Written by the host itself when a commit-confirmed apply went unconfirmed.
+            return f"the host rolled itself back from {profile}: not confirmed in time"
         if self.outcome == "started":
             head = {
                 "apply": f"{self.user} started applying {profile}",
@@ -412,6 +416,7 @@ class AuditEntry(BaseModel):
                 "rollback": f"{self.user} started a rollback",
                 "probe": f"{self.user} started a probe",
                 "lock_break": f"{self.user} started breaking the lock",
+                "confirm": f"{self.user} started confirming {profile}",
             }[self.action]
         parts = [head]
         if self.outcome not in ("ok", "started"):

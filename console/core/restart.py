@@ -202,6 +202,9 @@ class RestartMachine:
         self.pool_tokens: int | None = None
         self.available_gpu_mem_gb: float | None = None
         self.errors: list[str] = []
+        self.replaced_invocation: str | None = None
+        """The unit's invocation when the restart was issued: its own end (stopped, or failed when it was
+        stopped while still starting) and its last lines are the old boot's, not the new one's."""
         self.expected = median_durations(history)
         self._seen: set[str] = set()
         self._verified_ok = False
@@ -324,6 +327,12 @@ class RestartMachine:
                 return self.phase
             self._seen.add(key)
         launched = _RANK[self.phase] >= _RANK[Phase.LAUNCHING]
+        if self.replaced_invocation and event.invocation_id == self.replaced_invocation:
+            # The old invocation going away (seen on a real systemd: a unit stopped in its start-post
+            # phase ends "Failed with result 'signal'"): only its "Stopping" moves the restart on.
+            if isinstance(event, Unit) and event.state == "stopping" and not launched:
+                self._enter(Phase.STOPPING, now)
+            return self.phase
         if isinstance(event, Unit):
             if event.state == "stopping":
                 if not launched:

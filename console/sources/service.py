@@ -772,6 +772,7 @@ class ServiceController:
         """Issue the restart and follow the journal from just before it until ready or failed. The
         follower resumes from its cursor after a dropped connection, so the verdict sees every line."""
         info = await self.unit_info()
+        m.replaced_invocation = info.invocation_id or None
         cursor = await self._journal_cursor()
         follower = JournalFollower(
             self.transport,

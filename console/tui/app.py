@@ -571,7 +571,8 @@ class ConsoleApp(App[int]):
             link.state.looking_at = self._looking_at(host)
             view = link.view
             dash = self.dashboards.get(host)
-            if view is not None and view.lock is not None and dash is not None:
+            # Every second while a lock's age or an armed rollback's countdown is on the bar.
+            if view is not None and (view.lock or view.pending_rollback) and dash is not None:
                 dash.pairing.set_view(view, link.state.now())
                 self._show_note(host)
 

@@ -107,6 +107,17 @@ def pairing_text(
         else:
             out.append("locked ", "bold yellow3")
             out.append(f"by {lock.holder.who}: {lock.intent}, {held}", "yellow3")
+    pending = view.pending_rollback
+    if pending is not None:
+        # A commit-confirmed apply not yet confirmed: the host rolls itself back at the deadline.
+        left = max(0.0, pending.seconds_left(now or view.now))
+        out.append("  │  ", "grey42")
+        out.append("ROLLBACK ARMED ", "bold red")
+        out.append(
+            f"{pending.profile or pending.unit} by {pending.armed_by}: fires in {fmt_span(left)} unless "
+            "confirmed (k26-console confirm)",
+            "red",
+        )
     out.append("  │  ", "grey42")
     others = view.others(me)
     if others:
@@ -132,8 +143,9 @@ class PairingBar(Widget):
         "[b]Pairing[/b]\nThe other consoles open on this host (user@jump host, what they show, since when) "
         "and the host's lock: free, held by this console, held by another (apply, restart and roll back "
         "are refused until it is released) or stale (its console has gone quiet; ctrl+p → Break the "
-        "stale lock, after a confirmation). Every change to the service is recorded in the host's "
-        "audit.jsonl and shown on the feed."
+        "stale lock, after a confirmation). ROLLBACK ARMED: an apply armed a rollback on the host that fires "
+        "at the deadline unless its boot is confirmed (k26-console confirm HOST, or --rollback-now). Every "
+        "change to the service is recorded in the host's audit.jsonl and shown on the feed."
     )
 
     def __init__(self, me: Identity, *, id: str | None = None) -> None:
