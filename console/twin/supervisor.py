@@ -226,15 +226,18 @@ class Supervisor:
             main_wait = asyncio.ensure_future(main.wait())
             waits.add(main_wait)
         _done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        main_exited = main_wait is not None and main_wait.done() and proc.returncode is None
-        if main_exited and not self.stop_requested.is_set():
+        # The main process's end comes first in the journal even when the control process (which
+        # watches $MAINPID) ended in the same turn, as systemd logs them.
+        main_exited = main_wait is not None and main_wait.done() and not self.stop_requested.is_set()
+        if main_exited:
             # systemd does not end an ExecStartPost= whose main process died: it logs the main exit and
             # waits for the control process (until TimeoutStartSec=, which the caller enforces). The real
             # manager showed this; the twin used to kill the control process at once.
             assert main is not None
             self.log_main_exit(main.returncode)
-            waits = {w for w in waits if w is not main_wait}
-            _done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if proc.returncode is None:
+                waits = {w for w in waits if w is not main_wait}
+                _done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for t in pending:
             if t is not main_wait:
                 t.cancel()

@@ -410,6 +410,10 @@ class Systemctl:
         words: list[str] = []
         it = iter(argv)
         for arg in it:
+            if arg == "--":
+                # The end of the options, as in systemctl(1): every word after it is a verb or a unit.
+                words.extend(it)
+                break
             if arg in ("-p", "--property", "-P"):
                 value = next(it, None)
                 if value is None:
