@@ -334,7 +334,8 @@ def _where(run_state: _Run) -> str:
 
 def _interrupted_sentence(host: str, run_state: _Run, sig: signal.Signals) -> str:
     changed = (
-        f"the host may be mid-change (look at {host}'s unit before applying again)"
+        f"the host may be mid-change (look at {host}'s unit before applying again; a host-side rollback "
+        f"this apply armed fires at its deadline unless settled with k26-console confirm {host})"
         if run_state.intent is not None
         else f"nothing on {host} had been changed"
     )
