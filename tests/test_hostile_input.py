@@ -646,3 +646,14 @@ def test_parse_follow_waits_out_a_drop_of_a_host_it_reached(tmp_path: Path) -> N
             proc.wait()
         relay.close()
         twin.stop_sync()
+
+
+def test_a_hosts_file_name_with_an_escape_sequence_is_refused_drawn(tmp_path: Path) -> None:
+    """A host's name in hosts.toml reaches the console's title, tabs and header: one with control characters
+    is refused at load, and the sentence shows them as pictures."""
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts."ev\\u001b]0;pwned\\u0007il"]\nssh = "gpu1"\n')
+    res = cli("verify", "gpu1", "--target-context", "1000", "--hosts", str(hosts))
+    assert res.returncode == 2
+    assert not raw_controls(res.stderr), res.stderr
+    assert "must hold no control characters" in one_sentence(res.stderr)

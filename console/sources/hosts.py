@@ -49,6 +49,8 @@ from pydantic import (
     field_validator,
 )
 
+from console.core.text import terminal_safe
+
 APP_NAME = "k26-console"
 DEFAULT_UNIT = "sglang"
 DEFAULT_SERVER_URL = "http://127.0.0.1:30000"
@@ -84,6 +86,15 @@ class HostConfig(BaseModel):
     """Run systemctl and the drop-in writes as `sudo -n ...`: never a password prompt, a clear refusal."""
     unit_dir: str = DEFAULT_UNIT_DIR
     """The administrator's unit directory on the host; the drop-in goes into UNIT.service.d under it."""
+
+    @field_validator("name", "user", "unit", "model", "gpu", "state_dir")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        # These reach the terminal (titles, tabs, the header) and the host's shell scripts: a control
+        # character (an escape sequence in a hand-edited file) is refused, not shown.
+        if value is not None and not value.isprintable():
+            raise ValueError("must hold no control characters")
+        return value
 
     @field_validator("unit_dir")
     @classmethod
@@ -186,7 +197,7 @@ def default_hosts_path() -> Path:
 
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
+    where = terminal_safe(".".join(str(p) for p in err["loc"]))
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         message = "is not a known setting"
