@@ -31,7 +31,7 @@ from console.sources.transport import Transport
 from console.tui.pairing import pairing_text
 from console.twin.host import TwinHost
 from console.twin.realsd import why_unavailable
-from tests.support.cli import CLI, CTX200K, REPO, operator_env, profile_variant, run_cli, wait_until
+from tests.support.cli import CLI, REPO, operator_env, profile_variant, run_cli, wait_until
 
 TIME_SCALE = 0.002
 MODES = ["simulated", *(["real"] if why_unavailable() is None else [])]
@@ -82,11 +82,11 @@ def test_verified_apply_leaves_no_timer_armed(twin: TwinHost, tmp_path: Path) ->
     assert not _pending(twin).exists()
 
 
-def _apply_and_signal(
-    twin: TwinHost, home: Path, profile: Path, name: str, sig: signal.Signals, *, confirm_within: int
-) -> None:
-    """`apply PROFILE` with a host-side rollback, sent `sig` once the restart has begun (the unit has a
-    new invocation)."""
+def _apply_until_restart(
+    twin: TwinHost, home: Path, profile: Path, name: str, *, confirm_within: int
+) -> subprocess.Popen[str]:
+    """`apply PROFILE` with a host-side rollback, returned once the restart has begun (the unit has a new
+    invocation)."""
     invocation = twin.systemctl("show", "-p", "InvocationID", "--value", twin.unit).stdout.strip()
     proc = subprocess.Popen(
         [
@@ -122,26 +122,40 @@ def _apply_and_signal(
             ),
             30,
         )
+    except BaseException:
+        _reap(proc)
+        raise
+    return proc
+
+
+def _reap(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def _apply_and_signal(
+    twin: TwinHost, home: Path, profile: Path, name: str, sig: signal.Signals, *, confirm_within: int
+) -> None:
+    proc = _apply_until_restart(twin, home, profile, name, confirm_within=confirm_within)
+    try:
         os.kill(proc.pid, sig)
         proc.wait(30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        _reap(proc)
+
+
+def _hot(tmp_path: Path) -> Path:
+    return profile_variant(tmp_path, "hot", fraction="0.97")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGKILL])
 def test_killed_apply_is_rolled_back_by_the_host(twin: TwinHost, tmp_path: Path, sig: signal.Signals) -> None:
     before = _argv(twin)
-    hot = CTX200K.replace('name = "ctx-200k"', 'name = "hot"').replace(
-        "mem-fraction-static = 0.93", "mem-fraction-static = 0.97"
-    )
-    profile = tmp_path / "hot.toml"
-    profile.write_text(hot)
-    _apply_and_signal(twin, tmp_path, profile, "hot", sig, confirm_within=8)
+    _apply_and_signal(twin, tmp_path, _hot(tmp_path), "hot", sig, confirm_within=8)
     assert _pending(twin).exists() or not _timer_active(twin)
     # The deadline (8 s) plus one boot: the host ran the rollback by itself.
     assert wait_until(lambda: not _pending(twin).exists(), 60), "the host-side rollback did not fire"
@@ -254,3 +268,28 @@ def _argv(twin: TwinHost) -> str:
 def _entries(audit_json: str) -> list[dict[str, object]]:
     docs = [json.loads(line) for line in audit_json.splitlines() if line.strip()]
     return docs[0]["trail"] if len(docs) == 1 and "trail" in docs[0] else docs
+
+
+def test_a_cut_connection_is_rolled_back_by_the_host(twin: TwinHost, tmp_path: Path) -> None:
+    """The console lives on but loses the host (the network is cut): the host rolls itself back at the
+    deadline; when the connection comes back, the console says the rollback has fired."""
+    before = _argv(twin)
+    proc = _apply_until_restart(twin, tmp_path, _hot(tmp_path), "hot", confirm_within=8)
+    try:
+        twin.cut_ssh()
+        try:
+            assert wait_until(lambda: not _pending(twin).exists(), 60), "the host-side rollback did not fire"
+            assert wait_until(
+                lambda: (
+                    _argv(twin) == before
+                    and twin.systemctl("is-active", twin.unit, check=False).stdout.strip() == "active"
+                ),
+                90,
+            ), _exec_start(twin)
+        finally:
+            twin.restore_ssh()
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 1, (out, err)
+        assert "The host-side rollback has fired" in out, out
+    finally:
+        _reap(proc)

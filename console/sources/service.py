@@ -611,6 +611,17 @@ class ServiceController:
         """A verified boot confirms the change (the timer is stopped); a failed one is left to the timer,
         unless the console rolls back itself (then the timer is stopped first, the console takes over)."""
         if not outcome.ok and not rollback_on_failure:
+            try:
+                waiting = await guard.timer_waiting()
+            except (ServiceError, TransportError):
+                waiting = True  # unknown: say what was armed
+            if not waiting:
+                outcome.summary += (
+                    " The host-side rollback has fired (the deadline passed before the console could "
+                    "confirm): the host runs the previous drop-in again."
+                )
+                report.emit("the host-side rollback has fired: the previous drop-in is back")
+                return
             outcome.pending_rollback = armed
             sentence = armed.describe(datetime.now(UTC))
             outcome.summary += f" {sentence}."

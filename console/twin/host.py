@@ -626,6 +626,18 @@ class TwinHost:
             raise failure[0]
         return self
 
+    def cut_ssh(self) -> None:
+        """As a network failure would: close the SSH endpoint and every connection to it; the host (its
+        service, systemd, its timers) runs on. `restore_ssh` opens it again on the same port."""
+        if self._loop is None or self._ssh is None:
+            raise TwinError("the twin serves no SSH of its own (or was not started with start_sync)")
+        asyncio.run_coroutine_threadsafe(self._ssh.close(), self._loop).result(30)
+
+    def restore_ssh(self) -> None:
+        if self._loop is None or self._ssh is None:
+            raise TwinError("the twin serves no SSH of its own (or was not started with start_sync)")
+        asyncio.run_coroutine_threadsafe(self._ssh.start(), self._loop).result(30)
+
     def stop_sync(self) -> None:
         if self._thread is None or self._loop is None or self._stop_event is None:
             return
