@@ -49,7 +49,7 @@ BackendChoice = Literal["auto", "nvml", "agent", "nvidia-smi"]
 # builtins, and Python 3.6-compatible syntax (the host's python3 is whatever SGLang runs on).
 
 
-def _nvml_start(nvml):  # type: ignore[no-untyped-def]
+def _nvml_start(nvml: Any) -> dict[str, Any] | None:
     """Initialise NVML; None when ready, else the sample that says why not."""
     missing = getattr(nvml, "NVMLError_LibraryNotFound", None)
     try:
@@ -61,13 +61,13 @@ def _nvml_start(nvml):  # type: ignore[no-untyped-def]
     return None
 
 
-def _nvml_sample(nvml):  # type: ignore[no-untyped-def]
+def _nvml_sample(nvml: Any) -> dict[str, Any]:
     """One sample of every GPU, as a plain dict of the `HostGpuSample` fields."""
 
-    def text(value):  # type: ignore[no-untyped-def]
+    def text(value: object) -> object:
         return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
-    def call(fn, *args):  # type: ignore[no-untyped-def]
+    def call(fn: Callable[..., Any], *args: object) -> Any:
         # Each field on its own: a card that cannot report one thing still reports the rest.
         try:
             return fn(*args)
@@ -79,7 +79,7 @@ def _nvml_sample(nvml):  # type: ignore[no-untyped-def]
         count = nvml.nvmlDeviceGetCount()
     except Exception as exc:
         return {"state": "error", "detail": "NVML could not count the GPUs: " + str(exc) + "."}
-    gpus = []
+    gpus: list[dict[str, Any]] = []
     for index in range(count):
         handle = call(nvml.nvmlDeviceGetHandleByIndex, index)
         if handle is None:
@@ -87,7 +87,7 @@ def _nvml_sample(nvml):  # type: ignore[no-untyped-def]
             continue
         memory = call(nvml.nvmlDeviceGetMemoryInfo, handle)
         rates = call(nvml.nvmlDeviceGetUtilizationRates, handle)
-        processes = []
+        processes: list[dict[str, Any]] = []
         for proc in call(nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []:
             pid = getattr(proc, "pid", None)
             used = getattr(proc, "usedGpuMemory", None)
@@ -163,8 +163,9 @@ finally:
 
 def agent_script() -> str:
     """The self-contained NVML agent sent as `python3 -c SCRIPT INTERVAL`."""
-    parts = ["import os, sys", inspect.getsource(_nvml_start), inspect.getsource(_nvml_sample), _AGENT_MAIN]
-    return "\n".join(p.replace("  # type: ignore[no-untyped-def]", "") for p in parts)
+    # The functions' annotations name typing objects the host's Python never imports: keep them unevaluated.
+    head = "from __future__ import annotations\nimport os, sys"
+    return "\n".join([head, inspect.getsource(_nvml_start), inspect.getsource(_nvml_sample), _AGENT_MAIN])
 
 
 def agent_argv(interval_s: float, python: str = "python3") -> list[str]:
@@ -187,9 +188,13 @@ def nvidia_smi_apps_argv() -> list[str]:
 
 
 class GpuSampler(Protocol):
-    backend: Literal["nvml", "agent", "nvidia-smi"]
-    self_paced: bool
-    """True when the host keeps the schedule (a stream): waiting for its next sample is the tick."""
+    # Read-only in the protocol: each sampler narrows it to its own literal.
+    @property
+    def backend(self) -> Literal["nvml", "agent", "nvidia-smi"]: ...
+    @property
+    def self_paced(self) -> bool:
+        """True when the host keeps the schedule (a stream): waiting for its next sample is the tick."""
+        ...
 
     async def sample(self) -> HostGpuSample: ...
 
@@ -249,7 +254,7 @@ class NvmlSampler:
         if not self._started:
             if self._nvml is None:
                 try:
-                    import pynvml
+                    import pynvml  # type: ignore[import-untyped]
                 except ImportError:
                     return {"state": "nvml_missing", "detail": "nvidia-ml-py is not installed."}
                 self._nvml = pynvml

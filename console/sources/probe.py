@@ -135,6 +135,11 @@ def record_profile(report: ProbeReport, profile: str, store: ProfileStore | None
 # ------------------------------------------------------------------------------------------------
 
 
+def _dict(value: object) -> dict[str, Any]:
+    """A JSON object from the server, or an empty one when it sent something else."""
+    return value if isinstance(value, dict) else {}
+
+
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
@@ -142,8 +147,8 @@ def _int(value: Any) -> int | None:
 def limits_from_info(info: dict[str, Any]) -> ServerLimits:
     """Context length, pool and longest input from `/server_info` (older servers: `/get_server_info`)."""
     states = info.get("internal_states")
-    state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
-    memory = state.get("memory_usage") if isinstance(state.get("memory_usage"), dict) else {}
+    state = _dict(states[0]) if isinstance(states, list) and states else {}
+    memory = _dict(state.get("memory_usage"))
     return ServerLimits(
         context_len=_int(info.get("context_length")) or _int(info.get("context_len")),
         pool_tokens=_int(info.get("max_total_num_tokens")) or _int(memory.get("token_capacity")),
@@ -346,7 +351,12 @@ class Prober:
         assert self.target is not None and self.limits is not None
         target = self.target
         report = on_progress or (lambda _p: None)
-        common = {"depth": depth, "index": index, "total": total, "requested_tokens": new_tokens}
+        common: dict[str, Any] = {
+            "depth": depth,
+            "index": index,
+            "total": total,
+            "requested_tokens": new_tokens,
+        }
         reason = refusal(depth, new_tokens, self.limits)
         if reason is not None:
             result = refused_result(depth, new_tokens, reason, target)
@@ -360,7 +370,7 @@ class Prober:
         try:
             async for event in self._events(payload):
                 tokens = _tokens(event)
-                meta = event.get("meta_info") if isinstance(event.get("meta_info"), dict) else {}
+                meta = _dict(event.get("meta_info"))
                 measurement.prompt_tokens = _int(meta.get("prompt_tokens")) or measurement.prompt_tokens
                 cached = meta.get("cached_tokens")
                 if isinstance(cached, int):

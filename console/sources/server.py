@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 import httpx
@@ -181,7 +181,7 @@ class ServerClient:
 
     async def generate_stream(
         self, payload: Mapping[str, Any], *, timeout_s: float | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any]]:
         """POST /generate with `"stream": true`; yields each `data:` event as a dict until `[DONE]`.
 
         An `{"error": ...}` event raises `ServerError` with the server's message. `timeout_s` bounds the

@@ -151,6 +151,13 @@ def _key_kind(algorithm: str) -> str | None:
     return _KEY_KIND.get(algorithm)
 
 
+def _config_paths(value: object) -> list[Path]:
+    """The file names an ssh config option lists (asyncssh types them as `object`)."""
+    if not isinstance(value, list | tuple):
+        return []
+    return [Path(str(p)).expanduser() for p in value]
+
+
 @dataclass(frozen=True)
 class _Trust:
     """The host keys the console trusts for one connect, decided before asyncssh sees the ssh config."""
@@ -345,8 +352,8 @@ class Transport:
         else:
             # The user's own files: those the ssh config names (none for "none"; /dev/null is no file),
             # ~/.ssh/known_hosts, and the system-wide ones, as ssh(1) reads them.
-            named = [Path(p).expanduser() for p in (config.get("UserKnownHostsFile") or [])]
-            system = [Path(p).expanduser() for p in (config.get("GlobalKnownHostsFile") or [])]
+            named = _config_paths(config.get("UserKnownHostsFile"))
+            system = _config_paths(config.get("GlobalKnownHostsFile"))
             candidates = list(dict.fromkeys([*named, user_default, *system, _GLOBAL_KNOWN_HOSTS]))
             add_to = next((p for p in named if p.is_file()), user_default)
         known = asyncssh.SSHKnownHosts()
