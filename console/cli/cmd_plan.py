@@ -43,30 +43,17 @@ from console.core.profile_store import ProfileStore
 from console.core.profiles import ProfileError
 from console.core.state import Boot, fold_boots
 from console.core.text import LineSplitter, json_safe, terminal_safe
+from console.core.token_count import TokenCountError, read_token_count
 
 # ------------------------------------------------------------------ shared with `verify`
 
 
 def human_int(text: str) -> int:
-    """`200000`, `200_000`, `200k`, `128Ki` (SGLang's own spelling of token counts), 1 to MAX_TOKENS."""
-    span = f"{range_text(1, MAX_TOKENS)}, the most SGLang indexes"
-    raw = text.strip().replace("_", "").replace(",", "")
-    scale = 1
-    for suffix, factor in (("Ki", 1024), ("K", 1000), ("k", 1000), ("Mi", 1 << 20), ("M", 1_000_000)):
-        if raw.endswith(suffix):
-            raw, scale = raw[: -len(suffix)], factor
-            break
-    if len(raw) > 30:  # int() of a huge digit string is slow (and past 4,300 digits refused)
-        raise argparse.ArgumentTypeError(f"{text[:30]!r}… is too many tokens ({span})")
+    """An argparse type for a number of tokens, read by the console's one token-count reader."""
     try:
-        value = int(raw) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens ({span})") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of tokens ({span})")
-    if value > MAX_TOKENS:
-        raise argparse.ArgumentTypeError(f"{text!r} is too many tokens ({span})")
-    return value
+        return read_token_count(text)
+    except TokenCountError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def finite_float(text: str) -> float:
