@@ -39,12 +39,14 @@ def _clean_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> str:
+def _run(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
     )
     assert done.returncode == 0, f"{argv}: {done.stdout}\n{done.stderr}"
-    return done.stdout
+    return done
 
 
 def _tmux(sock: str, *args: str) -> str:
@@ -65,15 +67,19 @@ def test_the_wheel_installed_outside_the_repository_finds_its_styles_and_profile
     env = _clean_env(tmp_path / "home")
     dist = tmp_path / "dist"
     # `./`-less paths would be read as names on the package index: pass absolute ones.
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(src)], elsewhere, env)
+    built = _run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(src)], elsewhere, env
+    )
     (wheel,) = dist.glob("k26_console-*.whl")
+    # scripts/demo showed setuptools' "`project.license` as a TOML table is deprecated" three times.
+    assert "deprecated" not in built.stderr and "Warning" not in built.stderr, built.stderr
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], elsewhere, env)
     _run(
         [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], elsewhere, env, timeout=600
     )
 
-    listed = _run([str(venv / "bin" / "k26-console"), "profiles", "list"], elsewhere, env)
+    listed = _run([str(venv / "bin" / "k26-console"), "profiles", "list"], elsewhere, env).stdout
     for name in SHIPPED_PROFILES:
         assert any(
             line.split()[:1] == [name] and line.rstrip().endswith("shipped") for line in listed.splitlines()
@@ -105,7 +111,7 @@ def test_the_wheel_installed_outside_the_repository_finds_its_styles_and_profile
         ],
         elsewhere,
         {**env, "PYTHONPATH": str(target)},
-    )
+    ).stdout
     assert [Path(p).name for p in where.split()] == ["console.tcss"]
     assert all(Path(p).is_relative_to(target) for p in where.split()), where
 
