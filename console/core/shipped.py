@@ -2,7 +2,7 @@
 (`profiles/`).
 
 They live at the repository root (the layout DESIGN.md names). A wheel carries them inside the package,
-as `console/shipped/styles` and `console/shipped/profiles` (pyproject.toml maps them at build time), so an
+as `console/shipped/styles` and `console/shipped/profiles` (setup.py maps them at build time), so an
 install finds them beside its own code whatever its prefix: a venv, `pip install --user`, pipx, a wheel
 unpacked anywhere. A checkout or an editable install has no such folders and uses the repository's.
 """
