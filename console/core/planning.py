@@ -61,7 +61,6 @@ _LIMITS: dict[str, tuple[float, float, str, bool]] = {
     "max_running_requests": (1, MAX_RUNNING_REQUESTS, "", False),
     "context_length": (1, MAX_TOKENS, "tokens", False),
     "gpu_mem_gib": (0, MAX_GPU_MEM_GIB, "GiB", True),
-    "mem_fraction_static": (0, 1, "", True),
     "speculative_num_steps": (0, 1 << 16, "", False),
     "speculative_eagle_topk": (0, 1 << 16, "", False),
     "speculative_num_draft_tokens": (0, 1 << 16, "", False),
@@ -166,6 +165,8 @@ def _convert(name: str, value: Any, where: str) -> Any:
         number = _whole(value, said)
     if isinstance(number, float) and not math.isfinite(number):
         raise PlanInputError(f"{said} is {_shown(value)}, not a finite number.")
+    if name == "mem_fraction_static" and not 0 < number < 1:
+        raise PlanInputError(f"{said} must lie strictly between 0 and 1, not {_shown(value)}.")
     limits = _LIMITS.get(name)
     if limits is not None:
         lo, hi, unit, above_lo = limits
