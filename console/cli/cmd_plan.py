@@ -16,57 +16,40 @@ from console.core.capacity import (
     MAX_GPU_MEM_GIB,
     MAX_PAGE_SIZE,
     MAX_RUNNING_REQUESTS,
-    MAX_TOKENS,
     MAX_TP,
     CapacityError,
     Plan,
-    PoolConfig,
-    Speculative,
-    calibrate,
     check_fraction,
     in_range,
-    observation_from_boot,
-    plan,
     range_text,
-    sizing_rule_for,
 )
-from console.core.models import (
-    KV_CACHE_DTYPES,
-    ModelConfigError,
-    ModelSpec,
-    find_model,
-    get_model,
-    parse_hf_config,
-)
+from console.core.models import KV_CACHE_DTYPES, ModelConfigError, ModelSpec, parse_hf_config
 from console.core.parser import parse_lines
+from console.core.planning import (
+    FlagSource,
+    boot_source,
+    command_line_source,
+    latest_sized,
+    pick,
+    plan_restart,
+    profile_source,
+    resolve_model,
+)
 from console.core.profile_store import ProfileStore
-from console.core.profiles import ProfileError
+from console.core.profiles import Profile, ProfileError
 from console.core.state import Boot, fold_boots
 from console.core.text import LineSplitter, json_safe, terminal_safe
+from console.core.token_count import TokenCountError, read_token_count
 
 # ------------------------------------------------------------------ shared with `verify`
 
 
 def human_int(text: str) -> int:
-    """`200000`, `200_000`, `200k`, `128Ki` (SGLang's own spelling of token counts), 1 to MAX_TOKENS."""
-    span = f"{range_text(1, MAX_TOKENS)}, the most SGLang indexes"
-    raw = text.strip().replace("_", "").replace(",", "")
-    scale = 1
-    for suffix, factor in (("Ki", 1024), ("K", 1000), ("k", 1000), ("Mi", 1 << 20), ("M", 1_000_000)):
-        if raw.endswith(suffix):
-            raw, scale = raw[: -len(suffix)], factor
-            break
-    if len(raw) > 30:  # int() of a huge digit string is slow (and past 4,300 digits refused)
-        raise argparse.ArgumentTypeError(f"{text[:30]!r}… is too many tokens ({span})")
+    """An argparse type for a number of tokens, read by the console's one token-count reader."""
     try:
-        value = int(raw) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens ({span})") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of tokens ({span})")
-    if value > MAX_TOKENS:
-        raise argparse.ArgumentTypeError(f"{text!r} is too many tokens ({span})")
-    return value
+        return read_token_count(text)
+    except TokenCountError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def finite_float(text: str) -> float:
@@ -237,179 +220,62 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-def read_profile(ref: str) -> dict[str, Any]:
-    """The flags of a saved profile (a name from the profile directories, or a path to a .toml file),
-    keyed the way ServerArgs names them (underscores). Read by core.profiles, the one profile reader."""
+def read_profile(ref: str) -> Profile:
+    """A saved profile: a name from the profile directories, or a path to a .toml file."""
     try:
-        profile = ProfileStore().load(ref)
+        return ProfileStore().load(ref)
     except ProfileError as exc:
         raise UsageError(str(exc)) from None
-    return {key.replace("-", "_"): value for key, value in profile.flags.items()}
 
 
-_LIMITS: dict[str, tuple[float, float, str, bool]] = {
-    # flag: (low, high, unit, low excluded) -- what a value from a profile or a journal must respect too
-    "tp_size": (1, MAX_TP, "", False),
-    "page_size": (1, MAX_PAGE_SIZE, "tokens", False),
-    "max_total_tokens": (1, MAX_TOKENS, "tokens", False),
-    "max_running_requests": (1, MAX_RUNNING_REQUESTS, "", False),
-    "context_length": (1, MAX_TOKENS, "tokens", False),
-    "gpu_mem_gib": (0, MAX_GPU_MEM_GIB, "GiB", True),
-    "speculative_num_steps": (0, 1 << 16, "", False),
-    "speculative_eagle_topk": (0, 1 << 16, "", False),
-    "speculative_num_draft_tokens": (0, 1 << 16, "", False),
-}
-
-
-def _number(value: Any, kind: type, name: str, flag: str | None = None) -> Any:
-    """`value` as `kind`, within the sane range of `flag` when it has one; `name` says where it came
-    from (a profile, a journal) in the message."""
-    if value is None:
-        return None
-    if kind is str:
-        return str(value)
-    if isinstance(value, str) and len(value) > 40:
-        raise UsageError(f"{name}={terminal_safe(value[:40])!r}… is not a number.")
-    try:
-        number = kind(value)
-    except (TypeError, ValueError, OverflowError):
-        raise UsageError(f"{name}={terminal_safe(repr(value))} is not a number.") from None
-    limits = _LIMITS.get(flag or "")
-    if limits is not None:
-        lo, hi, unit, above_lo = limits
-        if not in_range(number, lo, hi, above_lo=above_lo):
-            raise UsageError(
-                f"{name} must be {range_text(lo, hi, unit, above_lo=above_lo)}, not {terminal_safe(value)}."
-            )
-    elif isinstance(number, float) and not math.isfinite(number):
-        raise UsageError(f"{name}={value!r} is not a finite number.")
-    return number
-
-
-def _pick(name: str, explicit: Any, profile: dict[str, Any], boot: Boot | None, kind: type = str) -> Any:
-    """A flag's value: the command line, then the profile, then the journal's latest server_args dump.
-    Numbers from a profile or a journal are held to the same ranges as the command line's."""
-    if explicit is not None:
-        return explicit
-    for key in (name, *_ALIASES.get(name, ())):
-        if profile.get(key) is not None:
-            return _number(profile[key], kind, f"{key} in the profile", name)
-    if boot is not None:
-        for key in (name, *_ALIASES.get(name, ())):
-            if boot.arg(key) is not None:
-                return _number(boot.arg(key), kind, f"{key} in the journal", name)
-    return None
-
-
-_ALIASES = {"tp_size": ("tp", "tensor_parallel_size"), "model_path": ("model",)}
-
-
-def _model(args: argparse.Namespace, profile: dict[str, Any], boot: Boot | None) -> ModelSpec:
-    try:
-        if args.model_config:
-            return parse_hf_config(read_text(args.model_config), Path(args.model_config).name)
-        if args.model:
-            return get_model(args.model)
-        named = profile.get("model") or profile.get("model_name")
-        if isinstance(named, str):
-            return get_model(named)
-    except ModelConfigError as exc:
-        raise UsageError(str(exc)) from None
-    path = _pick("model_path", None, profile, boot)
-    found = find_model(path if isinstance(path, str) else None)
-    if found is None:
-        hint = f" ({path} is not in the catalogue)" if path else ""
-        raise UsageError(f"name the model with --model NAME or --model-config config.json{hint}.")
-    return found
-
-
-def _speculative(profile: dict[str, Any], boot: Boot | None, model: ModelSpec) -> Speculative | None:
-    algorithm = _pick("speculative_algorithm", None, profile, boot)
-    if not algorithm or not isinstance(algorithm, str):
-        return None
-    return Speculative(
-        algorithm=algorithm,
-        draft_layers=(model.nextn_layers or 1) if algorithm.upper() == "NEXTN" else 1,
-        num_steps=_pick("speculative_num_steps", None, profile, boot, int),
-        eagle_topk=_pick("speculative_eagle_topk", None, profile, boot, int),
-        num_draft_tokens=_pick("speculative_num_draft_tokens", None, profile, boot, int),
-    )
-
-
-def _ran_with(boot: Boot, planned: PoolConfig) -> PoolConfig:
-    """The configuration a boot ran with, from its own dump: a proposal (a profile's fp8 KV cache, say)
-    must not change how an old boot's pool is read. Without a dump only the TP size is carried over."""
-    empty: dict[str, Any] = {}
-    return PoolConfig(
-        model=planned.model,
-        tp=_pick("tp_size", None, empty, boot, int) or planned.tp,
-        kv_cache_dtype=_pick("kv_cache_dtype", None, empty, boot) or "auto",
-        page_size=_pick("page_size", None, empty, boot, int) or 1,
-        max_total_tokens=_pick("max_total_tokens", None, empty, boot, int),
-        rule=planned.rule,
-        speculative=_speculative(empty, boot, planned.model),
-        max_running_requests=boot.pool.max_running_requests
-        or _pick("max_running_requests", None, empty, boot, int),
-        context_length=boot.pool.context_len or _pick("context_length", None, empty, boot, int),
-    )
+def _model(args: argparse.Namespace, sources: list[FlagSource], boots: list[Boot]) -> ModelSpec:
+    if args.model_config:
+        return parse_hf_config(read_text(args.model_config), Path(args.model_config).name)
+    return resolve_model(sources, named=args.model, boots=boots)
 
 
 def build_plan(args: argparse.Namespace) -> Plan:
-    profile = read_profile(args.profile) if args.profile else {}
+    """The plan for the command line's flags over the profile's (a whole argv) or, without a profile,
+    over the flags the journal's latest boot ran with; the planning brain does the rest."""
+    profile = read_profile(args.profile) if args.profile else None
     boots = read_boots(args.journal) if args.journal else []
-    latest = next((b for b in reversed(boots) if b.pool.tokens is not None or b.pre_gib is not None), None)
-    if boots and latest is None:
-        latest = boots[-1]
-
-    f = _pick("mem_fraction_static", args.mem_fraction_static, profile, None, float)
+    latest = latest_sized(boots)
     # The fraction the journal's latest boot ran with when it has no dump: never a profile's proposal.
-    boot_f = (
+    latest_fraction = (
         args.journal_mem_fraction_static
         if args.journal_mem_fraction_static is not None
         else args.mem_fraction_static
     )
+    cli = command_line_source(
+        {
+            "mem_fraction_static": args.mem_fraction_static,
+            "gpu_mem_gib": args.gpu_mem_gib,
+            "tp_size": args.tp,
+            "max_running_requests": args.max_running_requests,
+            "max_total_tokens": args.max_total_tokens,
+            "page_size": args.page_size,
+            "kv_cache_dtype": args.kv_cache_dtype,
+        }
+    )
+    if profile is not None:
+        sources = [cli, profile_source(profile)]
+    else:
+        sources = [cli, boot_source(latest)] if latest is not None else [cli]
+    version = args.sglang_version or (profile.sglang_version if profile is not None else None)
     try:
-        for value in (f, boot_f):
-            if value is not None:
-                check_fraction(value)
-        model = _model(args, profile, latest)
-        version = _pick("sglang_version", args.sglang_version, profile, None)
-        cfg = PoolConfig(
-            model=model,
-            tp=_pick("tp_size", args.tp, profile, latest, int) or 1,
-            kv_cache_dtype=_pick("kv_cache_dtype", args.kv_cache_dtype, profile, latest) or "auto",
-            page_size=_pick("page_size", args.page_size, profile, latest, int) or 1,
-            max_total_tokens=_pick("max_total_tokens", args.max_total_tokens, profile, latest, int),
-            rule=sizing_rule_for(str(version) if version is not None else None),
-            speculative=_speculative(profile, latest, model),
-            max_running_requests=_pick(
-                "max_running_requests", args.max_running_requests, profile, latest, int
-            ),
-            context_length=args.target_context,
-        )
-        model.kv_element_bytes(cfg.kv_cache_dtype)
-        gpu = _pick("gpu_mem_gib", args.gpu_mem_gib, profile, None, float)
-        observations = []
-        for boot in boots:
-            fallback = boot_f if boot is latest else None
-            if boot.pool.tokens is not None or boot.pre_gib is not None:
-                ran = _ran_with(boot, cfg)
-                observations.append(observation_from_boot(boot, fallback, ran))
-        calibration = calibrate(observations, cfg, gpu_mem_gib=gpu)
-        if f is None and calibration.reference is not None:
-            f = calibration.reference.mem_fraction_static
-        result = plan(
+        if latest_fraction is not None:
+            check_fraction(latest_fraction)
+        model = _model(args, sources, boots)
+        return plan_restart(
             args.target_context,
-            cfg,
-            calibration,
-            mem_fraction_static=f,
+            sources,
+            boots,
+            model=model,
+            sglang_version=version,
+            latest_fraction=latest_fraction,
+            gpu_mem_gib=pick("gpu_mem_gib", [s for s in sources if not s.observed]),
             min_headroom_gib=args.min_headroom_gib,
         )
-        if version is None:
-            result.assumptions.append(
-                "SGLang v0.5.7-v0.5.13 sizing (give --sglang-version for another release)."
-            )
-        return result
     except (CapacityError, ModelConfigError) as exc:
         raise UsageError(str(exc)) from None
     except ValueError as exc:  # pydantic validation of a profile or journal value

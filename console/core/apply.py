@@ -1,5 +1,6 @@
-"""The pure half of `apply`: the planner's verdict on a profile, the argv a host will run, the post-restart
-verdict, and the models the service controller reports with. No I/O (sources/service does the work).
+"""The pure half of `apply`: the argv a host will run, the post-restart verdict, and the models the service
+controller reports with. No I/O (sources/service does the work). The planner's verdict on a profile is
+the planning brain's (core.planning), re-exported here for the controller and the screens.
 
 The argv a host runs is the profile's, with two things the host decides rather than the profile:
 
@@ -13,35 +14,23 @@ Both are said in the preview when they change what the profile asked for.
 
 from __future__ import annotations
 
-import math
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from console.core.capacity import (
-    DEFAULT_MIN_HEADROOM_GIB,
-    CapacityError,
-    PoolConfig,
-    Speculative,
-    calibrate,
-    observation_from_boot,
-    plan,
-    sizing_rule_for,
-)
 from console.core.confirm import PendingRollback
 from console.core.events import Error
 from console.core.flags import (
     FlagList,
     UnknownVersion,
-    human_readable_int,
     load_flag_list,
     parse_argv,
     split_command,
 )
-from console.core.models import ModelConfigError, ModelSpec, find_model, get_model
-from console.core.profiles import Profile, canonical_flags, diff_against_argv
+from console.core.planning import PlannerVerdict, planner_verdict
+from console.core.profiles import Profile, diff_against_argv
 from console.core.state import Boot
 
 HOST_BOUND_FLAGS = ("--host", "--port")
@@ -69,38 +58,6 @@ class ApplyProgress(BaseModel):
     """Phase → seconds so far (the open phase counts up to now)."""
     eta_s: float | None = None
     purpose: Literal["apply", "rollback"] = "apply"
-
-
-class PlannerVerdict(BaseModel):
-    """The capacity planner on a profile, calibrated on the host's own boots."""
-
-    checked: bool
-    """False when the planner could not judge (no model, no boot to calibrate on, no fraction)."""
-    fits: bool | None = None
-    target_context: int
-    mem_fraction_static: float | None = None
-    predicted_pool_tokens: int | None = None
-    headroom_gib: float | None = None
-    min_headroom_gib: float = DEFAULT_MIN_HEADROOM_GIB
-    calibration: str = "none"
-    model: str | None = None
-    recommended_mem_fraction_static: float | None = None
-    reasons: list[str] = Field(default_factory=list)
-    """Why it refuses, or why it could not check."""
-
-    def summary(self) -> str:
-        if not self.checked:
-            return "planner: not checked (" + "; ".join(self.reasons) + ")."
-        pool = f"{self.predicted_pool_tokens:,}" if self.predicted_pool_tokens is not None else "?"
-        room = f"{self.headroom_gib:.2f}" if self.headroom_gib is not None else "?"
-        head = (
-            f"planner ({self.calibration} calibration): at --mem-fraction-static {self.mem_fraction_static:g} "
-            f"the pool is predicted at {pool} tokens (target {self.target_context:,}) with {room} GiB of "
-            f"headroom (floor {self.min_headroom_gib:g} GiB)"
-        )
-        if self.fits:
-            return head + ": fits."
-        return head + ": refused: " + " ".join(self.reasons)
 
 
 class ApplyPreview(BaseModel):
@@ -330,186 +287,6 @@ def host_profile(profile: Profile, flag_list: FlagList, running: Sequence[str]) 
     return profile.model_copy(update={"command": new_command, "flags": flags}), notes
 
 
-# --------------------------------------------------------------------------------------------------
-# The planner's verdict on a profile
-# --------------------------------------------------------------------------------------------------
-
-
-def _first(values: Mapping[str, tuple[str, ...] | bool], option: str) -> str | None:
-    v = values.get(option)
-    return v[0] if isinstance(v, tuple) and v else None
-
-
-def _as_int(word: str | None) -> int | None:
-    if word is None:
-        return None
-    try:
-        return human_readable_int(word)
-    except ValueError:
-        return None
-
-
-def _as_float(word: str | None) -> float | None:
-    if word is None:
-        return None
-    try:
-        value = float(word)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
-def resolve_model(
-    override: str | None, profile: Profile, flag_list: FlagList, boots: Sequence[Boot]
-) -> ModelSpec:
-    """The model spec: the host's override, else the profile's --model-path, else the boots' own."""
-    if override:
-        return get_model(override)
-    values, _ = canonical_flags(profile, flag_list)
-    found = find_model(_first(values, "--model-path"))
-    if found is not None:
-        return found
-    for boot in reversed(boots):
-        path = boot.arg("model_path")
-        found = find_model(path if isinstance(path, str) else None)
-        if found is not None:
-            return found
-    raise ModelConfigError(
-        'the model is not in the capacity catalogue; name it with model = "..." for this host in hosts.toml'
-    )
-
-
-def _speculative(algorithm: Any, model: ModelSpec, steps: Any, topk: Any, draft: Any) -> Speculative | None:
-    if not isinstance(algorithm, str) or not algorithm:
-        return None
-
-    def num(v: Any) -> int | None:
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-        return _as_int(v) if isinstance(v, str) else None
-
-    return Speculative(
-        algorithm=algorithm,
-        draft_layers=(model.nextn_layers or 1) if algorithm.upper() == "NEXTN" else 1,
-        num_steps=num(steps),
-        eagle_topk=num(topk),
-        num_draft_tokens=num(draft),
-    )
-
-
-def _boot_config(boot: Boot, planned: PoolConfig) -> PoolConfig:
-    """The configuration a boot ran with, from its own dump (a profile's proposal must not change how an
-    old boot's pool is read)."""
-
-    def arg_int(name: str) -> int | None:
-        v = boot.arg(name)
-        return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-    kv = boot.arg("kv_cache_dtype")
-    return PoolConfig(
-        model=planned.model,
-        tp=arg_int("tp_size") or planned.tp,
-        kv_cache_dtype=kv if isinstance(kv, str) and kv else "auto",
-        page_size=arg_int("page_size") or 1,
-        max_total_tokens=arg_int("max_total_tokens"),
-        rule=planned.rule,
-        speculative=_speculative(
-            boot.arg("speculative_algorithm"),
-            planned.model,
-            boot.arg("speculative_num_steps"),
-            boot.arg("speculative_eagle_topk"),
-            boot.arg("speculative_num_draft_tokens"),
-        ),
-        max_running_requests=boot.pool.max_running_requests or arg_int("max_running_requests"),
-        context_length=boot.pool.context_len or arg_int("context_length"),
-    )
-
-
-def planner_verdict(
-    profile: Profile,
-    flag_list: FlagList,
-    boots: Sequence[Boot],
-    *,
-    model: str | None = None,
-    min_headroom_gib: float = DEFAULT_MIN_HEADROOM_GIB,
-) -> PlannerVerdict:
-    """Does the profile fit, calibrated on `boots` (the host's journal, oldest first) the way `plan` does?"""
-    out = PlannerVerdict(
-        checked=False, target_context=profile.target_context, min_headroom_gib=min_headroom_gib
-    )
-    values, _ = canonical_flags(profile, flag_list)
-    f = _as_float(_first(values, "--mem-fraction-static"))
-    out.mem_fraction_static = f
-    if f is None or not 0 < f < 1:
-        out.reasons.append(
-            "the profile sets no --mem-fraction-static between 0 and 1, so SGLang picks one itself"
-        )
-        return out
-    try:
-        spec = resolve_model(model, profile, flag_list, boots)
-    except ModelConfigError as exc:
-        out.reasons.append(str(exc).rstrip("."))
-        return out
-    out.model = spec.name
-    try:
-        cfg = PoolConfig(
-            model=spec,
-            tp=_as_int(_first(values, "--tp-size")) or 1,
-            kv_cache_dtype=_first(values, "--kv-cache-dtype") or "auto",
-            page_size=_as_int(_first(values, "--page-size")) or 1,
-            max_total_tokens=_as_int(_first(values, "--max-total-tokens")),
-            rule=sizing_rule_for(profile.sglang_version),
-            speculative=_speculative(
-                _first(values, "--speculative-algorithm"),
-                spec,
-                _first(values, "--speculative-num-steps"),
-                _first(values, "--speculative-eagle-topk"),
-                _first(values, "--speculative-num-draft-tokens"),
-            ),
-            max_running_requests=_as_int(_first(values, "--max-running-requests")),
-            context_length=_as_int(_first(values, "--context-length")) or profile.target_context,
-        )
-        spec.kv_element_bytes(cfg.kv_cache_dtype)
-        observations = [
-            observation_from_boot(b, None, _boot_config(b, cfg))
-            for b in boots
-            if b.pool.tokens is not None or b.pre_gib is not None
-        ]
-        calibration = calibrate(observations, cfg)
-        result = plan(
-            profile.target_context, cfg, calibration, mem_fraction_static=f, min_headroom_gib=min_headroom_gib
-        )
-    except (CapacityError, ModelConfigError, ValueError) as exc:
-        out.reasons.append(f"the planner cannot size this profile: {str(exc).splitlines()[0].rstrip('.')}")
-        return out
-    out.calibration = result.calibration
-    if result.calibration == "none" or result.predicted_max_total_num_tokens is None:
-        out.reasons.append("the host's journal shows no boot that sized its KV pool to calibrate on")
-        return out
-    out.checked = True
-    out.predicted_pool_tokens = result.predicted_max_total_num_tokens
-    out.headroom_gib = result.headroom_gib
-    out.recommended_mem_fraction_static = result.recommended_mem_fraction_static
-    tokens, room = out.predicted_pool_tokens, out.headroom_gib or 0.0
-    if tokens < profile.target_context:
-        out.reasons.append(
-            f"at --mem-fraction-static {f:g} the pool is predicted at {tokens:,} tokens, "
-            f"{profile.target_context - tokens:,} short of the {profile.target_context:,} target."
-        )
-    if room < min_headroom_gib:
-        out.reasons.append(
-            f"--mem-fraction-static {f:g} leaves {room:.2f} GiB of headroom, under the {min_headroom_gib:g} GiB "
-            "that CUDA graphs, activations and the draft model need: the server would likely run out of memory."
-        )
-    if out.reasons and result.recommended_mem_fraction_static is not None:
-        out.reasons.append(
-            f"--mem-fraction-static {result.recommended_mem_fraction_static:g} reaches the target with "
-            f"{result.headroom_gib_at_recommended:.2f} GiB of headroom."
-        )
-    out.fits = not out.reasons
-    return out
-
-
 __all__ = [
     "DEFAULT_MIN_FREE_GIB",
     "HOST_BOUND_FLAGS",
@@ -521,5 +298,4 @@ __all__ = [
     "host_profile",
     "judge",
     "planner_verdict",
-    "resolve_model",
 ]

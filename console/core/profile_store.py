@@ -1,7 +1,7 @@
 """Profiles on disk: where they live, listing, loading, and atomic saving.
 
 Search order: the user's profiles (`platformdirs.user_config_dir("k26-console")/profiles`), then the
-examples shipped in the repository's `profiles/`. A user profile shadows a shipped one of the same name.
+examples shipped with the console (the repository's `profiles/`, inside the package once installed). A user profile shadows a shipped one of the same name.
 Saving always goes to the user directory (or the first directory given) and is atomic: the text is
 written to a temporary file in the same directory, flushed and fsync'd, then renamed over the old file,
 and the directory is fsync'd, so a crash leaves either the old file or the new one, never half of one.
@@ -20,6 +20,7 @@ from platformdirs import user_config_dir
 from pydantic import BaseModel
 
 from console.core.profiles import Profile, ProfileError, Verified, parse_profile, record_verified
+from console.core.shipped import profiles_dir
 
 APP_NAME = "k26-console"
 
@@ -29,9 +30,8 @@ def user_profile_dir() -> Path:
 
 
 def shipped_profile_dir() -> Path | None:
-    """`profiles/` beside the `console` package (a source checkout or an editable install)."""
-    here = Path(__file__).resolve().parent.parent.parent / "profiles"
-    return here if here.is_dir() else None
+    """The example profiles shipped with the console (console.core.shipped says where they lie)."""
+    return profiles_dir()
 
 
 def default_dirs() -> list[Path]:

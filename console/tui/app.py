@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any, Protocol
 
 from rich.text import Text
@@ -32,6 +30,7 @@ from textual.widgets import TabbedContent, TabPane
 from console.core.pairing import AuditAction, AuditEntry, BreakRefused, Identity, LockHeld, PairingView
 from console.core.profile_store import ProfileStore
 from console.core.profiles import Profile, ProfileError
+from console.core.shipped import stylesheets as css_paths
 from console.core.snapshot import HostSnapshot
 from console.sources.hosts import HostConfig
 from console.sources.hoststate import local_identity
@@ -53,19 +52,8 @@ from console.tui.profiles import HostView, ProfilesScreen
 from console.tui.screens import ApplyChoice, ApplyConfirmScreen, ConfirmScreen, HelpScreen, help_keys
 from console.tui.view import ApplyTrack, display_boot, rich_style
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CONSOLE_HEARTBEAT_S = 5.0
 CONSOLE_POLL_S = 4.0
-
-
-def css_paths() -> list[Path]:
-    """The stylesheets: `styles/` at the repository root (a checkout or an editable install), else the
-    copy an installed package keeps under `<prefix>/share/k26-console/styles`."""
-    for folder in (REPO_ROOT / "styles", Path(sys.prefix) / "share" / "k26-console" / "styles"):
-        found = sorted(folder.glob("*.tcss"))
-        if found:
-            return found
-    return []
 
 
 @dataclass
