@@ -298,3 +298,43 @@ def test_an_unknown_host_is_one_sentence(tmp_path: Path, capsys: pytest.CaptureF
     code, out, err = run_main(["host", "nowhere", "--hosts", str(hosts)], capsys)
     assert code == 2 and out == ""
     assert err.strip() == f"k26-console: there is no host 'nowhere' in {hosts} (known: a)."
+
+
+def test_a_draft_model_in_a_local_directory_sizes_the_draft_pool(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An EAGLE3 head for Kimi as TorchSpec's kimi_k25_eagle3.json describes it (shared/reference/sglang.md
+    # §7): Llama-style, 1 layer, 64 KV heads of 128. It lives in a local directory, not the HF cache.
+    draft_dir = tmp_path / "models" / "kimi-k2.6-eagle3"
+    draft_dir.mkdir(parents=True)
+    (draft_dir / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLMEagle3"],
+                "model_type": "llama",
+                "hidden_size": 7168,
+                "num_attention_heads": 64,
+                "num_key_value_heads": 64,
+                "head_dim": 128,
+                "num_hidden_layers": 1,
+                "torch_dtype": "bfloat16",
+            }
+        )
+    )
+    command = [
+        sys.executable, "-m", "sglang.launch_server", "--speculative-algorithm", "EAGLE3",
+        "--speculative-draft-model-path", str(draft_dir), "--kv-cache-dtype", "fp8_e4m3",
+    ]  # fmt: skip
+    host = TwinHost(tmp_path / "state", time_scale=TIME_SCALE, server_command=command, wait_ready=False)
+    host.start_sync()
+    try:
+        facts = host_json(host, capsys)["facts"]
+    finally:
+        host.stop_sync()
+    assert facts["kv_cache_dtype"] == "fp8_e4m3"
+    assert facts["model"]["shape"]["cell_bytes"] == 35_136  # the target's MLA cell in fp8
+    draft = facts["draft"]
+    assert draft["algorithm"] == "EAGLE3" and draft["config_from"] == "host"
+    assert draft["config_path"] == str(draft_dir / "config.json")
+    # 64 KV heads at TP8 -> 8 per GPU, (128 + 128) each, 1 layer, 1 byte in fp8
+    assert draft["cell_bytes"] == 8 * 256 * 1 * 1
