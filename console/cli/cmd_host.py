@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -123,12 +124,12 @@ def _lines(report: HostReport) -> list[str]:
     s = f.sglang
     out = [
         f"host {f.host}, unit {f.unit}",
-        f"  ExecStart     {' '.join(f.exec_start)}",
+        f"  ExecStart     {shlex.join(f.exec_start)}",
         f"  interpreter   {f.interpreter or '(none)'}  [{f.interpreter_source}]"
         + (f", Python {f.python_version}" if f.python_version else ""),
         f"  SGLang        {s.version or 'unknown'} at {s.path or '?'}  [{s.source}]",
-        f"  flags         {f.flags.count} flags of SGLang {f.flags.version}, from the {f.flags.flags_from}"
-        f"  [{f.flags.source}]",
+        f"  flags         {f.flags.count} flags of SGLang {f.flags.version}, "
+        f"{'the host' if f.flags.flags_from == 'host' else 'shipped with the console'}  [{f.flags.source}]",
     ]
     m = f.model
     out.append(f"  model         {m.path or '(no --model-path)'}  [{m.source}]")
@@ -170,9 +171,16 @@ def _lines(report: HostReport) -> list[str]:
         out.append(f"  GPUs          none  [{f.gpus_source}]")
     if report.profile is not None:
         drift = report.profile_drift
-        out.append(
-            f"profile {report.profile}: {drift.summary() if drift else 'its SGLang version is unknown.'}"
-        )
+        if drift is None:
+            head = "its SGLang version has no shipped flag list to compare with."
+        elif f.sglang.version is None:
+            head = (
+                f"written for SGLang {drift.written_for}; the host's version is unknown, so it is checked "
+                f"against {f.flags.source}."
+            )
+        else:
+            head = drift.summary()
+        out.append(f"profile {report.profile}: {head}")
         if drift is not None:
             out.extend(f"  {c.sentence}" for c in drift.profile_flags)
             out.extend(f"  {c.sentence}" for c in drift.defaults)

@@ -256,6 +256,11 @@ class _Learner:
             return {}, f"{python} did not answer as a Python interpreter ({_first_line(result)})"
         if data.get("error"):
             return data, f"{python} finds no usable sglang ({data['error']})"
+        if not data.get("version"):
+            return (
+                data,
+                f"{python} finds sglang at {data.get('path')} but no version in its metadata or files",
+            )
         return data, None
 
     async def extract_flags(self, python: str, env: dict[str, str], root: str, version: str) -> FlagList:
@@ -282,8 +287,6 @@ class _Learner:
         self, python: str | None, env: dict[str, str], probe: dict[str, Any], why_not: str | None
     ) -> tuple[FlagsFacts, FlagList]:
         version = probe.get("version") if isinstance(probe.get("version"), str) else None
-        if python and why_not is None and not version:
-            why_not = f"{python} finds sglang at {probe.get('path')} but no version in its metadata or files"
         if python and version and why_not is None:
             ver = canonical_version(version)
             cached = _read_cached(self.cache_dir, ver)
@@ -397,7 +400,7 @@ async def learn_host(
         why_not = interpreter_source
     else:
         probe, why_not = await learner.sglang(python, env)
-    if python is None or (why_not and not probe.get("python")):
+    if python is None or not probe.get("path"):
         sglang = SglangFacts(source=why_not or interpreter_source)
     else:
         sglang = SglangFacts(
