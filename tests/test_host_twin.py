@@ -338,3 +338,31 @@ def test_a_draft_model_in_a_local_directory_sizes_the_draft_pool(
     assert draft["config_path"] == str(draft_dir / "config.json")
     # 64 KV heads at TP8 -> 8 per GPU, (128 + 128) each, 1 layer, 1 byte in fp8
     assert draft["cell_bytes"] == 8 * 256 * 1 * 1
+
+
+def test_a_console_script_names_its_python_in_its_shebang(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `sglang serve …` as pip installs it: a script whose #! line names the environment's Python.
+    bindir = tmp_path / "venv" / "bin"
+    bindir.mkdir(parents=True)
+    script = bindir / "sglang"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import runpy, sys\n"
+        "sys.argv = [sys.argv[0], *sys.argv[2:]]  # drop 'serve'\n"
+        "runpy.run_module('sglang.launch_server', run_name='__main__')\n"
+    )
+    script.chmod(0o755)
+    host = TwinHost(
+        tmp_path / "state", time_scale=TIME_SCALE, server_command=[str(script), "serve"], wait_ready=False
+    )
+    host.start_sync()
+    try:
+        facts = host_json(host, capsys)["facts"]
+    finally:
+        host.stop_sync()
+    assert facts["interpreter"] == sys.executable
+    assert facts["interpreter_source"] == f"the #! line of {script}, which the unit's ExecStart runs"
+    assert facts["sglang"]["path"] == str(host.layout.pylib_dir / "sglang")
+    assert facts["model"]["path"] == MODEL_ID and facts["model"]["config_from"] == "host"
