@@ -29,8 +29,9 @@ import contextlib
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import ValidationError
@@ -47,9 +48,11 @@ from console.core.hostfacts import (
     CONFIG_MAX_BYTES,
     FLAGS_MAX_BYTES,
     PROBE_MAX_BYTES,
+    DraftFacts,
     FlagsFacts,
     GpuFacts,
     HostFacts,
+    ModelArgs,
     ModelFacts,
     SglangFacts,
     draft_facts,
@@ -176,6 +179,16 @@ def _first_line(result: CommandResult) -> str:
     return line.strip()[:200] or f"exit status {result.exit_status}"
 
 
+@dataclass(frozen=True)
+class _Unit:
+    """What systemd says the unit runs, and with which environment, directory and user."""
+
+    argv: list[str]
+    env: dict[str, str]
+    working_directory: str
+    user: str
+
+
 class _Learner:
     def __init__(self, host: HostConfig, transport: Transport, cache_dir: Path, timeout_s: float) -> None:
         self.host = host
@@ -196,7 +209,7 @@ class _Learner:
 
     # ---- the unit ----------------------------------------------------------------------------
 
-    async def unit(self) -> tuple[list[str], dict[str, str]]:
+    async def unit(self) -> _Unit:
         controller = ServiceController(self.host, self.transport, command_timeout_s=self.timeout_s)
         try:
             argv = await controller.running_argv()
@@ -220,9 +233,12 @@ class _Learner:
             key, sep, value = line.partition("=")
             if sep and key not in values:
                 values[key] = value
-        unit = {"WorkingDirectory": values.get("WorkingDirectory", ""), "User": values.get("User", "")}
-        env = parse_environment(values.get("Environment", ""))
-        return argv, {**unit, **{f"env:{k}": v for k, v in env.items()}}
+        return _Unit(
+            argv=argv,
+            env=parse_environment(values.get("Environment", "")),
+            working_directory=values.get("WorkingDirectory", ""),
+            user=values.get("User", ""),
+        )
 
     # ---- the interpreter and its SGLang --------------------------------------------------------
 
@@ -327,10 +343,10 @@ class _Learner:
     # ---- the model ---------------------------------------------------------------------------
 
     async def read_config(
-        self, model_path: str, revision: str | None, unit: dict[str, str], env: dict[str, str]
+        self, model_path: str, revision: str | None, unit: _Unit
     ) -> tuple[ModelSpec | None, str | None, str]:
         """(spec, config path, where it came from or why not) for one model path."""
-        hub, _ = hf_hub_dir(env, "~")
+        hub, _ = hf_hub_dir(unit.env, "~")
         result = await self.run(
             [
                 "sh",
@@ -340,8 +356,8 @@ class _Learner:
                 model_path,
                 revision or "",
                 hub,
-                unit.get("WorkingDirectory", ""),
-                unit.get("User", ""),
+                unit.working_directory,
+                unit.user,
                 str(CONFIG_MAX_BYTES),
             ]
         )
@@ -378,6 +394,98 @@ class _Learner:
                 return get_model(self.host.model)
         return find_model(model_path)
 
+    async def model(self, args: ModelArgs, unit: _Unit) -> ModelFacts:
+        """The served model: its config.json on the host, else the catalogue's entry, named as such."""
+        spec: ModelSpec | None = None
+        config_path: str | None = None
+        source = "the unit's ExecStart names no --model-path"
+        if args.model_path:
+            spec, config_path, source = await self.read_config(args.model_path, args.revision, unit)
+        config_from: Literal["host", "catalogue"] | None = "host" if spec is not None else None
+        if spec is None:
+            fallback = self.catalogue(args.model_path)
+            if fallback is not None:
+                source = f"{source}: the model's shape comes from the console's catalogue ({fallback.name})."
+                spec, config_from = fallback, "catalogue"
+            else:
+                source = f"{source}, and the console's catalogue has no entry for it: the model's shape is unknown."
+            self.notes.append(source)
+        shape = None
+        if spec is not None:
+            try:
+                shape = model_shape(spec, tp=args.tp_size, kv_cache_dtype=args.kv_cache_dtype)
+            except ModelConfigError as exc:
+                self.notes.append(str(exc))
+        from_hub = bool(args.model_path and is_repo_id(args.model_path))
+        hub, hub_source = hf_hub_dir(unit.env, "~")
+        return ModelFacts(
+            path=args.model_path,
+            tokenizer_path=args.tokenizer_path,
+            revision=args.revision,
+            config_path=config_path,
+            config_from=config_from,
+            source=source,
+            hub_cache=hub if from_hub else None,
+            hub_cache_source=hub_source if from_hub else None,
+            shape=shape,
+            spec=spec,
+        )
+
+    async def draft(self, args: ModelArgs, unit: _Unit, target: ModelSpec | None) -> DraftFacts | None:
+        """The speculative draft's pool: its own config.json, or the target's NEXTN layers."""
+        if not args.speculative_algorithm:
+            return None
+        draft_spec = None
+        draft_path = None
+        source = "the target's own layers (no --speculative-draft-model-path)"
+        if args.draft_model_path:
+            draft_spec, draft_path, source = await self.read_config(
+                args.draft_model_path, args.draft_revision, unit
+            )
+            if draft_spec is None:
+                self.notes.append(f"{source}: the draft pool is not sized.")
+        return draft_facts(
+            args.speculative_algorithm,
+            target,
+            draft_spec,
+            path=args.draft_model_path,
+            config_path=draft_path,
+            source=source,
+            tp=args.tp_size,
+            kv_cache_dtype=args.kv_cache_dtype,
+        )
+
+    async def gpus(self) -> tuple[list[GpuFacts], str]:
+        """The sampler's cards with the bandwidth table's peak; an unknown card is named as unknown."""
+        sample = await NvidiaSmiSampler(
+            self.transport, host=self.host.name, timeout_s=self.timeout_s
+        ).sample()
+        source = (
+            f"nvidia-smi on {self.host.name}" if sample.gpus else (sample.detail or "nvidia-smi gave no GPUs")
+        )
+        out: list[GpuFacts] = []
+        for gpu in sample.gpus:
+            entry = card_bandwidth(gpu.name, gpu.memory_total_mib)
+            out.append(
+                GpuFacts(
+                    index=gpu.index,
+                    name=gpu.name,
+                    memory_total_mib=gpu.memory_total_mib,
+                    peak_bandwidth_gbs=entry.peak_gbs if entry else None,
+                    bandwidth_card=entry.name if entry else None,
+                    bandwidth_source=entry.source
+                    if entry
+                    else f"unknown: {gpu.name or 'this card'} is not in the bandwidth table",
+                )
+            )
+        unknown = sorted({g.name or "?" for g in out if g.peak_bandwidth_gbs is None})
+        if unknown:
+            self.notes.append(
+                f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not in the bandwidth table: "
+                "the peak bandwidth is unknown (docs/gpu-bandwidth.md lists the cards it knows)."
+            )
+        return out, source
+
 
 async def learn_host(
     host: HostConfig,
@@ -391,8 +499,8 @@ async def learn_host(
     came from, and each fallback taken is a note. Raises HostInfoError only when the unit itself cannot
     be read."""
     learner = _Learner(host, transport, cache_dir or default_cache_dir(), timeout_s)
-    argv, unit = await learner.unit()
-    env = {k.removeprefix("env:"): v for k, v in unit.items() if k.startswith("env:")}
+    unit = await learner.unit()
+    argv, env = unit.argv, unit.env
     python, interpreter_source = await learner.interpreter(argv)
     probe: dict[str, Any] = {}
     why_not: str | None = None
@@ -412,96 +520,15 @@ async def learn_host(
     args = model_args(argv, flag_list)
     learner.notes.extend(f"the running ExecStart: {p}" for p in args.problems)
 
-    spec: ModelSpec | None = None
-    config_path: str | None = None
-    model_source = "the unit's ExecStart names no --model-path"
-    if args.model_path:
-        spec, config_path, model_source = await learner.read_config(args.model_path, args.revision, unit, env)
-    config_from = "host" if spec is not None else None
-    if spec is None:
-        fallback = learner.catalogue(args.model_path)
-        if fallback is not None:
-            note = f"{model_source}: the model's shape comes from the console's catalogue ({fallback.name})."
-            spec, config_from = fallback, "catalogue"
-        else:
-            note = f"{model_source}, and the console's catalogue has no entry for it: the model's shape is unknown."
-        learner.notes.append(note)
-        model_source = note
-    hub, hub_source = hf_hub_dir(env, "~")
-    shape = None
-    if spec is not None:
-        try:
-            shape = model_shape(spec, tp=args.tp_size, kv_cache_dtype=args.kv_cache_dtype)
-        except ModelConfigError as exc:
-            learner.notes.append(str(exc))
-    model = ModelFacts(
-        path=args.model_path,
-        tokenizer_path=args.tokenizer_path,
-        revision=args.revision,
-        config_path=config_path,
-        config_from=config_from,  # type: ignore[arg-type]
-        source=model_source,
-        hub_cache=hub if args.model_path and is_repo_id(args.model_path) else None,
-        hub_cache_source=hub_source if args.model_path and is_repo_id(args.model_path) else None,
-        shape=shape,
-        spec=spec,
-    )
-
-    draft = None
-    if args.speculative_algorithm:
-        draft_spec = None
-        draft_path = None
-        source = "the target's own layers (no --speculative-draft-model-path)"
-        if args.draft_model_path:
-            draft_spec, draft_path, source = await learner.read_config(
-                args.draft_model_path, args.draft_revision, unit, env
-            )
-            if draft_spec is None:
-                learner.notes.append(f"{source}: the draft pool is not sized.")
-        draft = draft_facts(
-            args.speculative_algorithm,
-            spec,
-            draft_spec,
-            path=args.draft_model_path,
-            config_path=draft_path,
-            source=source,
-            tp=args.tp_size,
-            kv_cache_dtype=args.kv_cache_dtype,
-        )
-
-    gpu_facts: list[GpuFacts] = []
-    gpus_source = "not asked"
-    if gpus:
-        sample = await NvidiaSmiSampler(transport, host=host.name, timeout_s=timeout_s).sample()
-        gpus_source = (
-            f"nvidia-smi on {host.name}" if sample.gpus else (sample.detail or "nvidia-smi gave no GPUs")
-        )
-        for gpu in sample.gpus:
-            entry = card_bandwidth(gpu.name, gpu.memory_total_mib)
-            gpu_facts.append(
-                GpuFacts(
-                    index=gpu.index,
-                    name=gpu.name,
-                    memory_total_mib=gpu.memory_total_mib,
-                    peak_bandwidth_gbs=entry.peak_gbs if entry else None,
-                    bandwidth_card=entry.name if entry else None,
-                    bandwidth_source=entry.source
-                    if entry
-                    else f"unknown: {gpu.name or 'this card'} is not in the bandwidth table",
-                )
-            )
-        unknown = sorted({g.name or "?" for g in gpu_facts if g.peak_bandwidth_gbs is None})
-        if unknown:
-            learner.notes.append(
-                f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not in the bandwidth table: "
-                "the peak bandwidth is unknown (docs/gpu-bandwidth.md lists the cards it knows)."
-            )
+    model = await learner.model(args, unit)
+    draft = await learner.draft(args, unit, model.spec)
+    gpu_facts, gpus_source = await learner.gpus() if gpus else ([], "not asked")
 
     return HostFacts(
         host=host.name,
         unit=host.unit,
         exec_start=argv,
-        working_directory=unit.get("WorkingDirectory") or None,
+        working_directory=unit.working_directory or None,
         interpreter=python,
         interpreter_source=interpreter_source,
         python_version=probe.get("python") if isinstance(probe.get("python"), str) else None,
