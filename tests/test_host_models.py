@@ -142,6 +142,10 @@ def test_layers_the_model_does_not_size_are_refused_in_one_sentence() -> None:
         model_from_hf_config({"architectures": ["X"]})
     with pytest.raises(ModelConfigError, match="not valid JSON"):
         parse_hf_config('{"num_hidden_layers": ')
+    with pytest.raises(ModelConfigError, match="nests too deeply"):
+        parse_hf_config("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ModelConfigError, match="num_hidden_layers=-1"):
+        model_from_hf_config({**config("Qwen--Qwen3-0.6B"), "num_hidden_layers": -1})
 
 
 def test_plain_layer_types_all_full_attention_are_a_plain_model() -> None:

@@ -414,6 +414,9 @@ def parse_hf_config(text: str, name: str = "config.json") -> ModelSpec:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ModelConfigError(f"{name} is not valid JSON (line {exc.lineno}: {exc.msg}).") from None
+    except RecursionError:
+        # A hostile file nests brackets until the decoder gives up: still one sentence, not a traceback.
+        raise ModelConfigError(f"{name} nests too deeply to be a model config.") from None
     return model_from_hf_config(data, name)
 
 
