@@ -164,7 +164,8 @@ class ModelSpec(BaseModel):
         return self.layer_bytes(tp=tp, kv_cache_dtype=kv_cache_dtype) * (layers or self.num_layers)
 
 
-EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "MTP"})
+_DRAFT_POOL_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"})
+"""The speculative algorithms whose draft worker keeps a KV pool of its own (capacity.EAGLE_FAMILY)."""
 
 
 def draft_cell_bytes(
@@ -178,17 +179,17 @@ def draft_cell_bytes(
     """KV bytes per token per GPU of the draft worker's own pool (same token count as the target's).
 
     An EAGLE/EAGLE3/STANDALONE draft with a config of its own sizes its pool from that config (a
-    Llama-style EAGLE3 head is MHA, `kimi-k2.5-eagle3-mla` is MLA); NEXTN/MTP without a draft path uses
+    Llama-style EAGLE3 head is MHA, `kimi-k2.5-eagle3-mla` is MLA); NEXTN (MTP) without a draft path uses
     the target's own per-layer shape for its `num_nextn_predict_layers` (1 when the config says 0). No
     algorithm, or one without a KV pool of its own (NGRAM), costs nothing.
     """
     algo = (algorithm or "").upper()
-    if algo not in EAGLE_FAMILY:
+    if algo not in _DRAFT_POOL_ALGORITHMS:
         return 0
     if draft is not None:
-        layers = draft.nextn_layers if draft.nextn_layers and algo in ("NEXTN", "MTP") else None
+        layers = draft.nextn_layers if draft.nextn_layers and algo == "NEXTN" else None
         return draft.cell_bytes(tp=tp, kv_cache_dtype=kv_cache_dtype, layers=layers)
-    if algo in ("NEXTN", "MTP"):
+    if algo == "NEXTN":
         return target.layer_bytes(tp=tp, kv_cache_dtype=kv_cache_dtype) * (target.nextn_layers or 1)
     raise ModelConfigError(
         f"a {algo} draft needs its own config.json (--speculative-draft-model-path) to size its KV pool."
