@@ -9,14 +9,15 @@
 2. That interpreter, with the unit's Environment= (PYTHONPATH, a venv), is sent a small script on
    stdin (`console/sources/remote_sglang.py`) that locates `sglang` and reads its version without
    importing it (importing pulls torch and CUDA).
-3. The flag list of that version comes from the local cache (`<cache>/sglang-args/v<version>.json`),
+3. The flag list of that version comes from the local cache (`console.sources.flagcache`),
    else from the project's AST extractor (`console/tools/extract_sglang_args.py`, stdlib only) sent to
    the same interpreter and run over the installation; it is cached per version. When any of this
    fails, the shipped list (the host's version if shipped, else the default) is used and a note says why.
 4. The model's config.json is found as SGLang finds it: `--model-path` as a local directory (relative
    to the unit's WorkingDirectory), else the Hugging Face cache `models--ORG--NAME/snapshots/REV/` under
    HF_HUB_CACHE / HF_HOME / XDG_CACHE_HOME / ~/.cache of the unit's environment and user; it is read
-   size-limited. When it cannot be used the catalogue entry is, and a note says why.
+   size-limited (`console.sources.modelconfig`). When it cannot be used the catalogue entry is, and a
+   note says why.
 5. The GPUs come from the sampler's nvidia-smi query; each is matched to the bandwidth table.
 
 Nothing here changes the host, and nothing the host sends reaches a terminal unsanitised: the callers
@@ -27,25 +28,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import platformdirs
 from pydantic import ValidationError
 
 from console.core.cards import card_bandwidth
 from console.core.flags import (
-    DEFAULT_SGLANG_VERSION,
     FlagList,
-    UnknownVersion,
     canonical_version,
-    load_flag_list,
 )
 from console.core.hostfacts import (
-    CONFIG_MAX_BYTES,
     FLAGS_MAX_BYTES,
     PROBE_MAX_BYTES,
     DraftFacts,
@@ -69,11 +63,19 @@ from console.core.models import (
     ModelSpec,
     find_model,
     get_model,
-    parse_hf_config,
 )
 from console.core.text import split_lines
+from console.sources.flagcache import (
+    cache_path,
+    default_cache_dir,
+    host_flag_list,
+    read_cached,
+    shipped_flag_list,
+    write_cached,
+)
 from console.sources.gpus import NvidiaSmiSampler
 from console.sources.hosts import HostConfig
+from console.sources.modelconfig import config_argv, read_config_answer
 from console.sources.service import ServiceController, ServiceError
 from console.sources.transport import CommandResult, Transport, TransportError
 
@@ -85,93 +87,9 @@ EXTRACTOR_SCRIPT = _HERE.parent / "tools" / "extract_sglang_args.py"
 # Environment= is applied (`env -u`), so a PYTHONPATH in the operator's login does not pick the package.
 _CLEARED = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "HF_HOME", "HF_HUB_CACHE")
 
-# Finds and reads a model's config.json as SGLang would find it; prints one status line
-# (`ok SIZE PATH`, `nocache DIR`, `missing PATH`, `unreadable PATH`, `huge SIZE PATH`) and, for ok, the
-# file after it. Arguments: model path, revision, hub dir ('~/' = the unit user's home), working
-# directory, unit user, size limit.
-_CONFIG_SCRIPT = r"""
-model=$1 rev=$2 hub=$3 wd=$4 user=$5 limit=$6
-home=$HOME
-if [ -n "$user" ]; then
-  h=$(getent passwd "$user" 2>/dev/null | cut -d: -f6)
-  [ -n "$h" ] && home=$h
-fi
-case $hub in "~/"*) hub=$home/${hub#"~/"} ;; esac
-dir=
-case $model in
-  /*) dir=$model ;;
-  *) if [ -n "$wd" ] && [ -d "$wd/$model" ]; then dir=$wd/$model; fi ;;
-esac
-if [ -z "$dir" ]; then
-  case $model in */*/*|.*|*/) echo "missing $model"; exit 0 ;; esac
-  repo=$hub/models--$(printf '%s' "$model" | sed 's#/#--#')
-  if [ ! -d "$repo" ]; then echo "nocache $repo"; exit 0; fi
-  r=${rev:-main}
-  if [ -f "$repo/refs/$r" ]; then r=$(head -c 128 "$repo/refs/$r"); fi
-  dir=$repo/snapshots/$r
-fi
-f=$dir/config.json
-if [ ! -e "$f" ]; then echo "missing $f"; exit 0; fi
-if [ ! -f "$f" ] || ! size=$(wc -c < "$f" 2>/dev/null); then echo "unreadable $f"; exit 0; fi
-size=$(printf '%s' "$size" | tr -d ' ')
-if [ "$size" -gt "$limit" ]; then echo "huge $size $f"; exit 0; fi
-echo "ok $size $f"
-exec head -c "$limit" "$f"
-"""
-
 
 class HostInfoError(Exception):
     """The host cannot be learned at all (no such unit, no connection); one sentence."""
-
-
-def default_cache_dir() -> Path:
-    return Path(platformdirs.user_cache_dir("k26-console"))
-
-
-def shipped_flag_list(version: str | None) -> tuple[FlagList, str]:
-    """The shipped list for `version` when there is one, else the default; with which it is."""
-    if version:
-        with contextlib.suppress(UnknownVersion):
-            flags = load_flag_list(version)
-            return flags, f"the shipped list of the same version ({flags.sglang_version})"
-    flags = load_flag_list(DEFAULT_SGLANG_VERSION)
-    return flags, f"the shipped list of SGLang {DEFAULT_SGLANG_VERSION}"
-
-
-def host_flag_list(facts: HostFacts, cache_dir: Path | None = None) -> FlagList:
-    """The flag list `facts` names: the host's own (from the local cache) or the shipped fallback."""
-    if facts.flags.flags_from == "host":
-        cached = _read_cached(cache_dir or default_cache_dir(), facts.flags.version)
-        if cached is not None:
-            return cached
-    return shipped_flag_list(facts.flags.version)[0]
-
-
-def _cache_path(cache_dir: Path, version: str) -> Path:
-    return cache_dir / "sglang-args" / f"{canonical_version(version)}.json"
-
-
-def _read_cached(cache_dir: Path, version: str) -> FlagList | None:
-    path = _cache_path(cache_dir, version)
-    try:
-        flags = FlagList.from_json(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return flags if flags.sglang_version == canonical_version(version) else None
-
-
-def _write_cached(cache_dir: Path, flags: FlagList, text: str) -> Path:
-    path = _cache_path(cache_dir, flags.sglang_version)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _first_line(result: CommandResult) -> str:
@@ -296,7 +214,7 @@ class _Learner:
             raise ValueError("the extractor's answer is not a flag list") from None
         if not flags.flags:
             raise ValueError("the extractor found no flags")
-        _write_cached(self.cache_dir, flags, result.stdout)
+        write_cached(self.cache_dir, flags, result.stdout)
         return flags
 
     async def flags(
@@ -305,9 +223,9 @@ class _Learner:
         version = probe.get("version") if isinstance(probe.get("version"), str) else None
         if python and version and why_not is None:
             ver = canonical_version(version)
-            cached = _read_cached(self.cache_dir, ver)
+            cached = read_cached(self.cache_dir, ver)
             if cached is not None:
-                path = _cache_path(self.cache_dir, ver)
+                path = cache_path(self.cache_dir, ver)
                 return FlagsFacts(
                     flags_from="host",
                     version=cached.sglang_version,
@@ -324,7 +242,7 @@ class _Learner:
                         flags_from="host",
                         version=flags.sglang_version,
                         source=f"extracted over SSH from {probe.get('path')} by the console's AST extractor "
-                        f"(cached at {_cache_path(self.cache_dir, ver)})",
+                        f"(cached at {cache_path(self.cache_dir, ver)})",
                         count=len(flags.flags),
                     ), flags
             else:
@@ -347,46 +265,8 @@ class _Learner:
     ) -> tuple[ModelSpec | None, str | None, str]:
         """(spec, config path, where it came from or why not) for one model path."""
         hub, _ = hf_hub_dir(unit.env, "~")
-        result = await self.run(
-            [
-                "sh",
-                "-c",
-                _CONFIG_SCRIPT,
-                "sh",
-                model_path,
-                revision or "",
-                hub,
-                unit.working_directory,
-                unit.user,
-                str(CONFIG_MAX_BYTES),
-            ]
-        )
-        status, _, body = result.stdout.partition("\n")
-        word, _, rest = status.partition(" ")
-        if word == "nocache":
-            return None, None, f"there is no Hugging Face cache of {model_path} at {rest} on {self.host.name}"
-        if word == "missing":
-            return None, rest, f"{rest} does not exist on {self.host.name}"
-        if word == "unreadable":
-            return None, rest, f"{rest} on {self.host.name} cannot be read"
-        if word == "huge":
-            size, _, path = rest.partition(" ")
-            return (
-                None,
-                path,
-                f"{path} on {self.host.name} is {int(size):,} bytes, over the {CONFIG_MAX_BYTES:,} a "
-                "config.json may have",
-            )
-        if word != "ok":
-            return None, None, f"the config.json of {model_path} cannot be looked up ({_first_line(result)})"
-        size, _, path = rest.partition(" ")
-        if len(body.encode()) > CONFIG_MAX_BYTES:
-            return None, path, f"{path} on {self.host.name} came back over {CONFIG_MAX_BYTES:,} bytes"
-        try:
-            spec = parse_hf_config(body, model_path)
-        except ModelConfigError as exc:
-            return None, path, f"{path} on {self.host.name}: {str(exc).rstrip('.')}"
-        return spec, path, f"{path} on {self.host.name}"
+        argv = config_argv(model_path, revision, hub, unit.working_directory, unit.user)
+        return read_config_answer(await self.run(argv), model_path, self.host.name)
 
     def catalogue(self, model_path: str | None) -> ModelSpec | None:
         if self.host.model:
