@@ -366,3 +366,17 @@ def test_a_console_script_names_its_python_in_its_shebang(
     assert facts["interpreter_source"] == f"the #! line of {script}, which the unit's ExecStart runs"
     assert facts["sglang"]["path"] == str(host.layout.pylib_dir / "sglang")
     assert facts["model"]["path"] == MODEL_ID and facts["model"]["config_from"] == "host"
+
+
+def test_a_unit_the_host_does_not_have_is_one_sentence(
+    twin: TwinHost, cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hosts = tmp_path / "hosts.toml"
+    text = twin.hosts_toml.read_text()
+    assert '\nunit = "sglang-k26-ddtree"\n' in text
+    hosts.write_text(text.replace('\nunit = "sglang-k26-ddtree"\n', '\nunit = "no-such-sglang"\n'))
+    code, out, err = run_main(["host", "twin", "--hosts", str(hosts)], capsys)
+    assert code == 2 and out == "", out
+    assert err == (
+        'k26-console: there is no unit no-such-sglang.service on twin; set unit = "..." for this host in hosts.toml.\n'
+    )
