@@ -304,9 +304,6 @@ class HostFacts(BaseModel):
     notes: list[str] = Field(default_factory=list)
     """One sentence per fallback taken (the shipped flag list, the catalogue, an unknown card)."""
 
-    def flag_list_version(self) -> str:
-        return self.flags.version
-
 
 def draft_facts(
     algorithm: str,
