@@ -98,10 +98,12 @@ def install_sglang_tree(pylib_dir: Path, version: str = WHEEL_VERSION) -> str | 
         return None
     tree = extracted_tree(wheel)
     for entry in (tree / "sglang").iterdir():
-        if entry.name not in _TWIN_OWN:
-            (pkg / entry.name).symlink_to(entry)
+        link = pkg / entry.name
+        if entry.name not in _TWIN_OWN and not link.exists():
+            link.symlink_to(entry)
     for dist in tree.glob("sglang-*.dist-info"):
-        (pylib_dir / dist.name).symlink_to(dist)
+        if not (pylib_dir / dist.name).exists():
+            (pylib_dir / dist.name).symlink_to(dist)
     return version
 
 
