@@ -380,3 +380,32 @@ def test_a_unit_the_host_does_not_have_is_one_sentence(
     assert err == (
         'k26-console: there is no unit no-such-sglang.service on twin; set unit = "..." for this host in hosts.toml.\n'
     )
+
+
+def test_an_interpreter_that_floods_its_answer_is_cut_off(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A `python3` that runs the server but answers anything on stdin with 200 MB: the console reads
+    # 64 KiB of it, closes the channel and says so.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    flood = bindir / "python3"
+    flood.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "-" ]; then yes K26K26K26K26K26K26K26K26K26K26K26K26K26 | head -c 200000000; exit 0; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    flood.chmod(0o755)
+    command = [str(flood), "-m", "sglang.launch_server"]
+    host = TwinHost(tmp_path / "state", time_scale=TIME_SCALE, server_command=command, wait_ready=False)
+    host.start_sync()
+    try:
+        facts, notes = _notes(host, capsys)
+    finally:
+        host.stop_sync()
+    expected = (
+        f"{flood} answered with more than 65,536 characters, not the line a Python prints: the flags are "
+        "checked against the shipped list of SGLang v0.5.12.post1."
+    )
+    assert facts["flags"]["flags_from"] == "shipped" and expected in notes
+    assert facts["model"]["config_from"] == "host"  # the config.json lookup needs no Python

@@ -40,6 +40,7 @@ from console.core.flags import (
     canonical_version,
 )
 from console.core.hostfacts import (
+    CONFIG_MAX_BYTES,
     FLAGS_MAX_BYTES,
     PROBE_MAX_BYTES,
     DraftFacts,
@@ -65,6 +66,7 @@ from console.core.models import (
     get_model,
 )
 from console.core.text import split_lines
+from console.sources.bounded import OutputTooLarge, run_bounded
 from console.sources.flagcache import (
     cache_path,
     default_cache_dir,
@@ -115,8 +117,15 @@ class _Learner:
         self.timeout_s = timeout_s
         self.notes: list[str] = []
 
-    async def run(self, argv: list[str], *, input: str | None = None) -> CommandResult:
+    async def run(
+        self, argv: list[str], *, input: str | None = None, limit: int | None = None
+    ) -> CommandResult:
+        """A command on the host; with `limit`, its output is read only that far (OutputTooLarge past it)."""
         try:
+            if limit is not None:
+                return await run_bounded(
+                    self.transport, argv, limit=limit, input=input, timeout=self.timeout_s
+                )
             return await self.transport.run(argv, timeout=self.timeout_s, input=input)
         except TransportError as exc:
             raise HostInfoError(f"{str(exc).rstrip('.')}.") from None
@@ -166,7 +175,7 @@ class _Learner:
             return interp.program, f"the unit's ExecStart runs {interp.program}"
         if interp.kind == "script":
             result = await self.run(
-                ["sh", "-c", 'p=$(command -v "$1") && head -c 512 "$p"', "sh", interp.program]
+                ["sh", "-c", 'p=$(command -v "$1") && head -c 512 "$p"', "sh", interp.program], limit=4096
             )
             python = shebang_interpreter(result.stdout) if result.ok else None
             if python:
@@ -176,12 +185,18 @@ class _Learner:
         return None, f"the unit's ExecStart runs {shown}, which is not a Python interpreter"
 
     async def sglang(self, python: str, env: dict[str, str]) -> tuple[dict[str, Any], str | None]:
-        result = await self.run(self.python_argv(python, env), input=PROBE_SCRIPT.read_text())
+        try:
+            result = await self.run(
+                self.python_argv(python, env), input=PROBE_SCRIPT.read_text(), limit=PROBE_MAX_BYTES
+            )
+        except OutputTooLarge:
+            return (
+                {},
+                f"{python} answered with more than {PROBE_MAX_BYTES:,} characters, not the line a Python prints",
+            )
         if result.exit_status == 127 and not result.stdout:
             return {}, f"{python} was not found on {self.host.name}"
         text = result.stdout
-        if len(text) > PROBE_MAX_BYTES:
-            return {}, f"{python} answered with {len(text):,} bytes, not the one line a Python prints"
         try:
             data = json.loads(text.strip().split("\n")[-1]) if text.strip() else None
         except ValueError:
@@ -199,15 +214,18 @@ class _Learner:
 
     async def extract_flags(self, python: str, env: dict[str, str], root: str, version: str) -> FlagList:
         """The flag list of the host's installation: the project's extractor run there, over SSH."""
-        result = await self.run(
-            self.python_argv(python, env, root, "--version", version), input=EXTRACTOR_SCRIPT.read_text()
-        )
+        try:
+            result = await self.run(
+                self.python_argv(python, env, root, "--version", version),
+                input=EXTRACTOR_SCRIPT.read_text(),
+                limit=FLAGS_MAX_BYTES,
+            )
+        except OutputTooLarge:
+            raise ValueError(
+                f"the extractor's answer passed the console's limit of {FLAGS_MAX_BYTES:,} characters"
+            ) from None
         if not result.ok:
             raise ValueError(f"the extractor failed on {self.host.name} ({_first_line(result)})")
-        if len(result.stdout) > FLAGS_MAX_BYTES:
-            raise ValueError(
-                f"the extractor's answer is {len(result.stdout):,} bytes, over the console's limit"
-            )
         try:
             flags = FlagList.from_json(result.stdout)
         except ValidationError:
@@ -266,7 +284,11 @@ class _Learner:
         """(spec, config path, where it came from or why not) for one model path."""
         hub, _ = hf_hub_dir(unit.env, "~")
         argv = config_argv(model_path, revision, hub, unit.working_directory, unit.user)
-        return read_config_answer(await self.run(argv), model_path, self.host.name)
+        try:
+            result = await self.run(argv, limit=CONFIG_MAX_BYTES + 4096)  # + the status line
+        except OutputTooLarge as exc:
+            return None, None, f"the config.json lookup of {model_path} on {self.host.name} sent {exc}"
+        return read_config_answer(result, model_path, self.host.name)
 
     def catalogue(self, model_path: str | None) -> ModelSpec | None:
         if self.host.model:
