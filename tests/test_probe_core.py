@@ -89,7 +89,7 @@ def test_catalogue_matches_nvidia_smi_names(smi_name: str, card: str, peak: floa
 
 
 def test_unknown_cards_are_unknown() -> None:
-    assert gpu_bandwidth("AMD Instinct MI355X") is None
+    assert gpu_bandwidth("NVIDIA RTX 6000 Ada Generation") is None  # not in the table: unknown, not guessed
     assert gpu_bandwidth(None) is None
     assert gpu_bandwidth("") is None
 
@@ -188,10 +188,10 @@ def test_a_shallow_probe_does_not_judge_attention() -> None:
 
 
 def test_unknown_card_or_model_says_so() -> None:
-    result = summarize(steady(185_000, 21.0, 0.7, 4), kimi_target("AMD Instinct MI355X"))
+    result = summarize(steady(185_000, 21.0, 0.7, 4), kimi_target("NVIDIA RTX 6000 Ada Generation"))
     assert result.peak_bandwidth_gbs is None and result.bandwidth_pct is None
     assert result.effective_kv_bandwidth_gbs == pytest.approx(9.1, abs=0.01)
-    assert "AMD Instinct MI355X is not in the bandwidth catalogue" in result.diagnosis
+    assert "NVIDIA RTX 6000 Ada Generation is not in the bandwidth catalogue" in result.diagnosis
     assert result.verdict is ProbeVerdict.UNKNOWN
     no_model = ProbeTarget(host="gpu1", model="mystery-7b", peak_bandwidth_gbs=3350.0)
     verdict, line, effective, pct = diagnose(100_000, 3.0, no_model)

@@ -1,8 +1,11 @@
-"""Model architecture facts that size the KV cache: a small bundled catalogue and a Hugging Face reader.
+"""Model architecture facts that size the KV cache: a Hugging Face `config.json` reader and a small
+bundled catalogue (the fallback when the host's own config.json cannot be read).
 
-Only what enters SGLang's bytes-per-token ("cell") is kept: the attention kind, the layer count, and
-either the MLA latent widths (`kv_lora_rank`, `qk_rope_head_dim`) or the MHA/GQA head shape
-(`num_key_value_heads`, `head_dim`, `v_head_dim`). See `docs/capacity-model.md`.
+Only what enters SGLang's bytes-per-token ("cell") and its per-request state is kept: the attention
+kind, the layers that hold KV, and either the MLA latent widths (`kv_lora_rank`, `qk_rope_head_dim`) or
+the MHA/GQA head shape (`num_key_value_heads`, `head_dim`, `v_head_dim`); for hybrid models (Qwen3-Next
+/ Qwen3.5 linear attention, granite-4.0-h mamba layers) the layers that keep a recurrent state instead
+and that state's shape. See `docs/capacity-model.md`.
 """
 
 from __future__ import annotations
@@ -46,6 +49,40 @@ class ModelConfigError(ValueError):
     """A model name or config.json the console cannot use; the message is one sentence."""
 
 
+_STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+_FULL_LAYER_TYPES = frozenset({"full_attention", "attention"})
+_LINEAR_LAYER_TYPES = frozenset({"linear_attention", "mamba", "mamba2"})
+
+
+class LinearStateShape(BaseModel):
+    """The recurrent state one linear-attention/mamba layer keeps per request: SGLang's
+    `Mamba2StateShape` (srt/configs/mamba_utils.py), a conv window and an SSM state."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    intermediate_size: int
+    n_groups: int
+    num_heads: int
+    head_dim: int
+    state_size: int
+    conv_kernel: int
+    conv_dtype_bytes: int = 2
+    """bf16 unless SGLANG_MAMBA_CONV_DTYPE says otherwise."""
+    ssm_dtype_bytes: int = 4
+    """float32 unless the config's `mamba_ssm_dtype` (or SGLANG_MAMBA_SSM_DTYPE) says otherwise."""
+
+    def bytes_per_layer(self, tp: int = 1) -> int:
+        """One layer's state for one request on one GPU (`mamba_cache_per_req / len(layers)`)."""
+        tp = max(1, tp)
+        groups = self.n_groups
+        if groups % tp:
+            groups += tp - groups  # SGLang replicates the groups so each head shard keeps its own
+        conv_dim = self.intermediate_size + 2 * groups * self.state_size
+        conv = (conv_dim // tp) * (self.conv_kernel - 1) * self.conv_dtype_bytes
+        ssm = (self.num_heads // tp) * self.head_dim * self.state_size * self.ssm_dtype_bytes
+        return conv + ssm
+
+
 class ModelSpec(BaseModel):
     """The architecture facts that size SGLang's KV pool for one model."""
 
@@ -68,6 +105,22 @@ class ModelSpec(BaseModel):
     """`num_nextn_predict_layers`: the MTP draft layers the checkpoint ships (DeepSeek-V3: 1)."""
     hf_ids: tuple[str, ...] = ()
     architectures: tuple[str, ...] = ()
+    model_type: str | None = None
+    linear_layers: int = 0
+    """Hybrid models: the layers that keep a recurrent state instead of KV (they are not in `num_layers`)."""
+    linear_state: LinearStateShape | None = None
+    context_length: int | None = None
+    """`max_position_embeddings`: what SGLang takes as the context length when none is given."""
+
+    @property
+    def hybrid(self) -> bool:
+        return self.linear_layers > 0
+
+    def state_bytes_per_request(self, tp: int = 1) -> int:
+        """The recurrent state of one request on one GPU (SGLang's `mamba_cache_per_req`); 0 without one."""
+        if self.linear_state is None:
+            return 0
+        return self.linear_state.bytes_per_layer(tp) * self.linear_layers
 
     @model_validator(mode="after")
     def _complete(self) -> ModelSpec:
@@ -78,6 +131,8 @@ class ModelSpec(BaseModel):
                 raise ValueError("an MLA model needs kv_lora_rank and qk_rope_head_dim")
         elif not self.num_kv_heads or not self.head_dim:
             raise ValueError("an MHA model needs num_kv_heads and head_dim")
+        if self.linear_layers and self.linear_state is None:
+            raise ValueError("a hybrid model needs the shape of its linear-attention state")
         return self
 
     def kv_element_bytes(self, kv_cache_dtype: str = "auto") -> int:
@@ -107,6 +162,38 @@ class ModelSpec(BaseModel):
     def cell_bytes(self, *, tp: int = 1, kv_cache_dtype: str = "auto", layers: int | None = None) -> int:
         """KV bytes per token per GPU of the target model (SGLang's cell size, without draft layers)."""
         return self.layer_bytes(tp=tp, kv_cache_dtype=kv_cache_dtype) * (layers or self.num_layers)
+
+
+_DRAFT_POOL_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"})
+"""The speculative algorithms whose draft worker keeps a KV pool of its own (capacity.EAGLE_FAMILY)."""
+
+
+def draft_cell_bytes(
+    target: ModelSpec,
+    draft: ModelSpec | None,
+    algorithm: str | None,
+    *,
+    tp: int = 1,
+    kv_cache_dtype: str = "auto",
+) -> int:
+    """KV bytes per token per GPU of the draft worker's own pool (same token count as the target's).
+
+    An EAGLE/EAGLE3/STANDALONE draft with a config of its own sizes its pool from that config (a
+    Llama-style EAGLE3 head is MHA, `kimi-k2.5-eagle3-mla` is MLA); NEXTN (MTP) without a draft path uses
+    the target's own per-layer shape for its `num_nextn_predict_layers` (1 when the config says 0). No
+    algorithm, or one without a KV pool of its own (NGRAM), costs nothing.
+    """
+    algo = (algorithm or "").upper()
+    if algo not in _DRAFT_POOL_ALGORITHMS:
+        return 0
+    if draft is not None:
+        layers = draft.nextn_layers if draft.nextn_layers and algo == "NEXTN" else None
+        return draft.cell_bytes(tp=tp, kv_cache_dtype=kv_cache_dtype, layers=layers)
+    if algo == "NEXTN":
+        return target.layer_bytes(tp=tp, kv_cache_dtype=kv_cache_dtype) * (target.nextn_layers or 1)
+    raise ModelConfigError(
+        f"a {algo} draft needs its own config.json (--speculative-draft-model-path) to size its KV pool."
+    )
 
 
 def _mla(name: str, layers: int, nextn: int, hf_ids: tuple[str, ...], archs: tuple[str, ...]) -> ModelSpec:
@@ -200,29 +287,97 @@ def _int(cfg: dict[str, Any], key: str, *, required: bool = True) -> int | None:
     return value
 
 
-def model_from_hf_config(data: Any, name: str = "config.json") -> ModelSpec:
-    """A `ModelSpec` from a parsed Hugging Face `config.json` (nested `text_config` as in Kimi K2.5/K2.6)."""
-    if not isinstance(data, dict):
-        raise ModelConfigError("config.json must hold a JSON object.")
-    cfg: dict[str, Any] = data
+def _text_config(data: dict[str, Any]) -> dict[str, Any]:
+    """The language model's keys: a multimodal config (Kimi K2.5/K2.6, Qwen3.5) nests them in
+    `text_config`; its own keys win over the wrapper's."""
     text = data.get("text_config")
     if isinstance(text, dict) and "num_hidden_layers" in text:
-        cfg = {**{k: v for k, v in data.items() if k != "text_config"}, **text}
-    layers = _int(cfg, "num_hidden_layers")
+        return {**{k: v for k, v in data.items() if k != "text_config"}, **text}
+    return data
+
+
+def _layer_kinds(cfg: dict[str, Any], layers: int) -> tuple[int, int]:
+    """(full-attention layers, linear/mamba layers) as SGLang counts them for the KV pool."""
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        kinds = [str(t) for t in types[:layers]]
+        if len(kinds) != layers:
+            raise ModelConfigError(
+                f"config.json lists {len(types)} layer_types for {layers} layers; the KV layers cannot be told."
+            )
+        other = sorted({k for k in kinds if k not in _FULL_LAYER_TYPES | _LINEAR_LAYER_TYPES})
+        if other:
+            raise ModelConfigError(
+                f"config.json has {', '.join(other)} layers, which SGLang keeps in a pool of their own that "
+                "this model does not size."
+            )
+        linear = sum(1 for k in kinds if k in _LINEAR_LAYER_TYPES)
+        return layers - linear, linear
+    interval = _int(cfg, "full_attention_interval", required=False)
+    if interval:
+        full = sum(1 for i in range(layers) if (i + 1) % interval == 0)
+        return full, layers - full
+    return layers, 0
+
+
+def _linear_state(cfg: dict[str, Any]) -> LinearStateShape:
+    ssm = _STATE_DTYPE_BYTES.get(str(cfg.get("mamba_ssm_dtype") or "float32"), 4)
+    if cfg.get("linear_num_value_heads") is not None:  # Qwen3-Next / Qwen3.5 gated delta net
+        heads = _int(cfg, "linear_num_value_heads") or 0
+        value_dim = _int(cfg, "linear_value_head_dim") or 0
+        return LinearStateShape(
+            intermediate_size=value_dim * heads,
+            n_groups=_int(cfg, "linear_num_key_heads") or 0,
+            num_heads=heads,
+            head_dim=value_dim,
+            state_size=_int(cfg, "linear_key_head_dim") or 0,
+            conv_kernel=_int(cfg, "linear_conv_kernel_dim") or 0,
+            ssm_dtype_bytes=ssm,
+        )
+    if cfg.get("mamba_n_heads") is not None:  # granite-4.0-h (GraniteMoeHybrid)
+        hidden = _int(cfg, "hidden_size") or 0
+        return LinearStateShape(
+            intermediate_size=(_int(cfg, "mamba_expand", required=False) or 2) * hidden,
+            n_groups=_int(cfg, "mamba_n_groups", required=False) or 1,
+            num_heads=_int(cfg, "mamba_n_heads") or 0,
+            head_dim=_int(cfg, "mamba_d_head") or 0,
+            state_size=_int(cfg, "mamba_d_state") or 0,
+            conv_kernel=_int(cfg, "mamba_d_conv", required=False) or 4,
+            ssm_dtype_bytes=ssm,
+        )
+    raise ModelConfigError(
+        "config.json has linear-attention layers but no linear_* or mamba_* shape to size their state."
+    )
+
+
+def _kv_fp8(cfg: dict[str, Any]) -> bool:
+    """The checkpoint declares FP8 KV (`kv_cache_quant_algo: FP8`, as SGLang's model runner reads it)."""
+    quant = cfg.get("quantization_config")
+    return isinstance(quant, dict) and str(quant.get("kv_cache_quant_algo") or "").upper() == "FP8"
+
+
+def model_from_hf_config(data: Any, name: str = "config.json") -> ModelSpec:
+    """A `ModelSpec` from a parsed Hugging Face `config.json`: MHA/GQA, MLA, hybrid linear attention."""
+    if not isinstance(data, dict):
+        raise ModelConfigError("config.json must hold a JSON object.")
+    cfg = _text_config(data)
+    layers = _int(cfg, "num_hidden_layers") or 0
     dtype_name = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").removeprefix("torch.")
     dtype_bytes = _TORCH_DTYPE_BYTES.get(dtype_name, 2)
-    kv_bytes = None
-    quant = cfg.get("quantization_config")
-    if isinstance(quant, dict) and str(quant.get("kv_cache_quant_algo") or "").upper() == "FP8":
-        kv_bytes = 1
-    archs = cfg.get("architectures") or data.get("architectures") or ()
+    archs = data.get("architectures") or cfg.get("architectures") or ()
+    full, linear = _layer_kinds(cfg, layers)
+    model_type = data.get("model_type") or cfg.get("model_type")
     common: dict[str, Any] = {
         "name": name,
-        "num_layers": layers,
+        "num_layers": full,
         "dtype_bytes": dtype_bytes,
-        "kv_dtype_bytes": kv_bytes,
+        "kv_dtype_bytes": 1 if _kv_fp8(cfg) or _kv_fp8(data) else None,
         "nextn_layers": _int(cfg, "num_nextn_predict_layers", required=False) or 0,
         "architectures": tuple(str(a) for a in archs) if isinstance(archs, list) else (),
+        "model_type": str(model_type) if isinstance(model_type, str) else None,
+        "linear_layers": linear,
+        "linear_state": _linear_state(cfg) if linear else None,
+        "context_length": _int(cfg, "max_position_embeddings", required=False),
     }
     try:
         if cfg.get("kv_lora_rank"):
@@ -260,6 +415,9 @@ def parse_hf_config(text: str, name: str = "config.json") -> ModelSpec:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ModelConfigError(f"{name} is not valid JSON (line {exc.lineno}: {exc.msg}).") from None
+    except RecursionError:
+        # A hostile file nests brackets until the decoder gives up: still one sentence, not a traceback.
+        raise ModelConfigError(f"{name} nests too deeply to be a model config.") from None
     return model_from_hf_config(data, name)
 
 

@@ -20,6 +20,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from console.core.cards import GpuBandwidth, card_bandwidth
 from console.core.events import DecodeBatch, Event
 from console.core.models import ModelConfigError, ModelSpec
 
@@ -38,39 +39,9 @@ MIN_KV_BYTES_TO_JUDGE = 2e9
 MIN_SWEEP_SPAN_TOKENS = 16_000
 
 
-class GpuBandwidth(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    peak_gbs: float
-    """Peak memory bandwidth of one card, decimal GB/s (vendor datasheet)."""
-    memory: str = "HBM"
-
-
-# Order matters: the first pattern that matches the nvidia-smi name wins (PCIe/NVL before the plain part).
-_GPU_CATALOGUE: tuple[tuple[str, GpuBandwidth], ...] = (
-    (r"rtx pro 6000 blackwell", GpuBandwidth(name="RTX PRO 6000 Blackwell", peak_gbs=1792.0, memory="GDDR7")),
-    (r"h100.*pcie", GpuBandwidth(name="H100 PCIe", peak_gbs=2000.0)),
-    (r"h100.*nvl", GpuBandwidth(name="H100 NVL", peak_gbs=3900.0)),
-    (r"h100", GpuBandwidth(name="H100 SXM", peak_gbs=3350.0)),
-    (r"h200", GpuBandwidth(name="H200", peak_gbs=4800.0)),
-    (r"b200", GpuBandwidth(name="B200", peak_gbs=8000.0)),
-    (r"a100.*80\s*gb.*pcie|a100.*pcie.*80\s*gb", GpuBandwidth(name="A100 80GB PCIe", peak_gbs=1935.0)),
-    (r"a100.*80\s*gb", GpuBandwidth(name="A100 80GB SXM", peak_gbs=2039.0)),
-    (r"a100", GpuBandwidth(name="A100 40GB", peak_gbs=1555.0)),
-    (r"l40s", GpuBandwidth(name="L40S", peak_gbs=864.0, memory="GDDR6")),
-)
-
-
-def gpu_bandwidth(gpu_name: str | None) -> GpuBandwidth | None:
-    """The catalogue entry for a GPU as nvidia-smi names it (`NVIDIA H100 80GB HBM3`); None if unknown."""
-    if not gpu_name:
-        return None
-    key = re.sub(r"[-_]", " ", gpu_name.lower())
-    for pattern, entry in _GPU_CATALOGUE:
-        if re.search(pattern, key):
-            return entry
-    return None
+def gpu_bandwidth(gpu_name: str | None, memory_mib: float | None = None) -> GpuBandwidth | None:
+    """The card's peak bandwidth from `console.core.cards` (None for a card the table does not name)."""
+    return card_bandwidth(gpu_name, memory_mib)
 
 
 def kv_bytes_per_token(spec: ModelSpec | None, tp_size: int | None, kv_cache_dtype: str | None) -> int | None:

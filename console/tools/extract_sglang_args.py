@@ -12,6 +12,10 @@ Names used for `choices`, defaults and help (module constants, class attributes,
 `list(DICT.keys())`, `A + B`, enum members) are looked up across the source tree; what cannot be resolved
 statically is kept as its expression (`choices_expr`, `default_expr`) and the validator accepts any value.
 
+The module is one stdlib-only file, so it also runs where nothing of the console is installed: the
+console sends it over SSH to the Python that runs a host's SGLang (`python3 - SITE_PACKAGES` with this
+file on stdin) and reads the flag list from stdout (`console.sources.hostinfo`).
+
 Usage::
 
     pip download --no-deps sglang==0.5.23 -d /tmp/w
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import sys
 import tarfile
 import zipfile
@@ -57,6 +62,27 @@ def _wanted(name: str) -> bool:
     return name.endswith(".py") and "sglang/" in name and "/test/" not in name
 
 
+def _python_files(root: Path) -> dict[str, Path]:
+    """The `.py` files under a directory, by relative path. A directory that holds the `sglang` package
+    itself (a site-packages, as on a host) is read only under `sglang/`; links are followed (a venv or a
+    conda env may link its packages in) but each real directory is entered once."""
+    top = root / "sglang" if (root / "sglang" / "srt").is_dir() else root
+    files: dict[str, Path] = {}
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
+        st = os.stat(dirpath)
+        if (st.st_dev, st.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirnames[:] = [d for d in dirnames if d not in ("__pycache__", "test")]
+        for name in filenames:
+            if name.endswith(".py"):
+                full = Path(dirpath) / name
+                files[full.relative_to(root).as_posix()] = full
+    return files
+
+
 class SourceTree:
     def __init__(self, files: dict[str, Callable[[], str]], origin: str) -> None:
         self._files = files  # "sglang/srt/server_args.py" -> reader
@@ -67,7 +93,7 @@ class SourceTree:
     def from_path(cls, path: Path) -> SourceTree:
         if path.is_dir():
             return cls._from_names(
-                {p.relative_to(path).as_posix(): p for p in path.rglob("*.py")},
+                _python_files(path),
                 lambda p: p.read_text(encoding="utf-8", errors="replace"),
                 path.name,
             )

@@ -40,6 +40,7 @@ from console.twin.layout import (
     write_atomic,
 )
 from console.twin.realsd import RealManager, RealSystemdError, systemd_version, why_unavailable
+from console.twin.sglang_tree import install_hf_cache, install_sglang_tree
 from console.twin.ssh_server import TwinSSHServer
 from console.twin.unitfile import render_environment, render_exec
 from console.twin.units import ServiceManager, pid_alive
@@ -190,6 +191,11 @@ class TwinHost:
         return getpass.getuser()
 
     @property
+    def hf_home(self) -> Path:
+        """The unit's HF_HOME: the Hugging Face cache that holds the served model's config.json."""
+        return self.layout.root / "hf"
+
+    @property
     def sglang_url(self) -> str:
         assert self.cfg is not None
         return f"http://{self.cfg.sglang_host}:{self.cfg.sglang_port}"
@@ -310,6 +316,10 @@ class TwinHost:
         write_atomic(lay.config_path, cfg.model_dump_json(indent=1) + "\n")
         write_atomic(lay.owner_path, f"{os.getpid()}\n")
         install_standins(lay, cfg)
+        # A real SGLang's files and the model's config.json in the HF cache layout, so that what the
+        # console learns about a host (console.sources.hostinfo) it learns here from real files.
+        install_sglang_tree(lay.pylib_dir)
+        install_hf_cache(self.hf_home)
         self._write_keys()
         self._write_unit(cfg)
         self.cfg = cfg
@@ -355,6 +365,7 @@ class TwinHost:
             "PYTHONUNBUFFERED": "1",
             "K26_TWIN_SCENARIO": cfg.scenario,
             "K26_TWIN_STATE_DIR": str(self.layout.gpu_dir),
+            "HF_HOME": str(self.hf_home),
         }
         if cfg.time_scale is not None:
             env["K26_TWIN_TIME_SCALE"] = repr(cfg.time_scale)
