@@ -409,3 +409,27 @@ def test_an_interpreter_that_floods_its_answer_is_cut_off(
     )
     assert facts["flags"]["flags_from"] == "shipped" and expected in notes
     assert facts["model"]["config_from"] == "host"  # the config.json lookup needs no Python
+
+
+def test_plan_host_plans_from_the_hosts_facts_with_no_model_named(
+    twin: TwinHost, cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = _twin_journal(twin, tmp_path / "twin.journal")
+    hosts = ["--hosts", str(twin.hosts_toml)]
+    code, out_host, err = run_main(["plan", "twin", *hosts, "--target-context", "200000", "--json"], capsys)
+    assert code == 0, err
+    code, out_cat, err = run_main(
+        ["plan", "--target-context", "200000", "--journal", str(journal), "--model", "kimi-k2.6", "--json"],
+        capsys,
+    )
+    assert code == 0, err
+    by_host, by_catalogue = json.loads(out_host), json.loads(out_cat)
+    assert by_host["cell_bytes"] == by_catalogue["cell_bytes"] == 70_272
+    assert by_host["model"] == "moonshotai/Kimi-K2.6"  # the config.json's, not a catalogue name
+    assert by_host["recommended_mem_fraction_static"] == by_catalogue["recommended_mem_fraction_static"]
+    assert by_host["notes"][0].startswith("the model from twin: ")
+    # HOST and a journal file are two answers to one question: refused, one sentence
+    code, _, err = run_main(
+        ["plan", "twin", *hosts, "--target-context", "1k", "--journal", str(journal)], capsys
+    )
+    assert code == 2 and "give either HOST or --journal FILE, not both" in err

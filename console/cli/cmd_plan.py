@@ -23,6 +23,7 @@ from console.core.capacity import (
     in_range,
     range_text,
 )
+from console.core.hostfacts import HostFacts
 from console.core.models import KV_CACHE_DTYPES, ModelConfigError, ModelSpec, parse_hf_config
 from console.core.parser import parse_lines
 from console.core.planning import (
@@ -170,9 +171,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         ),
     )
     p.add_argument(
+        "host",
+        nargs="?",
+        metavar="HOST",
+        help="plan from HOST: its unit's journal over SSH, and the model (its config.json), SGLang version "
+        "and GPUs the console learns there (see `k26-console host`); no --model needed",
+    )
+    p.add_argument(
         "--target-context", type=human_int, required=True, metavar="N", help="tokens the pool must hold"
     )
     p.add_argument("--journal", metavar="FILE", help="journal text or JSON ('-' for standard input)")
+    p.add_argument("--hosts", metavar="FILE", help="the hosts file (default: hosts.toml in the config dir)")
     model = p.add_mutually_exclusive_group()
     model.add_argument(
         "--model", metavar="NAME", help="a catalogue model, e.g. kimi-k2.6, deepseek-v3, qwen3-32b"
@@ -228,17 +237,45 @@ def read_profile(ref: str) -> Profile:
         raise UsageError(str(exc)) from None
 
 
-def _model(args: argparse.Namespace, sources: list[FlagSource], boots: list[Boot]) -> ModelSpec:
+def _model(
+    args: argparse.Namespace, sources: list[FlagSource], boots: list[Boot], facts: HostFacts | None
+) -> ModelSpec:
     if args.model_config:
         return parse_hf_config(read_text(args.model_config), Path(args.model_config).name)
+    if facts is not None and not args.model and facts.model.spec is not None:
+        return facts.model.spec
     return resolve_model(sources, named=args.model, boots=boots)
+
+
+def _from_host(args: argparse.Namespace) -> tuple[list[Boot], HostFacts]:
+    """HOST's boots (its unit's journal) and what the console learns of it, both over SSH."""
+    from console.cli.cmd_host import learn
+    from console.cli.cmd_verify import _remote_boots
+
+    if args.journal:
+        raise UsageError("give either HOST or --journal FILE, not both.")
+    boots, _ = _remote_boots(args.host, args.hosts)
+    return boots, learn(args.host, args.hosts)
+
+
+def _host_notes(facts: HostFacts) -> list[str]:
+    """Where the host's facts came from, said first among the plan's notes."""
+    model = facts.model
+    said = [f"the model from {facts.host}: {model.source}"]
+    if facts.sglang.version:
+        said.append(f"SGLang {facts.sglang.version} on {facts.host} ({facts.sglang.source})")
+    return said + facts.notes
 
 
 def build_plan(args: argparse.Namespace) -> Plan:
     """The plan for the command line's flags over the profile's (a whole argv) or, without a profile,
     over the flags the journal's latest boot ran with; the planning brain does the rest."""
     profile = read_profile(args.profile) if args.profile else None
-    boots = read_boots(args.journal) if args.journal else []
+    facts: HostFacts | None = None
+    if args.host:
+        boots, facts = _from_host(args)
+    else:
+        boots = read_boots(args.journal) if args.journal else []
     latest = latest_sized(boots)
     # The fraction the journal's latest boot ran with when it has no dump: never a profile's proposal.
     latest_fraction = (
@@ -262,18 +299,25 @@ def build_plan(args: argparse.Namespace) -> Plan:
     else:
         sources = [cli, boot_source(latest)] if latest is not None else [cli]
     version = args.sglang_version or (profile.sglang_version if profile is not None else None)
+    if version is None and facts is not None:
+        version = facts.sglang.version
+    gpu_mem_gib = pick("gpu_mem_gib", [s for s in sources if not s.observed])
+    if gpu_mem_gib is None and facts is not None and latest is None:
+        # Nothing in the journal to calibrate on: the card's memory as the host reports it.
+        sizes = {g.memory_total_mib for g in facts.gpus if g.memory_total_mib}
+        gpu_mem_gib = min(sizes) / 1024 if sizes else None
     try:
         if latest_fraction is not None:
             check_fraction(latest_fraction)
-        model = _model(args, sources, boots)
-        return plan_restart(
+        model = _model(args, sources, boots, facts)
+        result = plan_restart(
             args.target_context,
             sources,
             boots,
             model=model,
             sglang_version=version,
             latest_fraction=latest_fraction,
-            gpu_mem_gib=pick("gpu_mem_gib", [s for s in sources if not s.observed]),
+            gpu_mem_gib=gpu_mem_gib,
             min_headroom_gib=args.min_headroom_gib,
         )
     except (CapacityError, ModelConfigError) as exc:
@@ -281,6 +325,9 @@ def build_plan(args: argparse.Namespace) -> Plan:
     except ValueError as exc:  # pydantic validation of a profile or journal value
         last = str(exc).split("\n")[-1].strip()
         raise UsageError(f"a flag value is out of range ({last}).") from None
+    if facts is not None:
+        result.notes[:0] = _host_notes(facts)
+    return result
 
 
 def render(result: Plan) -> str:
