@@ -43,7 +43,7 @@ def _positive(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
-        raise argparse.ArgumentTypeError("--limit must be at least 1")
+        raise argparse.ArgumentTypeError(f"--limit must be at least 1, not {value}")
     return value
 
 

@@ -33,6 +33,7 @@ from console.core.text import terminal_safe
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
     from console.core.profile_store import ProfileStore
     from console.sources.hosts import HostConfig
+    from console.sources.server import ServerClient
     from console.sources.transport import Transport
 
 MAX_TOKENS = 4096
@@ -248,6 +249,8 @@ def run(args: argparse.Namespace) -> int:
 
     async def go() -> ProbeReport:
         async with open_prober(host, **options) as prober:  # type: ignore[arg-type]
+            if args.host is None:
+                await _local_server_answers(prober.client, args.url is not None)
             keep_in: str | None = args.profile
             if args.profile and store is not None and prober.transport is not None:
                 why = await _not_running(host, prober.transport, store, args.profile)
@@ -282,6 +285,21 @@ def run(args: argparse.Namespace) -> int:
     if not report.ok:
         raise CheckFailed(report.summary())
     return EXIT_OK
+
+
+async def _local_server_answers(client: ServerClient, url_given: bool) -> None:
+    """Without HOST the probe goes to a server on this machine; when nothing answers there, the operator
+    most likely forgot the HOST: say both in one sentence (exit 2), not a connection error."""
+    from console.core.snapshot import HealthState
+
+    if (await client.health()).health is not HealthState.DOWN:
+        return
+    if url_given:
+        raise UsageError(f"no SGLang server answers at {client.base_url}; check --url, or name a HOST.")
+    raise UsageError(
+        f"no HOST given and no SGLang server answers at {client.base_url} on this machine; "
+        "name a HOST (from hosts.toml or an ssh alias) or give --url."
+    )
 
 
 async def _not_running(host: HostConfig, transport: Transport, store: ProfileStore, name: str) -> str | None:
