@@ -25,11 +25,14 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "probe",
     "profiles",
     "apply",
+    "restart",
+    "rollback",
     "confirm",
     "twin",
     "demo",
     "console",
     "audit",
+    "completion",
 )
 
 
