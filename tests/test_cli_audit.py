@@ -89,7 +89,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_audit_prints_one_line_per_entry_newest_last(twin: TwinHost) -> None:
     res = _cli("audit", "twin", "--hosts", str(twin.hosts_toml))
     assert res.returncode == 0, res.stderr
-    lines = res.stdout.splitlines()
+    # Each change's flag diff follows its line, indented (issue 18 point 8: text showed none).
+    assert "\n    - --mem-fraction-static 0.85\n    + --mem-fraction-static 0.94\n" in res.stdout
+    lines = [line for line in res.stdout.splitlines() if not line.startswith("    ")]
     assert len(lines) == 3
     local = [e.ts.astimezone().strftime("%Y-%m-%d %H:%M:%S") for e in ENTRIES]
     assert lines[0].startswith(f"{local[0]}  alice@jump1  apply  ctx-200k  ok  ")

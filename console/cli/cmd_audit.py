@@ -119,7 +119,10 @@ def run(args: argparse.Namespace) -> int:
     for record in shown:
         # The whole line, not only the user, profile and diff: the summary comes from the host too.
         sys.stdout.write(terminal_safe(record.trail_line()) + "\n")
-        for line in record.diff if record.status != "finished" else []:
+        if record.forced:
+            sys.stdout.write("    FORCED: " + terminal_safe(record.forced) + "\n")
+        # The flag diff of every change, finished or not: what was changed is the point of the trail.
+        for line in record.diff:
             sys.stdout.write("    " + terminal_safe(line) + "\n")
     if log.skipped:
         sys.stderr.write(

@@ -12,6 +12,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from console.cli.cmd_plan import human_int
@@ -203,9 +204,10 @@ def run(args: argparse.Namespace) -> int:
     from console.sources.probe import (
         DEFAULT_NEW_TOKENS,
         ProbeError,
+        append_history,
         audit_probe,
-        keep_report,
         open_prober,
+        record_profile,
         report_json,
     )
     from console.sources.transport import TransportError
@@ -247,10 +249,14 @@ def run(args: argparse.Namespace) -> int:
         options["stall_timeout_s"] = args.stall_timeout
     show = _progress_printer(sys.stderr.isatty())
 
+    in_force: list[str] = []  # the saved profile the host runs, when no --profile was given
+
     async def go() -> ProbeReport:
         async with open_prober(host, **options) as prober:  # type: ignore[arg-type]
             if args.host is None:
                 await _local_server_answers(prober.client, args.url is not None)
+            if not args.profile and prober.transport is not None:
+                in_force.extend(await _profile_in_force(host, prober.transport))
             keep_in: str | None = args.profile
             if args.profile and store is not None and prober.transport is not None:
                 why = await _not_running(host, prober.transport, store, args.profile)
@@ -277,11 +283,19 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{str(exc).rstrip('.')}.") from None
     except ProbeError as exc:
         raise CheckFailed(f"{str(exc).rstrip('.')}.") from None
+    where: str | None = None
     try:
-        keep_report(report, store=store)
+        history = append_history(report)
+        recorded = record_profile(report, report.profile, store) if report.profile else None
+        where = _where_kept(host.name, history, report.profile, recorded, in_force[0] if in_force else None)
     except (OSError, ProfileError) as exc:
         sys.stderr.write(f"k26-console: the results could not be kept: {terminal_safe(exc)}\n")
-    sys.stdout.write(report_json(report) + "\n" if args.json else format_table(report))
+    if args.json:
+        sys.stdout.write(report_json(report) + "\n")
+    else:
+        sys.stdout.write(format_table(report))
+        if where is not None:
+            sys.stdout.write(terminal_safe(where) + "\n")
     if not report.ok:
         raise CheckFailed(report.summary())
     return EXIT_OK
@@ -300,6 +314,44 @@ async def _local_server_answers(client: ServerClient, url_given: bool) -> None:
         f"no HOST given and no SGLang server answers at {client.base_url} on this machine; "
         "name a HOST (from hosts.toml or an ssh alias) or give --url."
     )
+
+
+def _where_kept(
+    host: str, history: Path, profile: str | None, recorded: Path | None, in_force: str | None
+) -> str:
+    """Where this run's numbers went: the probe history always, a profile's [verified] only when named
+    (and measured); a profile the host runs but that was not named is said to be left alone."""
+    if recorded is not None:
+        return f"results kept in {profile}'s [verified] ({recorded}) and in the probe history ({history})."
+    if in_force is not None:
+        return (
+            f"results kept in the probe history only ({history}); {host} runs profile {in_force}, whose "
+            f"[verified] is left as it was (--profile {in_force} records them there)."
+        )
+    return f"results kept in the probe history ({history})."
+
+
+async def _profile_in_force(host: HostConfig, transport: Transport) -> list[str]:
+    """The saved profile the host's unit runs as `apply` writes it (a one-item list), or none."""
+    from console.core.apply import why_not_running
+    from console.core.profile_store import ProfileStore
+    from console.core.profiles import ProfileError
+    from console.sources.service import ServiceController, ServiceError
+    from console.sources.transport import TransportError
+
+    try:
+        running = await ServiceController(host, transport).running_argv()
+    except (ServiceError, TransportError):
+        return []
+    store = ProfileStore()
+    for entry in store.entries():
+        try:
+            profile = store.load(entry.name)
+        except ProfileError:
+            continue
+        if why_not_running(profile, running) is None:
+            return [profile.name]
+    return []
 
 
 async def _not_running(host: HostConfig, transport: Transport, store: ProfileStore, name: str) -> str | None:

@@ -33,7 +33,7 @@ from console.core.profiles import (
     profile_dropin,
     validate_profile,
 )
-from console.core.systemd import ExecStartError, dropin_path
+from console.core.systemd import DROPIN_NAME, ExecStartError, dropin_path, validate_unit_name
 from console.core.text import json_safe, terminal_safe
 
 
@@ -56,7 +56,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     show = actions.add_parser("show", help="a profile, its argv and its systemd drop-in")
     show.add_argument("name", metavar="NAME")
     show.add_argument(
-        "--unit", default="sglang", help="the unit whose drop-in path is shown (default sglang)"
+        "--unit",
+        default=None,
+        help=(
+            "the unit whose drop-in path is shown (default: --host's unit, else the one unit the hosts in "
+            "hosts.toml name, else sglang)"
+        ),
+    )
+    show.add_argument("--host", metavar="HOST", help="show the drop-in as apply would write it on HOST")
+    show.add_argument(
+        "--hosts", metavar="FILE", help="the hosts file (default: hosts.toml in the config dir)"
     )
     show.add_argument("--json", action="store_true")
 
@@ -170,7 +179,7 @@ def _show(store: ProfileStore, args: argparse.Namespace) -> int:
     prof = _load(store, args.name)
     fl = _flag_list(prof.sglang_version)
     try:
-        path = dropin_path(args.unit)
+        path = _dropin_path(args)
         dropin = profile_dropin(prof, fl)
     except ExecStartError as exc:
         raise UsageError(f"profile {prof.name} cannot be written as a systemd unit: {exc}.") from None
@@ -199,6 +208,31 @@ def _show(store: ProfileStore, args: argparse.Namespace) -> int:
     _out(f"drop-in {path}:")
     _out(dropin)
     return EXIT_OK
+
+
+def _dropin_path(args: argparse.Namespace) -> str:
+    """Where `apply` writes the drop-in: --unit (in /etc/systemd/system), else the unit and unit_dir of
+    --host, else of the hosts in hosts.toml when they all name one, else the default unit's."""
+    if args.unit is not None:
+        return dropin_path(args.unit)
+    from console.sources.hosts import DEFAULT_UNIT, HostsError, load_hosts, resolve_host
+
+    try:
+        hosts = load_hosts(args.hosts)
+        if args.host is not None:
+            if hosts.get(args.host) is None:
+                known = ", ".join(sorted(hosts.hosts)) or "none"
+                raise UsageError(f"there is no host {args.host!r} in {hosts.path} (known: {known}).")
+            configs = [resolve_host(args.host, hosts)]
+        else:
+            configs = list(hosts.hosts.values())
+    except HostsError as exc:
+        raise UsageError(f"{str(exc).rstrip('.')}.") from None
+    places = {(c.unit_dir.rstrip("/"), validate_unit_name(c.unit)) for c in configs}
+    if len(places) != 1:
+        return dropin_path(DEFAULT_UNIT)
+    ((unit_dir, unit),) = places
+    return f"{unit_dir}/{unit}.d/{DROPIN_NAME}"
 
 
 def _diff(store: ProfileStore, args: argparse.Namespace) -> int:
