@@ -178,9 +178,9 @@ def test_audit_text_shows_the_flag_diff_and_that_an_apply_was_forced(twin: TwinH
     trail = _cli(twin, tmp_path, "audit", "twin", timeout=60)
     assert trail.returncode == 0, trail.stderr
     lines = trail.stdout.splitlines()
-    (at,) = [i for i, line in enumerate(lines) if "  apply  forced-091  " in line]
-    detail = lines[at + 1 : at + 4]
-    assert detail[0] == "    FORCED: the planner refused it; forced with --yes", detail
-    assert any(d.startswith("    ~ --mem-fraction-static ") and d.endswith(" → 0.91") for d in detail), detail
+    (at,) = [i for i, line in enumerate(lines) if re.search(r"  apply +forced-091  ", line)]
+    detail = [line.strip() for line in lines[at + 1 : at + 4]]
+    assert detail[0] == "FORCED: the planner refused it; forced with --yes", detail
+    assert any(d.startswith("~ --mem-fraction-static ") and d.endswith(" → 0.91") for d in detail), detail
     entry = [e for e in _trail(twin, tmp_path) if e.get("profile") == "forced-091"]
     assert [e["forced"] for e in entry] == ["the planner refused it; forced with --yes"] * 2

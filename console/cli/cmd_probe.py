@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from console.cli.cmd_plan import human_int
 from console.cli.errors import EXIT_OK, CheckFailed, UsageError
+from console.cli.tables import cell, render, styled, table
 from console.core.capacity import MAX_TOKENS as MAX_CONTEXT_TOKENS
 from console.core.capacity import in_range, range_text
 from console.core.probe import (
@@ -144,37 +145,46 @@ def _fmt(value: float | None, spec: str, unit: str = "") -> str:
     return "—" if value is None else f"{value:{spec}}{unit}"
 
 
+_STATUS_STYLE = {ProbeStatus.REFUSED: "yellow"}
+
+
 def format_table(report: ProbeReport) -> str:
-    """The human form: one row per depth, then the diagnoses."""
+    """The human form: what was probed, one row per depth, then the diagnoses."""
     t = report.target
     card = t.gpu_name or "unknown GPU"
     peak = f"{t.peak_bandwidth_gbs:,.0f} GB/s peak" if t.peak_bandwidth_gbs else "peak unknown"
-    cell = (
+    cell_size = (
         f"{t.kv_bytes_per_token_per_gpu:,} B/token/GPU" if t.kv_bytes_per_token_per_gpu else "KV cell unknown"
     )
-    lines = [
-        f"{report.host}: {t.model or 'unknown model'} on {t.gpu_count or '?'}x {card} ({peak}), KV {cell}",
-        f"{'depth':>8} {'tokens':>7} {'TTFT':>9} {'tok/s':>8} {'ITL p50':>9} {'ITL p99':>9} "
-        f"{'KV GB/s':>9} {'of peak':>8}",
-    ]
+    head = f"{report.host}: {t.model or 'unknown model'} on {t.gpu_count or '?'}x {card} ({peak}), KV {cell_size}"
+    rows = table(
+        "depth", "tokens", "TTFT", "tok/s", "ITL p50", "ITL p99", "KV GB/s", "of peak", "",
+        right=("depth", "tokens", "TTFT", "tok/s", "ITL p50", "ITL p99", "KV GB/s", "of peak"),
+    )  # fmt: skip
     for r in report.results:
         if r.status is not ProbeStatus.OK:
-            lines.append(f"{fmt_depth(r.depth):>8} {r.status.value}: {r.error}")
+            # The reason in the last column: a long server message widens no number column.
+            style = _STATUS_STYLE.get(r.status, "red")
+            rows.add_row(fmt_depth(r.depth), *["—"] * 7, cell(f"{r.status.value}: {r.error}", style))
             continue
         pct = fmt_pct(r.bandwidth_pct) if r.bandwidth_pct is not None else "—"
-        lines.append(
-            f"{fmt_depth(r.depth):>8} {r.output_tokens:>7} {_fmt(r.ttft_s, '.2f', ' s'):>9} "
-            f"{_fmt(r.decode_tok_s, '.2f'):>8} {_fmt(r.itl_p50_s, '.3f', ' s'):>9} "
-            f"{_fmt(r.itl_p99_s, '.3f', ' s'):>9} {_fmt(r.effective_kv_bandwidth_gbs, '.1f'):>9} {pct:>8}"
+        rows.add_row(
+            fmt_depth(r.depth),
+            str(r.output_tokens),
+            _fmt(r.ttft_s, ".2f", " s"),
+            _fmt(r.decode_tok_s, ".2f"),
+            _fmt(r.itl_p50_s, ".3f", " s"),
+            _fmt(r.itl_p99_s, ".3f", " s"),
+            _fmt(r.effective_kv_bandwidth_gbs, ".1f"),
+            pct,
+            "",
         )
-    measured = [r for r in report.results if r.status is ProbeStatus.OK]
-    for r in measured:
-        lines.append(f"{fmt_depth(r.depth)}: {r.diagnosis}.")
+    lines = [f"{fmt_depth(r.depth)}: {r.diagnosis}." for r in report.results if r.status is ProbeStatus.OK]
     if report.fit is not None:
         lines.append(f"sweep: {report.fit.diagnosis}.")
     # The host name, the model, the card's name (from nvidia-smi) and the server's error messages come
-    # from the host: each line is drawn terminal-safe, so none of them can send an escape sequence.
-    return "".join(terminal_safe(line) + "\n" for line in lines)
+    # from the host: each line and cell is drawn terminal-safe, so none of them can send an escape sequence.
+    return styled(head, "bold") + "\n" + render(rows) + "".join(terminal_safe(line) + "\n" for line in lines)
 
 
 def _progress_printer(enabled: bool) -> Callable[[ProbeProgress], None]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from console.cli.cmd_plan import finite_float, ranged
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from console.cli.tables import cell, render, table
 from console.core.apply import PlannerVerdict
 from console.core.capacity import MAX_GPU_MEM_GIB
 from console.core.flags import FlagList, UnknownVersion, available_versions, load_flag_list
@@ -163,15 +164,26 @@ def _list(store: ProfileStore, args: argparse.Namespace) -> int:
     if not rows:
         _out("no profiles in " + ", ".join(str(d) for d in store.dirs))
         return EXIT_OK
-    width = max(len(r["name"]) for r in rows)
+    listing = table("name", "target", "sglang", "verified pool", "verified", "origin", right=("target",))
+    broken: list[dict[str, Any]] = []
     for r in rows:
         if "error" in r:
-            _out(f"{r['name']:<{width}}  unreadable: {r['error']}")
+            broken.append(r)
             continue
-        pool = f"verified pool {r['verified_pool_tokens']:,}" if r["verified_pool_tokens"] else "not verified"
-        _out(
-            f"{r['name']:<{width}}  target {r['target_context']:>9,}  {r['sglang_version']:<14}  {pool:<22}  {r['origin']}"
+        pool = f"{r['verified_pool_tokens']:,}" if r["verified_pool_tokens"] else "—"
+        when = (r["verified_when"] or "")[:10] or ("?" if r["verified_pool_tokens"] else "never")
+        listing.add_row(
+            cell(r["name"], "bold"),
+            f"{r['target_context']:,}",
+            cell(r["sglang_version"]),
+            cell(pool, "green" if r["verified_pool_tokens"] else "dim"),
+            when,
+            r["origin"],
         )
+    if len(broken) < len(rows):
+        sys.stdout.write(render(listing))
+    for r in broken:
+        _out(f"{r['name']}  unreadable: {r['error']}")
     return EXIT_OK
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, CliError, HostBusy, UsageError
 from console.cli.remote import connected, inventory_host
+from console.cli.tables import styled
 from console.core.apply import ApplyOutcome, ApplyProgress
 from console.core.pairing import AuditAction, AuditEntry, BreakRefused, LockHeld
 from console.core.restart import PHASE_LABELS, Phase
@@ -85,6 +86,12 @@ def json_line(kind: str, data: dict[str, Any]) -> None:
     out(json.dumps({"type": kind, **data}, ensure_ascii=False))
 
 
+_PHASE_STYLE = {
+    Phase.FAILED.value: "bold red",
+    Phase.READY.value: "bold green",
+}
+
+
 class Printer:
     """Prints each phase as it starts, with how long the one before took and the ETA. `tag_rollback`
     marks the phases of a rollback that follows an apply (a rollback on its own needs no tag)."""
@@ -107,10 +114,12 @@ class Printer:
             eta = f"  ETA {p.eta_s:.0f} s" if p.eta_s is not None else ""
             tag = "rollback: " if p.purpose == "rollback" and self.tag_rollback else ""
             if p.phase != Phase.DONE.value or p.message:
-                out(f"{p.elapsed_s:8.1f} s  {tag}{p.label}{took}{eta}")
+                label = styled(f"{tag}{p.label}", _PHASE_STYLE.get(p.phase, "bold cyan"))
+                out(f"{p.elapsed_s:8.1f} s  {label}{took}{eta}")
             self.last = key
         if p.message:
-            out(f"            {p.message}")
+            # Messages quote the host (paths, the journal's reasons): drawn safe, dim on a terminal.
+            out(f"            {styled(p.message, 'dim')}")
 
 
 def render_outcome(o: ApplyOutcome, indent: str = "") -> list[str]:
@@ -289,7 +298,9 @@ def change_host(host: HostConfig, run: ChangeRun, args: argparse.Namespace, oper
         if args.json:
             json_line("outcome", outcome.model_dump(mode="json"))
         else:
-            for line in render_outcome(outcome):
+            summary, *rest = render_outcome(outcome)
+            out(styled(summary, "bold green" if outcome.ok else "bold red"))
+            for line in rest:
                 out(terminal_safe(line))
         if unrecorded is not None:
             raise CheckFailed(unrecorded)
