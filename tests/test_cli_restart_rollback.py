@@ -184,3 +184,24 @@ def test_audit_text_shows_the_flag_diff_and_that_an_apply_was_forced(twin: TwinH
     assert any(d.startswith("~ --mem-fraction-static ") and d.endswith(" → 0.91") for d in detail), detail
     entry = [e for e in _trail(twin, tmp_path) if e.get("profile") == "forced-091"]
     assert [e["forced"] for e in entry] == ["the planner refused it; forced with --yes"] * 2
+
+
+def test_restart_and_rollback_wait_for_an_armed_host_side_rollback_to_be_settled(
+    twin: TwinHost, tmp_path: Path
+) -> None:
+    # Not verified (0.91 falls short of 200k) and no console rollback: the host-side one stays armed.
+    profile = profile_variant(tmp_path, "armed-091", fraction="0.91")
+    res = _cli(twin, tmp_path, "apply", "twin", str(profile), "--yes", "--confirm-within", "600")
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    try:
+        before = _unit(twin)
+        for command in ("restart", "rollback"):
+            res = _cli(twin, tmp_path, command, "twin", "--yes", timeout=60)
+            assert res.returncode == 2, (command, res.stdout, res.stderr)
+            line = one_sentence(res.stderr)
+            assert "settle it first with k26-console confirm twin" in line and "the host is unchanged" in line
+            assert _unit(twin) == before
+            assert not _lock_file(twin).exists()
+    finally:
+        settled = _cli(twin, tmp_path, "confirm", "twin", "--rollback-now")
+        assert settled.returncode == 0, (settled.stdout, settled.stderr)

@@ -18,12 +18,14 @@ import sys
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from console.cli.cmd_plan import finite_float
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, CliError, HostBusy, UsageError
 from console.cli.remote import connected, inventory_host
 from console.cli.tables import styled
-from console.core.apply import ApplyOutcome, ApplyProgress
+from console.core.apply import DEFAULT_MIN_FREE_GIB, ApplyOutcome, ApplyProgress
 from console.core.pairing import AuditAction, AuditEntry, BreakRefused, LockHeld
 from console.core.restart import PHASE_LABELS, Phase
 from console.core.text import terminal_safe
@@ -427,35 +429,28 @@ def add_service_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", metavar="FILE", help="the hosts file (default: hosts.toml in the config dir)")
     p.add_argument(
         "--min-free-gib",
-        type=_finite,
-        default=None,
+        type=finite_float,
+        default=DEFAULT_MIN_FREE_GIB,
         metavar="G",
-        help="least GPU memory free at ready for the boot to verify (default as apply)",
+        help=f"least GPU memory free at ready for the boot to verify (default {DEFAULT_MIN_FREE_GIB:g})",
     )
     p.add_argument(
         "--boot-timeout",
-        type=_finite,
+        type=finite_float,
         default=1800.0,
         metavar="S",
         help="seconds to wait for the new boot to be ready (default 1800)",
     )
 
 
-def _finite(text: str) -> float:
-    from console.cli.cmd_plan import finite_float
-
-    return finite_float(text)
-
-
 def run_service_change(args: argparse.Namespace, action: AuditAction) -> int:
     """`restart` or `rollback` HOST: under the lock, with the phases, the verification and the audit
     trail of `apply`. A host-side rollback still armed by a commit-confirmed apply is settled first
     (`k26-console confirm`): restarting under it would race its timer."""
-    from console.core.apply import DEFAULT_MIN_FREE_GIB
     from console.sources.confirm import HostRollback
     from console.sources.service import ServiceController
 
-    if (args.min_free_gib is not None and args.min_free_gib < 0) or args.boot_timeout <= 0:
+    if args.min_free_gib < 0 or args.boot_timeout <= 0:
         raise UsageError("--min-free-gib must not be negative, --boot-timeout must be positive.")
     host = inventory_host(args.host, args.hosts)
     unit = host.unit_name
@@ -464,12 +459,10 @@ def run_service_change(args: argparse.Namespace, action: AuditAction) -> int:
     change = ChangeRun(action, title)
 
     async def operate(transport: Transport, state: HostStateDir) -> tuple[ApplyOutcome, str | None]:
-        from datetime import UTC, datetime
-
         controller = ServiceController(
             host,
             transport,
-            min_free_gib=DEFAULT_MIN_FREE_GIB if args.min_free_gib is None else args.min_free_gib,
+            min_free_gib=args.min_free_gib,
             boot_timeout_s=args.boot_timeout,
         )
         change.phase = "validate"
