@@ -155,3 +155,18 @@ def test_probe_with_no_host_names_the_forgotten_host(
         f"k26-console: no HOST given and no SGLang server answers at http://127.0.0.1:{port} on this "
         "machine; name a HOST (from hosts.toml or an ssh alias) or give --url."
     )
+
+
+def test_an_ssh_config_alias_is_tried_when_its_hostname_resolves(
+    operator: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = operator / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        "Host lab-alias\n  HostName 127.0.0.1\n\nHost dead-alias\n  HostName gone.invalid\n"
+    )
+    monkeypatch.setenv("HOME", str(home))
+    code, _, err = run_main(["lab-alias"], capsys)
+    assert code == 2 and "needs a terminal" in one_sentence(err)  # handed to the console
+    code, _, err = run_main(["dead-alias"], capsys)
+    assert code == 2 and "'dead-alias' is not a host in" in one_sentence(err)
