@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from console.cli.hostchange import add_service_options, run_service_change
+from console.cli.service_change import add_service_options, run_service_change
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
