@@ -66,6 +66,10 @@ def test_bash_completes_commands_hosts_profiles_and_options(home: Path) -> None:
     assert _complete(home, "k26-console", "apply", "gpu-a", "ctx-2") == ["ctx-200k", "ctx-256k"]
     # --hosts takes a value: the positional after it is still the host, then the profile.
     assert _complete(home, "k26-console", "apply", "--hosts", "h.toml", "gpu-a", "mi") == ["mine"]
+    # The hosts come from the file --hosts names, wherever it stands on the line.
+    (home / "lab.toml").write_text('[hosts.lab7]\nssh = "127.0.0.1"\n')
+    assert _complete(home, "k26-console", "restart", "--hosts", "lab.toml", "") == ["lab7"]
+    assert _complete(home, "k26-console", "rollback", "--hosts=lab.toml", "l") == ["lab7"]
     assert _complete(home, "k26-console", "probe", "gpu-a", "--profile", "m") == ["mine"]
     assert _complete(home, "k26-console", "profiles", "s") == ["show"]
     assert _complete(home, "k26-console", "profiles", "show", "mi") == ["mine"]

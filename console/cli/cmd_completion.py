@@ -36,16 +36,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         choices=("hosts", "profiles"),
         help="print the host or profile names, one a line (what the script asks for on Tab)",
     )
+    p.add_argument("--hosts", metavar="FILE", help="with --names hosts: the hosts file to read")
     p.set_defaults(func=run)
 
 
-def names(kind: str) -> list[str]:
+def names(kind: str, hosts_file: str | None = None) -> list[str]:
     """The names the script offers; nothing when they cannot be read."""
     if kind == "hosts":
         from console.sources.hosts import HostsError, load_hosts
 
         try:
-            return sorted(load_hosts().hosts)
+            return sorted(load_hosts(hosts_file).hosts)
         except HostsError:
             return []
     from console.core.profile_store import ProfileStore
@@ -93,7 +94,19 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
     actions = " ".join(_subparsers(commands["profiles"])) if "profiles" in commands else ""
     return f"""# k26-console completion for bash (k26-console completion bash)
 _k26_console_names() {{
-    command k26-console completion --names "$1" 2>/dev/null
+    # Host names from the hosts file the command line names with --hosts, if it names one.
+    local i file=""
+    for (( i=1; i < ${{#COMP_WORDS[@]}}; i++ )); do
+        case "${{COMP_WORDS[i]}}" in
+            --hosts) file="${{COMP_WORDS[i+1]}}" ;;
+            --hosts=*) file="${{COMP_WORDS[i]#--hosts=}}" ;;
+        esac
+    done
+    if [[ "$1" == hosts && -n "$file" ]]; then
+        command k26-console completion --names hosts --hosts "$file" 2>/dev/null
+    else
+        command k26-console completion --names "$1" 2>/dev/null
+    fi
 }}
 
 _k26_console() {{
@@ -169,7 +182,8 @@ def zsh_script(parser: argparse.ArgumentParser) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.names:
-        sys.stdout.write("".join(f"{name}\n" for name in names(args.names) if name.isprintable()))
+        found = names(args.names, args.hosts)
+        sys.stdout.write("".join(f"{name}\n" for name in found if name.isprintable()))
         return EXIT_OK
     if args.shell is None:
         raise UsageError("name the shell: k26-console completion bash, or k26-console completion zsh.")
