@@ -189,7 +189,8 @@ def test_line_separators_inside_values_hide_no_entry(twin: TwinHost, tmp_path: P
     assert [AuditEntry.model_validate(e) for e in data["trail"]] == entries
     text = _cli("audit", "twin", "--hosts", str(hosts))
     assert text.returncode == 0 and text.stderr == "", text.stderr
-    assert len(text.stdout.split("\n")) == 4  # three lines and the final newline: the separators are drawn
+    # The header, three rows and the final newline: the separators are drawn, they split no row.
+    assert len(text.stdout.split("\n")) == 5
     assert "\u2028" not in text.stdout and "\x85" not in text.stdout
 
 
@@ -239,11 +240,13 @@ def test_audit_shows_an_unfinished_apply(twin: TwinHost, tmp_path: Path) -> None
     _seed(twin, hosts, [a, _outcome(a, 5), b])
     res = _cli("audit", "twin", "--hosts", str(hosts))
     assert res.returncode == 0, res.stderr
-    lines = res.stdout.strip().split("\n")
-    assert len(lines) == 3, lines  # two changes, and the diff line of the unfinished one
+    header, *body = res.stdout.rstrip("\n").split("\n")
+    assert header.split()[:2] == ["when", "who"], header
+    lines = [line for line in body if not line.startswith(" ")]
+    assert len(lines) == 2, body  # two changes; each one's diff under it
     assert "alice applied ctx-a" in lines[0]
     assert "started" in lines[1] and "UNFINISHED, interrupted" in lines[1] and "ctx-b" in lines[1]
-    assert lines[2] == "    ~ --mem-fraction-static 0.85 → 0.9"
+    assert body[-1].strip() == "~ --mem-fraction-static 0.85 → 0.9"  # the unfinished one's, last
     data = json.loads(_cli("audit", "twin", "--hosts", str(hosts), "--json").stdout)
     assert data["total"] == 2 and data["unfinished"] == 1 and len(data["trail"]) == 3
     assert [e["status"] for e in data["entries"]] == ["finished", "unfinished"]

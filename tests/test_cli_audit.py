@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -89,16 +90,24 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_audit_prints_one_line_per_entry_newest_last(twin: TwinHost) -> None:
     res = _cli("audit", "twin", "--hosts", str(twin.hosts_toml))
     assert res.returncode == 0, res.stderr
-    lines = res.stdout.splitlines()
+    header, *body = res.stdout.splitlines()
+    assert re.split(r" {2,}", header) == ["when", "who", "action", "profile", "outcome", "what"]
+    # Each change's flag diff follows its row, in the last column (issue 18 point 8: text showed none).
+    detail = [line.strip() for line in body if line.startswith(" ")]
+    assert detail == ["- --mem-fraction-static 0.85", "+ --mem-fraction-static 0.94"]
+    assert all(line.index("- --mem") == header.index("what") + 2 for line in body if "- --mem" in line)
+    lines = [line for line in body if not line.startswith(" ")]
     assert len(lines) == 3
     local = [e.ts.astimezone().strftime("%Y-%m-%d %H:%M:%S") for e in ENTRIES]
-    assert lines[0].startswith(f"{local[0]}  alice@jump1  apply  ctx-200k  ok  ")
+    cols = [re.split(r" {2,}", line, maxsplit=5) for line in lines]
+    assert cols[0][:5] == [local[0], "alice@jump1", "apply", "ctx-200k", "ok"]
+    assert cols[1][:5] == [local[1], "bob@jump2", "apply", "ctx-256k", "rolled_back"]
+    assert cols[2][:5] == [local[2], "bob@jump2", "lock_break", "-", "ok"]
+    assert cols[2][5].startswith("bob broke alice@jump1's lock")
     assert "alice applied ctx-200k; restart 5m12s; verified 218,484 tokens" in lines[0]
     assert "phases restart 2.0s, stopping 8.0s, loading_weights 4m32s, kv_pool 30s" in lines[0]
     assert "total 5m18s" in lines[0]
-    assert lines[1].startswith(f"{local[1]}  bob@jump2  apply  ctx-256k  rolled_back  ")
     assert "FAILED, rolled back" in lines[1] and "CUDA out of memory" in lines[1]
-    assert lines[2].startswith(f"{local[2]}  bob@jump2  lock_break  -  ok  bob broke alice@jump1's lock")
     assert res.stderr == "k26-console: skipped 1 unreadable line(s) of ~/.k26-console/audit.jsonl on twin.\n"
 
 
@@ -112,7 +121,7 @@ def test_audit_json_and_limit(twin: TwinHost) -> None:
     last = json.loads(_cli("audit", "twin", "--hosts", str(twin.hosts_toml), "--json", "--limit", "2").stdout)
     assert [e["action"] for e in last["entries"]] == ["apply", "lock_break"] and last["total"] == 3
     one = _cli("audit", "twin", "--hosts", str(twin.hosts_toml), "--limit", "1")
-    assert one.stdout.count("\n") == 1 and "lock_break" in one.stdout
+    assert one.stdout.count("\n") == 2 and "lock_break" in one.stdout.splitlines()[1]  # header, one row
 
 
 def test_empty_trail_says_so(twin: TwinHost, tmp_path: Path) -> None:

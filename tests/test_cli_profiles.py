@@ -29,7 +29,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_list(pdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "profiles", "--dir", str(pdir), "list")
     assert code == 0
-    assert [line.split()[0] for line in out.splitlines()] == ["ctx-32k", "ctx-128k", "ctx-200k", "ctx-256k"]
+    header, *rows = out.splitlines()
+    assert header.split()[:3] == ["name", "target", "sglang"]
+    assert [line.split()[0] for line in rows] == ["ctx-32k", "ctx-128k", "ctx-200k", "ctx-256k"]
     code, out, _ = run(capsys, "profiles", "--dir", str(pdir), "list", "--json")
     rows = json.loads(out)
     assert {r["name"]: r["target_context"] for r in rows}["ctx-200k"] == 200_000

@@ -13,8 +13,10 @@ import json
 import sys
 
 from pydantic import BaseModel, Field
+from rich.table import Table
 
 from console.cli.errors import EXIT_OK, UsageError
+from console.cli.tables import cell, render, table
 from console.core.pairing import AuditEntry, AuditLog, AuditRecord
 from console.core.text import terminal_safe
 
@@ -43,7 +45,7 @@ def _positive(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
-        raise argparse.ArgumentTypeError("--limit must be at least 1")
+        raise argparse.ArgumentTypeError(f"--limit must be at least 1, not {value}")
     return value
 
 
@@ -96,6 +98,28 @@ def _json_text(data: object) -> str:
     return json.dumps(data, ensure_ascii=False).translate(_C1_AND_SEPARATORS)
 
 
+_OUTCOME_STYLE = {"ok": "green", "refused": "yellow", "started": "cyan"}
+
+
+def _table(records: list[AuditRecord]) -> Table:
+    """One row per change; under it, FORCED with why, and its flag diff, finished or not (what was
+    changed is the point of the trail). Every cell is drawn safe: all of it comes from the host."""
+    rows = table("when", "who", "action", "profile", "outcome", "what", wrap=("what",))
+    for record in records:
+        when = record.ts.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        cols = [when, record.who, record.action, record.profile or "-", record.outcome]
+        line = record.trail_line()
+        prefix = "  ".join(cols) + "  "
+        what = line.removeprefix(prefix)
+        outcome_style = _OUTCOME_STYLE.get(record.outcome, "red")
+        rows.add_row(*(cell(c) for c in cols[:4]), cell(record.outcome, outcome_style), cell(what))
+        if record.forced:
+            rows.add_row("", "", "", "", "", cell(f"FORCED: {record.forced}", "bold red"))
+        for diff_line in record.diff:
+            rows.add_row("", "", "", "", "", cell(f"  {diff_line}", "dim"))
+    return rows
+
+
 def run(args: argparse.Namespace) -> int:
     state_dir, log, records = _read(args.host, args.hosts)
     shown = records[-args.limit :] if args.limit else records
@@ -116,11 +140,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(
             f"no audit entries on {terminal_safe(args.host)} (in {terminal_safe(state_dir)}/audit.jsonl).\n"
         )
-    for record in shown:
-        # The whole line, not only the user, profile and diff: the summary comes from the host too.
-        sys.stdout.write(terminal_safe(record.trail_line()) + "\n")
-        for line in record.diff if record.status != "finished" else []:
-            sys.stdout.write("    " + terminal_safe(line) + "\n")
+    if shown:
+        sys.stdout.write(render(_table(shown)))
     if log.skipped:
         sys.stderr.write(
             f"k26-console: skipped {log.skipped} unreadable line(s) of {terminal_safe(state_dir)}/audit.jsonl "

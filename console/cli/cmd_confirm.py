@@ -17,8 +17,8 @@ import asyncio
 import contextlib
 from datetime import UTC, datetime
 
-from console.cli.cmd_apply import _Printer, _take_lock, render_outcome
 from console.cli.errors import EXIT_OK, CheckFailed, UsageError
+from console.cli.hostchange import Printer, render_outcome, take_lock
 from console.cli.remote import connected, inventory_host
 from console.core.apply import judge
 from console.core.pairing import AuditEntry
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from console.sources.transport import TransportError
 
     host = inventory_host(args.host, args.hosts)
-    printer = _Printer(args.json)
+    printer = Printer(args.json)
 
     async def main() -> str:
         transport = await connected(host)
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             guard = HostRollback(controller, state)
             intent = "roll back now" if args.rollback_now else "confirm the boot"
             async with contextlib.AsyncExitStack() as stack:
-                await _take_lock(stack, state, intent, args)
+                await take_lock(stack, state, intent, args)
                 pending = await guard.pending()
                 if pending is None:
                     raise CheckFailed(f"no host-side rollback is armed on {host.name}: nothing to confirm.")

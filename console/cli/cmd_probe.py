@@ -12,10 +12,12 @@ import asyncio
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from console.cli.cmd_plan import human_int
 from console.cli.errors import EXIT_OK, CheckFailed, UsageError
+from console.cli.tables import cell, render, styled, table
 from console.core.capacity import MAX_TOKENS as MAX_CONTEXT_TOKENS
 from console.core.capacity import in_range, range_text
 from console.core.probe import (
@@ -33,6 +35,7 @@ from console.core.text import terminal_safe
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
     from console.core.profile_store import ProfileStore
     from console.sources.hosts import HostConfig
+    from console.sources.server import ServerClient
     from console.sources.transport import Transport
 
 MAX_TOKENS = 4096
@@ -142,37 +145,46 @@ def _fmt(value: float | None, spec: str, unit: str = "") -> str:
     return "—" if value is None else f"{value:{spec}}{unit}"
 
 
+_STATUS_STYLE = {ProbeStatus.REFUSED: "yellow"}
+
+
 def format_table(report: ProbeReport) -> str:
-    """The human form: one row per depth, then the diagnoses."""
+    """The human form: what was probed, one row per depth, then the diagnoses."""
     t = report.target
     card = t.gpu_name or "unknown GPU"
     peak = f"{t.peak_bandwidth_gbs:,.0f} GB/s peak" if t.peak_bandwidth_gbs else "peak unknown"
-    cell = (
+    cell_size = (
         f"{t.kv_bytes_per_token_per_gpu:,} B/token/GPU" if t.kv_bytes_per_token_per_gpu else "KV cell unknown"
     )
-    lines = [
-        f"{report.host}: {t.model or 'unknown model'} on {t.gpu_count or '?'}x {card} ({peak}), KV {cell}",
-        f"{'depth':>8} {'tokens':>7} {'TTFT':>9} {'tok/s':>8} {'ITL p50':>9} {'ITL p99':>9} "
-        f"{'KV GB/s':>9} {'of peak':>8}",
-    ]
+    head = f"{report.host}: {t.model or 'unknown model'} on {t.gpu_count or '?'}x {card} ({peak}), KV {cell_size}"
+    rows = table(
+        "depth", "tokens", "TTFT", "tok/s", "ITL p50", "ITL p99", "KV GB/s", "of peak", "",
+        right=("depth", "tokens", "TTFT", "tok/s", "ITL p50", "ITL p99", "KV GB/s", "of peak"),
+    )  # fmt: skip
     for r in report.results:
         if r.status is not ProbeStatus.OK:
-            lines.append(f"{fmt_depth(r.depth):>8} {r.status.value}: {r.error}")
+            # The reason in the last column: a long server message widens no number column.
+            style = _STATUS_STYLE.get(r.status, "red")
+            rows.add_row(fmt_depth(r.depth), *["—"] * 7, cell(f"{r.status.value}: {r.error}", style))
             continue
         pct = fmt_pct(r.bandwidth_pct) if r.bandwidth_pct is not None else "—"
-        lines.append(
-            f"{fmt_depth(r.depth):>8} {r.output_tokens:>7} {_fmt(r.ttft_s, '.2f', ' s'):>9} "
-            f"{_fmt(r.decode_tok_s, '.2f'):>8} {_fmt(r.itl_p50_s, '.3f', ' s'):>9} "
-            f"{_fmt(r.itl_p99_s, '.3f', ' s'):>9} {_fmt(r.effective_kv_bandwidth_gbs, '.1f'):>9} {pct:>8}"
+        rows.add_row(
+            fmt_depth(r.depth),
+            str(r.output_tokens),
+            _fmt(r.ttft_s, ".2f", " s"),
+            _fmt(r.decode_tok_s, ".2f"),
+            _fmt(r.itl_p50_s, ".3f", " s"),
+            _fmt(r.itl_p99_s, ".3f", " s"),
+            _fmt(r.effective_kv_bandwidth_gbs, ".1f"),
+            pct,
+            "",
         )
-    measured = [r for r in report.results if r.status is ProbeStatus.OK]
-    for r in measured:
-        lines.append(f"{fmt_depth(r.depth)}: {r.diagnosis}.")
+    lines = [f"{fmt_depth(r.depth)}: {r.diagnosis}." for r in report.results if r.status is ProbeStatus.OK]
     if report.fit is not None:
         lines.append(f"sweep: {report.fit.diagnosis}.")
     # The host name, the model, the card's name (from nvidia-smi) and the server's error messages come
-    # from the host: each line is drawn terminal-safe, so none of them can send an escape sequence.
-    return "".join(terminal_safe(line) + "\n" for line in lines)
+    # from the host: each line and cell is drawn terminal-safe, so none of them can send an escape sequence.
+    return styled(head, "bold") + "\n" + render(rows) + "".join(terminal_safe(line) + "\n" for line in lines)
 
 
 def _progress_printer(enabled: bool) -> Callable[[ProbeProgress], None]:
@@ -202,9 +214,10 @@ def run(args: argparse.Namespace) -> int:
     from console.sources.probe import (
         DEFAULT_NEW_TOKENS,
         ProbeError,
+        append_history,
         audit_probe,
-        keep_report,
         open_prober,
+        record_profile,
         report_json,
     )
     from console.sources.transport import TransportError
@@ -246,8 +259,14 @@ def run(args: argparse.Namespace) -> int:
         options["stall_timeout_s"] = args.stall_timeout
     show = _progress_printer(sys.stderr.isatty())
 
+    in_force: list[str] = []  # the saved profile the host runs, when no --profile was given
+
     async def go() -> ProbeReport:
         async with open_prober(host, **options) as prober:  # type: ignore[arg-type]
+            if args.host is None:
+                await _local_server_answers(prober.client, args.url is not None)
+            if not args.profile and prober.transport is not None:
+                in_force.extend(await _profile_in_force(host, prober.transport))
             keep_in: str | None = args.profile
             if args.profile and store is not None and prober.transport is not None:
                 why = await _not_running(host, prober.transport, store, args.profile)
@@ -274,14 +293,75 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{str(exc).rstrip('.')}.") from None
     except ProbeError as exc:
         raise CheckFailed(f"{str(exc).rstrip('.')}.") from None
+    where: str | None = None
     try:
-        keep_report(report, store=store)
+        history = append_history(report)
+        recorded = record_profile(report, report.profile, store) if report.profile else None
+        where = _where_kept(host.name, history, report.profile, recorded, in_force[0] if in_force else None)
     except (OSError, ProfileError) as exc:
         sys.stderr.write(f"k26-console: the results could not be kept: {terminal_safe(exc)}\n")
-    sys.stdout.write(report_json(report) + "\n" if args.json else format_table(report))
+    if args.json:
+        sys.stdout.write(report_json(report) + "\n")
+    else:
+        sys.stdout.write(format_table(report))
+        if where is not None:
+            sys.stdout.write(terminal_safe(where) + "\n")
     if not report.ok:
         raise CheckFailed(report.summary())
     return EXIT_OK
+
+
+async def _local_server_answers(client: ServerClient, url_given: bool) -> None:
+    """Without HOST the probe goes to a server on this machine; when nothing answers there, the operator
+    most likely forgot the HOST: say both in one sentence (exit 2), not a connection error."""
+    from console.core.snapshot import HealthState
+
+    if (await client.health()).health is not HealthState.DOWN:
+        return
+    if url_given:
+        raise UsageError(f"no SGLang server answers at {client.base_url}; check --url, or name a HOST.")
+    raise UsageError(
+        f"no HOST given and no SGLang server answers at {client.base_url} on this machine; "
+        "name a HOST (from hosts.toml or an ssh alias) or give --url."
+    )
+
+
+def _where_kept(
+    host: str, history: Path, profile: str | None, recorded: Path | None, in_force: str | None
+) -> str:
+    """Where this run's numbers went: the probe history always, a profile's [verified] only when named
+    (and measured); a profile the host runs but that was not named is said to be left alone."""
+    if recorded is not None:
+        return f"results kept in {profile}'s [verified] ({recorded}) and in the probe history ({history})."
+    if in_force is not None:
+        return (
+            f"results kept in the probe history only ({history}); {host} runs profile {in_force}, whose "
+            f"[verified] is left as it was (--profile {in_force} records them there)."
+        )
+    return f"results kept in the probe history ({history})."
+
+
+async def _profile_in_force(host: HostConfig, transport: Transport) -> list[str]:
+    """The saved profile the host's unit runs as `apply` writes it (a one-item list), or none."""
+    from console.core.apply import why_not_running
+    from console.core.profile_store import ProfileStore
+    from console.core.profiles import ProfileError
+    from console.sources.service import ServiceController, ServiceError
+    from console.sources.transport import TransportError
+
+    try:
+        running = await ServiceController(host, transport).running_argv()
+    except (ServiceError, TransportError):
+        return []
+    store = ProfileStore()
+    for entry in store.entries():
+        try:
+            profile = store.load(entry.name)
+        except ProfileError:
+            continue
+        if why_not_running(profile, running) is None:
+            return [profile.name]
+    return []
 
 
 async def _not_running(host: HostConfig, transport: Transport, store: ProfileStore, name: str) -> str | None:

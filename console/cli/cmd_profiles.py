@@ -20,6 +20,7 @@ from typing import Any
 
 from console.cli.cmd_plan import finite_float, ranged
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from console.cli.tables import cell, render, table
 from console.core.apply import PlannerVerdict
 from console.core.capacity import MAX_GPU_MEM_GIB
 from console.core.flags import FlagList, UnknownVersion, available_versions, load_flag_list
@@ -33,7 +34,7 @@ from console.core.profiles import (
     profile_dropin,
     validate_profile,
 )
-from console.core.systemd import ExecStartError, dropin_path
+from console.core.systemd import DROPIN_NAME, ExecStartError, dropin_path, validate_unit_name
 from console.core.text import json_safe, terminal_safe
 
 
@@ -56,7 +57,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     show = actions.add_parser("show", help="a profile, its argv and its systemd drop-in")
     show.add_argument("name", metavar="NAME")
     show.add_argument(
-        "--unit", default="sglang", help="the unit whose drop-in path is shown (default sglang)"
+        "--unit",
+        default=None,
+        help=(
+            "the unit whose drop-in path is shown (default: --host's unit, else the one unit the hosts in "
+            "hosts.toml name, else sglang)"
+        ),
+    )
+    show.add_argument("--host", metavar="HOST", help="show the drop-in as apply would write it on HOST")
+    show.add_argument(
+        "--hosts", metavar="FILE", help="the hosts file (default: hosts.toml in the config dir)"
     )
     show.add_argument("--json", action="store_true")
 
@@ -154,15 +164,26 @@ def _list(store: ProfileStore, args: argparse.Namespace) -> int:
     if not rows:
         _out("no profiles in " + ", ".join(str(d) for d in store.dirs))
         return EXIT_OK
-    width = max(len(r["name"]) for r in rows)
+    listing = table("name", "target", "sglang", "verified pool", "verified", "origin", right=("target",))
+    broken: list[dict[str, Any]] = []
     for r in rows:
         if "error" in r:
-            _out(f"{r['name']:<{width}}  unreadable: {r['error']}")
+            broken.append(r)
             continue
-        pool = f"verified pool {r['verified_pool_tokens']:,}" if r["verified_pool_tokens"] else "not verified"
-        _out(
-            f"{r['name']:<{width}}  target {r['target_context']:>9,}  {r['sglang_version']:<14}  {pool:<22}  {r['origin']}"
+        pool = f"{r['verified_pool_tokens']:,}" if r["verified_pool_tokens"] else "—"
+        when = (r["verified_when"] or "")[:10] or ("?" if r["verified_pool_tokens"] else "never")
+        listing.add_row(
+            cell(r["name"], "bold"),
+            f"{r['target_context']:,}",
+            cell(r["sglang_version"]),
+            cell(pool, "green" if r["verified_pool_tokens"] else "dim"),
+            when,
+            r["origin"],
         )
+    if len(broken) < len(rows):
+        sys.stdout.write(render(listing))
+    for r in broken:
+        _out(f"{r['name']}  unreadable: {r['error']}")
     return EXIT_OK
 
 
@@ -170,7 +191,7 @@ def _show(store: ProfileStore, args: argparse.Namespace) -> int:
     prof = _load(store, args.name)
     fl = _flag_list(prof.sglang_version)
     try:
-        path = dropin_path(args.unit)
+        path = _dropin_path(args)
         dropin = profile_dropin(prof, fl)
     except ExecStartError as exc:
         raise UsageError(f"profile {prof.name} cannot be written as a systemd unit: {exc}.") from None
@@ -199,6 +220,31 @@ def _show(store: ProfileStore, args: argparse.Namespace) -> int:
     _out(f"drop-in {path}:")
     _out(dropin)
     return EXIT_OK
+
+
+def _dropin_path(args: argparse.Namespace) -> str:
+    """Where `apply` writes the drop-in: --unit (in /etc/systemd/system), else the unit and unit_dir of
+    --host, else of the hosts in hosts.toml when they all name one, else the default unit's."""
+    if args.unit is not None:
+        return dropin_path(args.unit)
+    from console.sources.hosts import DEFAULT_UNIT, HostsError, load_hosts, resolve_host
+
+    try:
+        hosts = load_hosts(args.hosts)
+        if args.host is not None:
+            if hosts.get(args.host) is None:
+                known = ", ".join(sorted(hosts.hosts)) or "none"
+                raise UsageError(f"there is no host {args.host!r} in {hosts.path} (known: {known}).")
+            configs = [resolve_host(args.host, hosts)]
+        else:
+            configs = list(hosts.hosts.values())
+    except HostsError as exc:
+        raise UsageError(f"{str(exc).rstrip('.')}.") from None
+    places = {(c.unit_dir.rstrip("/"), validate_unit_name(c.unit)) for c in configs}
+    if len(places) != 1:
+        return dropin_path(DEFAULT_UNIT)
+    ((unit_dir, unit),) = places
+    return f"{unit_dir}/{unit}.d/{DROPIN_NAME}"
 
 
 def _diff(store: ProfileStore, args: argparse.Namespace) -> int:

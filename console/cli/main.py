@@ -25,12 +25,15 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "probe",
     "profiles",
     "apply",
+    "restart",
+    "rollback",
     "confirm",
     "twin",
     "demo",
     "console",
     "audit",
     "host",
+    "completion",
 )
 
 
@@ -38,6 +41,14 @@ class _Parser(argparse.ArgumentParser):
     """argparse prints usage + a message and exits 2 on bad options; keep it to one sentence."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        # "argument --limit: --limit must be at least 1": the option's name once is enough.
+        head, sep, rest = message.partition(": ")
+        if (
+            sep
+            and head.startswith("argument ")
+            and rest.startswith(head.removeprefix("argument ").split("/")[0])
+        ):
+            message = rest
         # argparse quotes the operator's own words back (an unknown choice, a bad number): drawn safe too.
         say(message if message.endswith(".") else f"{message}.")
         raise SystemExit(EXIT_USAGE)
@@ -100,11 +111,54 @@ def build_parser() -> argparse.ArgumentParser:
         prog="k26-console",
         description="A full-screen console for SGLang inference servers on GPU hosts.",
     )
+    parser.add_argument("--version", action="version", version=f"k26-console {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in _COMMAND_MODULES:
         module = importlib.import_module(f"console.cli.cmd_{name}")
         module.register(sub)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("k26-console")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+def _option_value(argv: list[str], option: str) -> str | None:
+    """The value of `option` in `argv` (`--opt V` or `--opt=V`), read before argparse runs."""
+    for i, token in enumerate(argv):
+        if token == option and i + 1 < len(argv):
+            return argv[i + 1]
+        if token.startswith(option + "="):
+            return token.partition("=")[2]
+    return None
+
+
+def _not_a_host(word: str, argv: list[str], commands: set[str]) -> str | None:
+    """Why the first word of `k26-console WORD ...` is refused before a console opens on it: a typo of a
+    command (unless hosts.toml names such a host), or a host name known to nothing. None lets it open."""
+    from console.cli.hostcheck import close_command, unknown_host
+    from console.sources.hosts import HostsError, load_hosts
+
+    try:
+        hosts = load_hosts(_option_value(argv, "--hosts"))
+    except HostsError:
+        hosts = None  # `open` reads the file again and says what is wrong with it
+    if hosts is not None and hosts.get(word) is not None:
+        return None
+    command = close_command(word, commands - {"open"})
+    if command is not None:
+        return (
+            f"{word!r} is not a command; did you mean `{command}`? "
+            f"(`k26-console open {word}` opens the console on a host of that name)"
+        )
+    if hosts is None or not word.isprintable() or " " in word:
+        return None  # `open` refuses such a name itself, in its own words
+    return unknown_host(word, hosts)
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> set[str]:
@@ -115,7 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # `k26-console HOST` is `k26-console open HOST`: a first word that is no subcommand names a host.
-    if argv and not argv[0].startswith("-") and argv[0] not in _subcommands(parser):
+    commands = _subcommands(parser)
+    if argv and not argv[0].startswith("-") and argv[0] not in commands:
+        refused = _not_a_host(argv[0], argv, commands) if argv[0] else None
+        if refused is not None:
+            say(refused)
+            return EXIT_USAGE
         argv.insert(0, "open")
     empty = _empty_argument(parser, argv)
     if empty is not None:

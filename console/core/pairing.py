@@ -295,6 +295,9 @@ class AuditEntry(BaseModel):
     progress, not unfinished."""
     signal: str | None = None
     """The signal that interrupted the operation ("SIGTERM")."""
+    forced: str | None = None
+    """Why the operator had to force the change with --yes ("the planner refused it"); None when
+    nothing was forced."""
 
     @property
     def who(self) -> str:

@@ -982,10 +982,13 @@ class ServiceController:
         report.emit(f"{self.unit} restarts as it is: {len(argv)} argument(s) in its ExecStart")
         m.step_done(Phase.DIFF, self.clock())
         # No drop-in is written and systemd is not reloaded: a plain restart must not pick up unit
-        # edits someone left on the host without reviewing them.
-        m.step_done(Phase.WRITE_DROPIN, self.clock())
-        m.step_done(Phase.DAEMON_RELOAD, self.clock())
+        # edits someone left on the host without reviewing them. Each phase is still reported, so the
+        # live lines list the phases the outcome's timings list.
         report.emit("nothing written: the drop-in in force stays")
+        m.step_done(Phase.WRITE_DROPIN, self.clock())
+        report.emit("no daemon-reload: unit edits left on the host are not picked up")
+        m.step_done(Phase.DAEMON_RELOAD, self.clock())
+        report.emit()
         if before_change is not None:
             await before_change()
         events = await self._restart_guarded(m, report)
@@ -1015,6 +1018,7 @@ class ServiceController:
                 bad_input=True,
             )
         m.step_done(Phase.VALIDATE, self.clock())
+        report.emit()  # the diff phase (reading the ExecStart in force) is timed, so it is shown live
         before = await self.running_argv()
         m.step_done(Phase.DIFF, self.clock())
         report.emit()
