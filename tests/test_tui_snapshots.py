@@ -51,7 +51,7 @@ def _profiles_app(tmp_path: Path):
     (user / "k25-3m.toml").write_text(K25)
     store = ProfileStore([user, shipped_profile_dir()])
     app = make_app(store=store, profile="k25-3m")
-    app.running_argv["gpu1"] = list(RUNNING)
+    app.hosts["gpu1"].running_argv = list(RUNNING)
     return app
 
 

@@ -34,6 +34,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Static
 from textual.worker import Worker
 
+from console.core.pairing import Identity
 from console.core.probe import (
     Curve,
     ProbePhase,
@@ -512,6 +513,7 @@ class ProbeScreen(Screen[None]):
         depths: str = "8k,64k,185k",
         tokens: int = 32,
         prober_options: dict[str, Any] | None = None,
+        me: Identity | None = None,
     ) -> None:
         super().__init__()
         host = getattr(source, "host", source)
@@ -525,6 +527,8 @@ class ProbeScreen(Screen[None]):
         self.profile_checked = False
         self.history = history
         self.prober_options = dict(prober_options or {})
+        self.me = me
+        """Who the audit trail says probed (default: the local login)."""
         self.panel = ProbePanel(depths=depths, tokens=tokens, id="probe-panel")
         self._worker: Worker[None] | None = None
 
@@ -633,9 +637,8 @@ class ProbeScreen(Screen[None]):
                     depths, tokens, profile=keep_in, on_progress=self.panel.show_progress
                 )
                 if prober.transport is not None:
-                    me = getattr(self.app, "me", None)
                     trouble = await audit_probe(
-                        prober.transport, self.host, report, time.monotonic() - started, me=me
+                        prober.transport, self.host, report, time.monotonic() - started, me=self.me
                     )
                     if trouble:
                         self.notify(trouble, severity="warning")

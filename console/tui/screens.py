@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -186,4 +187,23 @@ def diff_text(lines: list[str]) -> Text:
     for i, line in enumerate(lines):
         style = {"+": "green3", "-": "red", "~": "yellow3"}.get(line[:1], "")
         out.append(("\n" if i else "") + line, style)
+    return out
+
+
+def prediction_text(preview: Any, target: int) -> Text:
+    """The planner's verdict as the confirmation shows it."""
+    out = Text()
+    out.append("predicted: ", "bold")
+    pool = preview.predicted_pool_tokens
+    if pool is None:
+        out.append("no prediction (the host's journal has not shown a pool to calibrate on)", "grey62")
+        return out
+    out.append(f"pool {pool:,} tokens", "green3" if pool >= target else "bold red")
+    out.append(f" {'≥' if pool >= target else '<'} target {target:,}")
+    if preview.headroom_gib is not None:
+        out.append(f", headroom {preview.headroom_gib:.2f} GiB")
+    if preview.fits is True:
+        out.append("  ✔ fits", "bold green3")
+    elif preview.fits is False:
+        out.append("  ✘ does not fit", "bold red")
     return out
