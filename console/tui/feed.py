@@ -121,6 +121,9 @@ every console on the host adds two every few seconds and they would bury real tr
         self._base = 0  # the absolute number of `_rows[0]`: cached strips stay valid as rows fall off
         self._strips: LRUCache[tuple[int, int], Strip] = LRUCache(1024)
         self._widths: set[int] = set()  # the widths strips were cached at, to forget a redrawn row
+        self.follow = True
+        """Keep the newest row in view: off when the operator scrolls up (or presses f), on again at
+        the tail."""
 
     @property
     def row_count(self) -> int:
@@ -130,18 +133,18 @@ every console on the host adds two every few seconds and they would bury real tr
     def rows(self) -> list[Event]:
         return list(self._rows)
 
-    def append_rows(self, rows: Iterable[Event], *, follow: bool) -> None:
+    def append_rows(self, rows: Iterable[Event]) -> None:
         """Rows at the end, scrolled to in the same frame when following."""
         if self._extend(rows):
-            self._resized(follow)
+            self._resized()
 
-    def replace_rows(self, rows: Iterable[Event], *, follow: bool) -> None:
+    def replace_rows(self, rows: Iterable[Event]) -> None:
         self._rows.clear()
         self._strips.clear()
         self._total = 0
         self._last_key = None
         self._extend(rows)
-        self._resized(follow)
+        self._resized()
 
     def _extend(self, rows: Iterable[Event]) -> bool:
         changed = False
@@ -160,13 +163,28 @@ every console on the host adds two every few seconds and they would bury real tr
         self._base = self._total - len(self._rows)  # the deque keeps the newest `max_lines`
         return changed
 
-    def _resized(self, follow: bool) -> None:
+    def _resized(self) -> None:
         # Lines are cut to the feed's width with an ellipsis (the pinned errors show a message in
         # full), so there is nothing to scroll sideways.
         self.virtual_size = Size(0, len(self._rows))
-        if follow:
+        if self.follow:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
         self.refresh()
+
+    def on_resize(self) -> None:
+        # The box shrinks when a bar, a pin or a banner appears above it; the offset stays, so the
+        # newest rows would sink below the bottom edge (4-5 of them, with the scrollbar at its end).
+        if self.follow:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        # Only a scroll moves the offset up (a new row or a smaller box never does): the operator
+        # wants to read back. Back at the tail, following resumes.
+        if new_value >= self.max_scroll_y:
+            self.follow = True
+        elif new_value < old_value:
+            self.follow = False
 
     def watch_virtual_size(self, size: Size) -> None:
         if self.is_mounted:
@@ -264,19 +282,23 @@ class EventFeed(Vertical):
         self._errors: tuple[Error, ...] = ()
         self._static_keys: dict[str, object] = {}
         self.filter = FeedFilter()
-        self.follow = True
+        self._log = FeedLog(self._pieces, max_lines=history, same_row=progress_key, id="log")
         self.folded = True
         self.show_polls = False
 
     def compose(self) -> ComposeResult:
         yield Static(id="pins", classes="pins")
         yield Static(id="folded", classes="folded")
-        yield FeedLog(self._pieces, max_lines=self.history, same_row=progress_key, id="log")
+        yield self._log
         yield Input(placeholder="regex (start with ! to invert), Enter keeps, Esc clears", id="filter")
 
     @property
     def log_widget(self) -> FeedLog:
-        return self.query_one(FeedLog)
+        return self._log
+
+    @property
+    def follow(self) -> bool:
+        return self._log.follow
 
     # ---- data --------------------------------------------------------------------------------------
 
@@ -301,7 +323,7 @@ class EventFeed(Vertical):
         if rebuilt:
             self._rebuild()
         else:
-            self.log_widget.append_rows((r.event for r in fresh if self._visible(r)), follow=self.follow)
+            self.log_widget.append_rows(r.event for r in fresh if self._visible(r))
         self._update_pins()
         self._update_folded()
 
@@ -311,7 +333,7 @@ class EventFeed(Vertical):
         index = self._boot_index if self._boot_index is not None else 0
         rows = [FeedEntry(index, e) for e in events]
         self._events.extend(rows)
-        self.log_widget.append_rows((r.event for r in rows if self._visible(r)), follow=self.follow)
+        self.log_widget.append_rows(r.event for r in rows if self._visible(r))
 
     def _visible(self, row: FeedEntry) -> bool:
         if self.folded and row.boot != self._boot_index:
@@ -334,7 +356,7 @@ class EventFeed(Vertical):
         ]
 
     def _rebuild(self) -> None:
-        self.log_widget.replace_rows((r.event for r in self._events if self._visible(r)), follow=self.follow)
+        self.log_widget.replace_rows(r.event for r in self._events if self._visible(r))
 
     def _set_static(self, widget_id: str, text: Text | None) -> None:
         """Update a pinned line only when it changes: an update re-measures the feed's layout."""
@@ -401,9 +423,9 @@ class EventFeed(Vertical):
         box.focus()
 
     def action_follow(self) -> None:
-        self.follow = not self.follow
+        self._log.follow = not self._log.follow
         if self.follow:
-            self.log_widget.scroll_end(animate=False)
+            self.log_widget.scroll_end(animate=False, x_axis=False)
         self.notify("following the tail" if self.follow else "tail not followed", timeout=2)
 
     def action_ack(self) -> None:
