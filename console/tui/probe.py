@@ -120,10 +120,38 @@ def depth_chart(current: Curve | None, earlier: Sequence[Curve], width: int, hei
     return chart + legend
 
 
+NOW_WINDOW_S = 60.0
+"""How long a generation figure is "now": SGLang logs a `Decode batch` line every 40 decode steps
+(--decode-log-interval), under a minute at 0.7 tok/s, the slowest decode the console is meant for."""
+
+
+def ago(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s} s ago" if s < 120 else f"{s // 60} min ago"
+
+
+def latest_figure(last: tuple[float, float], now: float, idle_at: float | None) -> Text:
+    """The newest tok/s under the chart: "now" only while it is, else when it was (a figure the console
+    kept from before a rollback read as the server's current speed)."""
+    t, value = last
+    if idle_at is not None and idle_at >= t:
+        return Text(f"idle (last {value:.2f}, {ago(now - t)})", rich_style("grey62"))
+    if now - t > NOW_WINDOW_S:
+        return Text(f"last {value:.2f}, {ago(now - t)}", rich_style("grey62"))
+    return Text(f"now {value:.2f}", rich_style(CURRENT_STYLE))
+
+
 def throughput_chart(
-    points: Sequence[tuple[float, float]], now: float, window_s: float, width: int, height: int
+    points: Sequence[tuple[float, float]],
+    now: float,
+    window_s: float,
+    width: int,
+    height: int,
+    *,
+    idle_at: float | None = None,
 ) -> Text:
-    """Generation tok/s over the last `window_s` seconds (x: seconds before now)."""
+    """Generation tok/s over the last `window_s` seconds (x: seconds before now). `idle_at`: when the
+    server last said it was running no request."""
     shown = [(t - now, v) for t, v in points if now - window_s <= t <= now]
     if not shown:
         minutes = f"{window_s / 60:g} minutes" if window_s >= 120 else f"{window_s:g} s"
@@ -139,8 +167,8 @@ def throughput_chart(
         fig.label("seconds before now", "x")
 
     chart = _plot_text(build, width, height - 1, {"hd": CURRENT_STYLE})
-    last = shown[-1][1]
-    return chart + Text.assemble("\n", ("gen tok/s  ", AXIS_STYLE), (f"now {last:.2f}", CURRENT_STYLE))
+    last = (shown[-1][0] + now, shown[-1][1])
+    return chart + Text.assemble("\n", ("gen tok/s  ", AXIS_STYLE), latest_figure(last, now, idle_at))
 
 
 class DepthChart(Widget):
@@ -188,6 +216,8 @@ class ThroughputChart(Widget):
         self._seen_total: int | None = None
         self._dirty = False
         self._drawn_at = 0.0
+        self.idle_at: float | None = None
+        """When the server last reported no running request (its /metrics)."""
 
     @property
     def samples(self) -> list[tuple[float, float]]:
@@ -221,9 +251,13 @@ class ThroughputChart(Widget):
         points = throughput_points(fresh)
         server = snap.server
         if server is not None and server.metrics is not None and server.ts is not None:
-            busy = (server.metrics.num_running_reqs or 0) > 0
+            running = server.metrics.num_running_reqs
+            busy = (running or 0) > 0
             if server.metrics.gen_throughput is not None and busy:
                 points.append((server.ts, server.metrics.gen_throughput))
+            if running is not None and not busy and server.ts != self.idle_at:
+                self.idle_at = server.ts
+                self._dirty = True
         if points:
             self._add(points)
 
@@ -239,7 +273,14 @@ class ThroughputChart(Widget):
         self._dirty = False
         self._drawn_at = self.clock()
         return textual_text(
-            throughput_chart(self.samples, self._drawn_at, self.window_s, self.size.width, self.size.height)
+            throughput_chart(
+                self.samples,
+                self._drawn_at,
+                self.window_s,
+                self.size.width,
+                self.size.height,
+                idle_at=self.idle_at,
+            )
         )
 
 
