@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 
 from console.core.pairing import Identity
 from console.core.snapshot import HostSnapshot
@@ -36,8 +36,15 @@ class HostDashboard(Vertical):
         Binding("R", "rollback", "Roll back"),
     ]
 
-    THROUGHPUT_MIN_ROWS = 40
-    """The throughput chart needs rows the GPU bars, the gauge and the feed need more on a short pane."""
+    COMPACT_BELOW_ROWS = 40
+    """Shorter than this the panels go compact: the GPU legend moves into the border, the gauge loses its
+    mark line, the feed pins one error and the chart shrinks or gives way to its latest figure."""
+    FEED_MIN_ROWS = 5
+    """Event rows kept in view whatever the pane's size: the panels above scroll instead."""
+    CHART_ROWS = 9
+    CHART_MIN_ROWS = 6
+    ROOMY_TOP_SHARE = 0.6
+    """On a tall pane the panels take at most this share of it; the feed has the rest."""
 
     def __init__(
         self,
@@ -71,11 +78,12 @@ class HostDashboard(Vertical):
         yield self.verdict
         # The chart sits under the GPU bars: in the side column it pushed the feed down while the
         # eight bars left a column of blank rows beside it (a 160x48 pane showed 14 feed lines).
+        # Each column scrolls when the pane is too short for it (keys reach it from the focused panel).
         with Horizontal(id="top"):
-            with Vertical(id="main"):
+            with VerticalScroll(id="main", can_focus=False):
                 yield self.gpus
                 yield self.throughput
-            with Vertical(id="side"):
+            with VerticalScroll(id="side", can_focus=False):
                 yield self.kv
                 yield self.timeline
         yield self.feed
@@ -91,7 +99,49 @@ class HostDashboard(Vertical):
         self.feed.border_title = "events"
 
     def on_resize(self) -> None:
-        self.throughput.display = self.size.height >= self.THROUGHPUT_MIN_ROWS
+        self.fit()
+
+    def on_event_feed_chrome_changed(self) -> None:
+        self.fit()
+
+    def fit(self) -> None:
+        """Share the pane's rows: the bars above and the lines over the feed first, then at least
+        `FEED_MIN_ROWS` event rows, then the panels (which scroll in what is left), then the chart."""
+        height = self.size.height
+        if height <= 0:
+            return
+        compact = height < self.COMPACT_BELOW_ROWS
+        self.set_class(compact, "compact")
+        self.gpus.set_compact(compact)
+        self.kv.set_compact(compact)
+        self.feed.set_compact(compact)
+        fixed = self.header.outer_size.height or 2
+        if self.pairing.display:
+            fixed += 1
+        if self.verdict.display:
+            fixed += 1 if compact else 3
+        top = height - fixed - self.feed.reserved_rows(self.FEED_MIN_ROWS)
+        if not compact:
+            top = min(top, int(height * self.ROOMY_TOP_SHARE))
+        top = max(top, 4)
+        for column in self.query("#top, #main, #side"):
+            column.styles.max_height = top
+        room = top - self.gpus.rows_needed()
+        chart = room >= self.CHART_MIN_ROWS
+        self.throughput.display = chart
+        if chart:
+            self.throughput.styles.height = min(self.CHART_ROWS, room)
+        self.show_figure()
+
+    def show_figure(self) -> None:
+        """Without room for the chart, its latest figure goes under the GPU bars."""
+        figure = None if self.throughput.display else self.throughput.latest()
+        self.gpus.border_subtitle = figure
+
+    def show_pairing(self) -> None:
+        if not self.pairing.display:
+            self.pairing.display = True
+            self.fit()
 
     def show(self, snap: HostSnapshot) -> None:
         self.snap = snap
@@ -101,6 +151,8 @@ class HostDashboard(Vertical):
         self.timeline.show(snap)
         self.throughput.show(snap)
         self.feed.show(snap)
+        if not self.throughput.display:
+            self.show_figure()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action not in MUTATING_ACTIONS:
@@ -130,7 +182,9 @@ class HostDashboard(Vertical):
         self.track = ApplyTrack(action)
         boot = display_boot(self.snap.state) if self.snap is not None else None
         self.timeline.set_track(self.track, boot.index if boot is not None else None)
-        self.verdict.clear()
+        if self.verdict.display:
+            self.verdict.clear()
+            self.fit()
         return self.track
 
     def progress(
@@ -149,6 +203,7 @@ class HostDashboard(Vertical):
         self.verdict.show_verdict(
             ok, f"{self.track.action}: {summary}", can_roll_back=self.track.can_roll_back
         )
+        self.fit()
 
 
 def dom_id(name: str) -> str:

@@ -15,6 +15,7 @@ from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.containers import Vertical
 from textual.geometry import Region, Size
+from textual.message import Message
 from textual.reactive import Reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -261,6 +262,9 @@ class FeedEntry:
 
 
 class EventFeed(Vertical):
+    class ChromeChanged(Message):
+        """The rows above and below the feed's lines (pins, folded boots, the filter) changed."""
+
     BINDINGS = [  # noqa: RUF012 - Textual reads it as a class attribute
         Binding("slash", "filter", "Filter"),
         # Follow and fold stay off the footer so that an 80-column pane keeps the keys that matter
@@ -281,8 +285,12 @@ class EventFeed(Vertical):
         self._acked: set[str] = set()
         self._errors: tuple[Error, ...] = ()
         self._static_keys: dict[str, object] = {}
+        self._static_rows: dict[str, int] = {}
         self.filter = FeedFilter()
         self._log = FeedLog(self._pieces, max_lines=history, same_row=progress_key, id="log")
+        self.compact = False
+        """A short pane: one pinned error, on one line."""
+        self._chrome: int = 0
         self.folded = True
         self.show_polls = False
 
@@ -358,6 +366,33 @@ class EventFeed(Vertical):
     def _rebuild(self) -> None:
         self.log_widget.replace_rows(r.event for r in self._events if self._visible(r))
 
+    def set_compact(self, compact: bool) -> None:
+        if compact != self.compact:
+            self.compact = compact
+            self._static_keys.pop("pins", None)
+            self._update_pins()
+
+    def chrome_rows(self) -> int:
+        """Rows the pins, the folded boots' line and the filter take from the feed's lines."""
+        rows = 0
+        for widget_id in ("pins", "folded"):
+            widget = self.query_one(f"#{widget_id}", Static)
+            if widget.display:
+                rows += self._static_rows.get(widget_id, 1)
+        if self.query_one("#filter", Input).display:
+            rows += 3
+        return rows
+
+    def reserved_rows(self, lines: int) -> int:
+        """The feed's height for `lines` event rows under its chrome: the border, pins, folded, filter."""
+        return 2 + lines + self.chrome_rows()
+
+    def _chrome_changed(self) -> None:
+        rows = self.chrome_rows()
+        if rows != self._chrome:
+            self._chrome = rows
+            self.post_message(self.ChromeChanged())
+
     def _set_static(self, widget_id: str, text: Text | None) -> None:
         """Update a pinned line only when it changes: an update re-measures the feed's layout."""
         key = (text.plain, tuple(text.spans)) if text is not None else None
@@ -368,6 +403,11 @@ class EventFeed(Vertical):
         widget.display = text is not None
         if text is not None:
             widget.update(textual_text(text))
+            # Pins wrap on a roomy pane (up to their max-height of 6); one line each when compact.
+            width = max(1, self.size.width - 4)
+            wrapped = sum(max(1, -(-len(line) // width)) for line in text.plain.split("\n"))
+            self._static_rows[widget_id] = 1 if self.compact else min(6, wrapped)
+        self._chrome_changed()
 
     def _update_pins(self) -> None:
         open_errors = [e for e in self._errors if error_key(e) not in self._acked]
@@ -378,6 +418,15 @@ class EventFeed(Vertical):
         text.append(
             f"⚠ {len(open_errors)} error{'s' if len(open_errors) > 1 else ''} in this boot", "bold red"
         )
+        if self.compact:
+            # One line on a short pane: the count and the newest error, cut to the width.
+            e = open_errors[-1]
+            text.append("  newest: ", "grey62")
+            text.append(f"{e.category}: ", "bold red")
+            text.append(e.message[:300])
+            text.append("  (a)", "grey62")
+            self._set_static("pins", text)
+            return
         text.append("  (a acknowledges)\n", "grey62")
         for e in open_errors[-PINS_SHOWN:]:
             text.append(f"{clock_text(e)} {rank_label(e):4} {e.category}: ", "bold red")
@@ -419,6 +468,7 @@ class EventFeed(Vertical):
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.display = True
+        self._chrome_changed()
         box.value = self.filter.text
         box.focus()
 
@@ -465,6 +515,7 @@ class EventFeed(Vertical):
         if event.input.id != "filter":
             return
         event.input.display = False
+        self._chrome_changed()
         self.log_widget.focus()
 
     def on_key(self, event: object) -> None:
@@ -474,5 +525,6 @@ class EventFeed(Vertical):
             box.value = ""
             self.set_filter("")
             box.display = False
+            self._chrome_changed()
             self.log_widget.focus()
             getattr(event, "stop", lambda: None)()

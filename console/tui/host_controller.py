@@ -198,7 +198,7 @@ class HostController:
         if not self.ui.is_running:
             return
         dash.pairing.link_error = None
-        dash.pairing.display = True
+        dash.show_pairing()
         dash.pairing.set_view(view, self.link.state.now() if self.link is not None else None)
         # The footer recomposes on every bindings refresh: only when what it greys out can change.
         locked = (held_by_other(view, self.me), view.lock_stale)
@@ -211,7 +211,7 @@ class HostController:
         if not self.ui.is_running:
             return
         self.dashboard.pairing.link_error = sentence
-        self.dashboard.pairing.display = True
+        self.dashboard.show_pairing()
         self.dashboard.pairing.refresh()
 
     def _on_audit(self, entries: list[AuditEntry]) -> None:

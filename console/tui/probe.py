@@ -261,6 +261,16 @@ class ThroughputChart(Widget):
         if points:
             self._add(points)
 
+    def latest(self) -> Text | None:
+        """The newest figure as the chart's last line says it, for a pane too short for the chart."""
+        now = self.clock()
+        shown = [(t, v) for t, v in self.samples if now - self.window_s <= t <= now]
+        if not shown:
+            return None
+        return textual_text(
+            Text.assemble(("gen tok/s ", AXIS_STYLE), latest_figure(shown[-1], now, self.idle_at))
+        )
+
     def on_mount(self) -> None:
         self.set_interval(self.REDRAW_S, self._tick)
 

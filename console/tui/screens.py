@@ -76,6 +76,12 @@ class HelpScreen(ModalScreen[None]):
             yield Static(textual_text(Text.from_markup(keys)), id="help-keys")
             yield Static(Text("Esc closes", rich_style("grey62")), id="help-close")
 
+    def on_mount(self) -> None:
+        # Focused, so that the arrows and PgUp/PgDn reach what a short terminal cuts off.
+        box = self.query_one("#help-box", VerticalScroll)
+        box.border_subtitle = "↑↓ PgUp PgDn scroll · Esc closes"
+        box.focus()
+
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)
 
