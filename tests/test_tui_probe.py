@@ -31,7 +31,8 @@ from console.core.probe import (
 from console.sources.hosts import HostConfig
 from console.sources.probe import load_history
 from console.tui.app import css_paths
-from console.tui.probe import DepthChart, ProbePanel, ProbeScreen, ThroughputChart, depth_chart
+from console.tui.probe import DepthChart, ProbePanel, ProbeScreen, depth_chart
+from console.tui.throughput import ThroughputChart
 from tests.test_probe_core import kimi_target, steady
 from tests.test_probe_twin import host_of, start_twin
 from tests.tui_support import CORPUS
@@ -389,7 +390,7 @@ async def test_a_generation_figure_is_now_only_while_it_is() -> None:
     from console.core.metrics import SglangMetrics
     from console.core.snapshot import HostSnapshot, ServerSample
     from console.core.state import HostState
-    from console.tui.probe import NOW_WINDOW_S
+    from console.tui.throughput import NOW_WINDOW_S
 
     lines = (CORPUS / "case-26.log").read_text().splitlines()
     events = list(parse_lines(lines))

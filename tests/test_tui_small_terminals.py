@@ -87,3 +87,21 @@ async def test_the_profile_editor_keeps_room_to_edit(size: tuple[int, int]) -> N
         for pane in ("#profile-list", "#profile-side"):
             assert screen.query_one(pane).outer_size.width >= 14, pane
         assert on_screen(app, "checks") and on_screen(app, "profiles")
+
+
+async def test_without_room_for_the_chart_its_latest_figure_goes_under_the_gpu_bars() -> None:
+    from console.core.parser import parse_lines
+    from console.core.probe import throughput_points
+    from tests.tui_support import CORPUS, NOW
+
+    points = throughput_points(parse_lines((CORPUS / "case-26.log").read_text().splitlines()))
+    shift = NOW - 3 - points[-1][0]  # the corpus's decode lines, as if logged just now
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await busy_dashboard(app, pilot)
+        dash = app.dashboards["gpu1"]
+        assert not dash.throughput.display
+        dash.throughput.set_samples([(t + shift, v) for t, v in points])
+        app.post_snapshot(snapshot(corpus_events("case-01"), gpu_sample([240.0 * GIB] * 8, 288 * GIB), seq=2))
+        await pilot.pause()
+        assert on_screen(app, f"gen tok/s now {points[-1][1]:.2f}"), "\n".join(screen_text(app))

@@ -18,7 +18,7 @@ from console.tui.host_entry import HostEntry
 from console.tui.messages import ProbeRequested, ProfilesRequested, RestartRequested, RollbackRequested
 from console.tui.pairing import PairingBar, held_by_other
 from console.tui.panels import GpuPanel, HeaderBar, KvPanel, TimelinePanel, VerdictBanner
-from console.tui.probe import ThroughputChart
+from console.tui.throughput import ThroughputChart
 from console.tui.view import ApplyTrack, display_boot
 
 MUTATING_ACTIONS = frozenset({"restart", "rollback", "apply"})
