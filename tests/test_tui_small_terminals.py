@@ -46,6 +46,7 @@ async def test_every_gpu_the_gauge_and_five_event_rows_are_on_screen(size: tuple
         for i in range(8):
             assert on_screen(app, f"GPU{i} "), (i, "\n".join(screen_text(app)))
         assert on_screen(app, "pool 2,454,421 tokens") and on_screen(app, "R: roll back")
+        assert on_screen(app, "< 5s ago")  # how fresh the figures are
         log = dash.feed.log_widget
         assert log.scrollable_content_region.height >= 5
         for line in dash.feed.visible_lines()[-5:]:

@@ -132,6 +132,9 @@ class HeaderBar(Widget):
         # The age of the freshest sample moves with the clock even when the host is quiet.
         self.set_interval(1.0, self._tick)
 
+    WIDE_COLUMNS = 120
+    """Narrower than this the second line puts the sample's age first (at 80 columns it fell off)."""
+
     FRESH_S = 5.0
     """Younger than this the age reads `< 5s ago`: a 1 Hz sampler's age cycling 0-1 s said nothing, and
     repainting it cost a frame a second (~0.3% of a core, measured). Older, it counts up every second."""
@@ -189,7 +192,19 @@ class HeaderBar(Widget):
         server = snap.server if snap is not None else None
         version = (server.version if server is not None else None) or _version(boot)
         model = model_name(boot) or (server.model if server is not None else None)
+        self._drawn_age = self.age_label()
         line2 = Text(" ")
+        if self.size.width and self.size.width < self.WIDE_COLUMNS:
+            # Narrow: the age first, where the edge cannot cut it off; the model last.
+            line2.append("fresh ", "grey62")
+            line2.append(*self._drawn_age)
+            if boot is not None:
+                line2.append(f"  boot #{boot.index}", "grey62")
+            line2.append("  SGLang ", "grey62")
+            line2.append(version or "—", "bold" if version else "grey50")
+            line2.append("  ", "grey62")
+            line2.append(model or "—", "bold")
+            return Group(line1, line2)
         line2.append("SGLang ", "grey62")
         line2.append(version or "version not reported", "bold" if version else "grey50")
         line2.append("  model ", "grey62")
@@ -197,7 +212,6 @@ class HeaderBar(Widget):
         if boot is not None:
             line2.append(f"  boot #{boot.index}", "grey62")
         line2.append("  freshest sample ", "grey62")
-        self._drawn_age = self.age_label()
         line2.append(*self._drawn_age)
         return Group(line1, line2)
 
