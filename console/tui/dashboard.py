@@ -19,7 +19,8 @@ from console.tui.messages import ProbeRequested, ProfilesRequested, RestartReque
 from console.tui.pairing import PairingBar, held_by_other
 from console.tui.panels import GpuPanel, HeaderBar, KvPanel, TimelinePanel, VerdictBanner
 from console.tui.throughput import ThroughputChart
-from console.tui.view import ApplyTrack, display_boot
+from console.tui.track import ApplyTrack
+from console.tui.view import display_boot
 
 MUTATING_ACTIONS = frozenset({"restart", "rollback", "apply"})
 

@@ -17,11 +17,9 @@ from console.core.restart import BOOT, Phase
 from console.core.snapshot import ConnState, HealthState, HostSnapshot
 from console.core.state import Boot
 from console.tui.bars import stacked_bar
+from console.tui.track import CONTROLLER_AFTER, CONTROLLER_BEFORE, ApplyTrack
 from console.tui.view import (
-    CONTROLLER_AFTER,
-    CONTROLLER_BEFORE,
     SEGMENT_LABELS,
-    ApplyTrack,
     GpuRow,
     KvGauge,
     Timeline,
