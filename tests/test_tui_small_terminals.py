@@ -45,7 +45,7 @@ async def test_every_gpu_the_gauge_and_five_event_rows_are_on_screen(size: tuple
         dash = app.dashboards["gpu1"]
         for i in range(8):
             assert on_screen(app, f"GPU{i} "), (i, "\n".join(screen_text(app)))
-        assert on_screen(app, "pool 2,454,421 tokens") and on_screen(app, "R: roll back")
+        assert on_screen(app, "pool 2,454,421") and on_screen(app, "R: roll back")
         assert on_screen(app, "< 5s ago")  # how fresh the figures are
         log = dash.feed.log_widget
         assert log.scrollable_content_region.height >= 5
@@ -106,3 +106,20 @@ async def test_without_room_for_the_chart_its_latest_figure_goes_under_the_gpu_b
         app.post_snapshot(snapshot(corpus_events("case-01"), gpu_sample([240.0 * GIB] * 8, 288 * GIB), seq=2))
         await pilot.pause()
         assert on_screen(app, f"gen tok/s now {points[-1][1]:.2f}"), "\n".join(screen_text(app))
+
+
+async def test_the_first_gpu_sample_after_the_journal_refits_the_panels() -> None:
+    """The journal comes first, the GPU sample a second later: the chart's room is measured again (it
+    stayed, cut in half, under the eight bars at 80x24)."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        dash = app.dashboards["gpu1"]
+        app.post_snapshot(snapshot(corpus_events("case-01"), None))
+        await pilot.pause()
+        assert dash.throughput.display  # room for it beside no GPU yet
+        app.post_snapshot(snapshot(corpus_events("case-01"), gpu_sample([240.0 * GIB] * 8, 288 * GIB), seq=2))
+        await pilot.pause()
+        await pilot.pause()
+        assert not dash.throughput.display
+        for i in range(8):
+            assert on_screen(app, f"GPU{i} "), i

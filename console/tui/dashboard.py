@@ -72,6 +72,7 @@ class HostDashboard(Vertical):
         self.snap: HostSnapshot | None = None
         self.bindings_lock_state: tuple[bool, bool] | None = None
         self.track: ApplyTrack | None = None
+        self._gpu_rows_fitted = 0
 
     def compose(self) -> ComposeResult:
         yield self.header
@@ -127,7 +128,8 @@ class HostDashboard(Vertical):
         top = max(top, 4)
         for column in self.query("#top, #main, #side"):
             column.styles.max_height = top
-        room = top - self.gpus.rows_needed()
+        self._gpu_rows_fitted = self.gpus.rows_needed()
+        room = top - self._gpu_rows_fitted
         chart = room >= self.CHART_MIN_ROWS
         self.throughput.display = chart
         if chart:
@@ -152,7 +154,9 @@ class HostDashboard(Vertical):
         self.timeline.show(snap)
         self.throughput.show(snap)
         self.feed.show(snap)
-        if not self.throughput.display:
+        if self.gpus.rows_needed() != self._gpu_rows_fitted:
+            self.fit()  # the first sample, or a GPU gone: the chart's room changed
+        elif not self.throughput.display:
             self.show_figure()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
