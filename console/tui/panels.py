@@ -385,8 +385,10 @@ longest request the server accepts now: a pool smaller than either cannot hold o
         lines: list[RenderableType] = []
         head = Text()
         head.append("pool ", "grey62")
-        unit = "" if self.compact else " tokens"  # the level must fit beside it in a narrow column
-        head.append(f"{g.pool_tokens:,}{unit}" if g.pool_tokens is not None else "not allocated yet", colour)
+        pool = f"{g.pool_tokens:,} tokens" if g.pool_tokens is not None else "not allocated yet"
+        if self.compact and len(pool) + len(f"  [{g.level}]") > self.content_region.width:
+            pool = pool.removesuffix(" tokens")  # the level must stay on the line in a narrow column
+        head.append(pool, colour)
         if g.level != "unknown":
             head.append(f"  [{g.level}]", colour)
         lines.append(head)
