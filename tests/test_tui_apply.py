@@ -16,7 +16,9 @@ from textual.widgets import Input, Static
 
 from console.core.profile_store import ProfileStore, shipped_profile_dir
 from console.sources.hosts import load_hosts
-from console.tui.app import ConsoleApp, HostDashboard, HostEntry
+from console.tui.app import ConsoleApp, HostEntry
+from console.tui.dashboard import HostDashboard
+from console.tui.messages import ApplyRequested, RollbackRequested
 from console.tui.profiles import ProfilesScreen
 from console.tui.screens import ApplyConfirmScreen, ConfirmScreen
 from console.tui.view import display_boot
@@ -91,7 +93,7 @@ async def test_profiles_screen_takes_the_host_to_a_verified_200k(twin, store, tm
         screen.stash()
         screen.open_profile("ctx-200k")
         # The running ExecStart arrives over SSH; the diff then shows the one change that matters.
-        await until(pilot, "the running ExecStart", lambda: twin.name in app.running_argv)
+        await until(pilot, "the running ExecStart", lambda: app.hosts[twin.name].running_argv is not None)
         await until(pilot, "the diff", lambda: "~ --mem-fraction-static 0.85 → 0.93" in screen.check.diff)
         w = screen.check.whatif
         assert w.fits and 200_000 <= w.predicted_pool_tokens < 215_000
@@ -134,7 +136,9 @@ async def test_a_refused_profile_forced_fails_pinned_and_rolls_back(twin, store,
         dash = app.dashboards[twin.name]
         await until(pilot, "a ready boot", lambda: (ready_pool(dash) or 0) >= 200_000)
         before = ready_pool(dash)
-        app.request_apply(twin.name, "ctx-200k-greedy")  # as the palette's "Apply profile" does
+        app.post_message(
+            ApplyRequested(twin.name, "ctx-200k-greedy")
+        )  # as the palette's "Apply profile" does
         await until(pilot, "the confirmation", lambda: isinstance(app.screen, ApplyConfirmScreen))
         confirm = app.screen
         assert not confirm.ok and any("headroom" in e for e in confirm.errors)
@@ -174,11 +178,11 @@ async def test_read_only_console_refuses_apply_on_a_live_host(twin, store, tmp_p
             lambda: dash.snap and dash.snap.connection and dash.snap.connection.state == "up",
         )
         invocation = twin.systemctl("show", "-p", "InvocationID", twin.unit).stdout
-        app.request_apply(twin.name, "ctx-200k")
-        app.request_rollback(twin.name)
+        app.post_message(ApplyRequested(twin.name, "ctx-200k"))
+        app.post_message(RollbackRequested(twin.name))
         await pilot.press("R", "r")
         await pilot.pause(0.5)
-        assert len(app.screen_stack) == 1 and dash.track is None and not app.busy
+        assert len(app.screen_stack) == 1 and dash.track is None and app.hosts[twin.name].busy is None
         enabled = {k for k, b in app.active_bindings.items() if b.enabled}
         assert not {"r", "R"} & enabled and "p" in enabled
         assert twin.systemctl("show", "-p", "InvocationID", twin.unit).stdout == invocation

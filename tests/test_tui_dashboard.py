@@ -13,6 +13,7 @@ from rich.text import Text
 
 from console.core.events import Unit
 from console.tui.bars import stacked_bar
+from console.tui.messages import RestartRequested
 from console.tui.view import gpu_rows, kv_gauge, restart_timeline
 from tests.tui_support import NOW, corpus_events, gpu_sample, make_app, snapshot
 
@@ -141,7 +142,7 @@ async def test_read_only_refuses_restart() -> None:
         await pilot.press("r")
         await pilot.pause()
         assert len(app.screen_stack) == 1  # no confirmation opened
-        app.request_restart("gpu1")  # as the palette would call it
+        app.post_message(RestartRequested("gpu1"))  # as the palette would ask
         await pilot.pause()
         assert len(app.screen_stack) == 1
         assert "r" not in {k for k, b in app.active_bindings.items() if b.enabled}

@@ -182,3 +182,48 @@ def test_telling_progress_lines_apart_never_hangs_on_a_long_line() -> None:
     assert keys == [None, None, None]
     redraw = "Capturing batches (bs=1 avail_mem=0.86 GB): 100%|██████████| 4/4 [00:18<00:00,  4.51s/it]"
     assert [progress_key(e) for e in parse_lines([redraw], host="gpu1")] == [("", "Capturing batches")]
+
+
+def at_tail(feed: EventFeed) -> bool:
+    log = feed.log_widget
+    return log.scroll_offset.y + log.scrollable_content_region.height >= log.row_count
+
+
+async def test_the_feed_opens_and_stays_at_its_newest_line_as_the_panes_above_it_grow() -> None:
+    """The feed's box shrinks when the pairing bar, the folded boots, pinned errors or a verdict appear
+    above it; following, the newest line stays in view (it ended 4-5 lines short, scrollbar at the
+    bottom, and `f` then turned following off)."""
+    from tests.tui_support import corpus_events, make_app
+
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        dash = app.dashboards["gpu1"]
+        feed = dash.feed
+        events = corpus_events("case-01")
+        app.post_snapshot(snapshot(events[:-40], None))
+        await pilot.pause()
+        assert feed.log_widget.row_count > 40 and at_tail(feed)
+        # The host's state directory is read: the pairing bar shows; an operation ends failed.
+        dash.pairing.display = True
+        dash.verdict.show_verdict(False, "apply ctx-200k: failed", can_roll_back=True)
+        app.post_snapshot(snapshot(events, None, seq=2))
+        await pilot.pause()
+        assert at_tail(feed), (feed.log_widget.scroll_offset.y, feed.log_widget.row_count)
+        assert screen_rows(feed)[-1][:40] == feed.visible_lines()[-1][:40]
+        # Following all along: `f` now turns it off, as it says.
+        await pilot.press("f")
+        assert not feed.follow
+        # The operator scrolls up: the feed stays where it was put while new lines arrive.
+        await pilot.press("f")
+        feed.log_widget.focus()
+        await pilot.press("pageup")
+        await pilot.pause()
+        assert not feed.follow
+        where = feed.log_widget.scroll_offset.y
+        app.post_snapshot(snapshot([*events, *decode_events(5)], None, seq=3))
+        await pilot.pause()
+        assert feed.log_widget.scroll_offset.y == where and not at_tail(feed)
+        # End goes back to the tail, and follows it again.
+        await pilot.press("end")
+        await pilot.pause()
+        assert feed.follow and at_tail(feed)

@@ -118,7 +118,7 @@ def test_two_consoles_side_by_side_one_killed_mid_restart(twin: TwinHost, tmp_pa
         # Each console shows the other in the bar under its header, the GPU bars, the gauge and events.
         _wait_for(sock, a, lambda s: "with bob@" in s, 40, "bob")
         screen = _wait_for(
-            sock, b, lambda s: "with alice@" in s and "pool 101,134 tokens" in s, 40, "alice and the pool"
+            sock, b, lambda s: "with alice@" in s and "pool 101,134" in s, 40, "alice and the pool"
         )
         assert "lock free" in screen and "GPU7" in screen and "█" in screen and "events" in screen
 

@@ -31,7 +31,8 @@ from console.core.probe import (
 from console.sources.hosts import HostConfig
 from console.sources.probe import load_history
 from console.tui.app import css_paths
-from console.tui.probe import DepthChart, ProbePanel, ProbeScreen, ThroughputChart, depth_chart
+from console.tui.probe import DepthChart, ProbePanel, ProbeScreen, depth_chart
+from console.tui.throughput import ThroughputChart
 from tests.test_probe_core import kimi_target, steady
 from tests.test_probe_twin import host_of, start_twin
 from tests.tui_support import CORPUS
@@ -380,3 +381,40 @@ async def test_the_probe_screen_charts_a_run_of_the_command_line(twin, tmp_path:
         assert curve.run_id == cli["run_id"]
         assert curve.points == [(r["depth"], r["decode_tok_s"]) for r in cli["results"]]
         await app.transport.close()
+
+
+async def test_a_generation_figure_is_now_only_while_it_is() -> None:
+    """After a rollback the dashboard said "gen tok/s now 1.31" from a probe minutes before: a figure
+    older than its window is shown with its age, one the server has since gone idle on as idle, one
+    older than the chart's window not at all."""
+    from console.core.metrics import SglangMetrics
+    from console.core.snapshot import HostSnapshot, ServerSample
+    from console.core.state import HostState
+    from console.tui.throughput import NOW_WINDOW_S
+
+    lines = (CORPUS / "case-26.log").read_text().splitlines()
+    events = list(parse_lines(lines))
+    points = throughput_points(events)
+    t, value = points[-1]
+    clock = [t + 5.0]
+    chart = ThroughputChart(window_s=300.0, clock=lambda: clock[0])
+    chart.show(
+        HostSnapshot(host="h", seq=1, ts=t, state=HostState(), recent=tuple(events), events_total=len(events))
+    )
+
+    def figure() -> str:
+        return chart.render().plain.splitlines()[-1]
+
+    assert figure() == f"gen tok/s  now {value:.2f}"
+    clock[0] = t + NOW_WINDOW_S + 140
+    assert figure() == f"gen tok/s  last {value:.2f}, 3 min ago"
+    # The server polled since says no request runs: idle, whatever the figure's age.
+    clock[0] = t + 10.0
+    idle = ServerSample(metrics=SglangMetrics(num_running_reqs=0.0, gen_throughput=0.0), ts=t + 8.0)
+    snap = HostSnapshot(
+        host="h", seq=2, ts=t + 8.0, state=HostState(), recent=tuple(events), events_total=len(events)
+    )
+    chart.show(snap.model_copy(update={"server": idle}))
+    assert figure() == f"gen tok/s  idle (last {value:.2f}, 10 s ago)"
+    clock[0] = t + 301
+    assert "No generation in the last 5 minutes" in chart.render().plain

@@ -47,7 +47,7 @@ def store(tmp_path: Path) -> ProfileStore:
 
 def app_with(store: ProfileStore, *, read_only: bool = False):
     app = make_app(read_only=read_only, store=store, profile="k25-3m")
-    app.running_argv["gpu1"] = list(RUNNING)
+    app.hosts["gpu1"].running_argv = list(RUNNING)
     return app
 
 
@@ -250,13 +250,13 @@ async def test_read_only_refuses_apply_but_saves(store, tmp_path) -> None:
         assert "ctrl+r" not in {k for k, b in app.active_bindings.items() if b.enabled}
         screen.action_apply()  # as if a key reached it anyway
         await pilot.pause()
-        assert app.screen is screen and not app.busy
+        assert app.screen is screen and app.hosts["gpu1"].busy is None
         await replace_line(pilot, screen, "tp-size = 8", "tp-size = 4")
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert "tp-size = 4" in (tmp_path / "user" / "k25-3m.toml").read_text()
         # The palette offers no apply, restart or roll back.
-        from console.tui.app import ConsoleCommands
+        from console.tui.commands import ConsoleCommands
 
         names = [c[0] for c in ConsoleCommands(app.screen)._commands()]
         assert not any(n.startswith(("Apply", "Restart", "Roll back")) for n in names)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from console.core.events import KvPoolAllocated
 from console.core.profile_store import ProfileStore, shipped_profile_dir
 from tests.test_tui_profiles import K25, RUNNING
@@ -51,7 +53,7 @@ def _profiles_app(tmp_path: Path):
     (user / "k25-3m.toml").write_text(K25)
     store = ProfileStore([user, shipped_profile_dir()])
     app = make_app(store=store, profile="k25-3m")
-    app.running_argv["gpu1"] = list(RUNNING)
+    app.hosts["gpu1"].running_argv = list(RUNNING)
     return app
 
 
@@ -74,3 +76,28 @@ def test_profiles_help_screen(snap_compare, tmp_path) -> None:
         await pilot.pause()
 
     assert snap_compare(_profiles_app(tmp_path), terminal_size=SIZE, run_before=run_before)
+
+
+def _busy(events, gpus):
+    """The snapshot, the pairing bar and a failed apply's banner: what takes rows at once."""
+
+    async def run_before(pilot) -> None:
+        pilot.app.post_snapshot(snapshot(events, gpus))
+        await pilot.pause()
+        dash = pilot.app.dashboards["gpu1"]
+        dash.show_pairing()
+        dash.begin_track("apply ctx-200k")
+        dash.finish_track(False, "the server failed to start", (), can_roll_back=True)
+        await pilot.pause()
+
+    return run_before
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_dashboard_on_a_small_terminal(snap_compare, size) -> None:
+    gpus = gpu_sample([240.0 * GIB] * 8, 288 * GIB)
+    assert snap_compare(make_app(), terminal_size=size, run_before=_busy(corpus_events("case-01"), gpus))
+
+
+def test_profiles_screen_at_80x24(snap_compare, tmp_path) -> None:
+    assert snap_compare(_profiles_app(tmp_path), terminal_size=(80, 24), run_before=_open_profiles)

@@ -15,6 +15,7 @@ from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.containers import Vertical
 from textual.geometry import Region, Size
+from textual.message import Message
 from textual.reactive import Reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -121,6 +122,9 @@ every console on the host adds two every few seconds and they would bury real tr
         self._base = 0  # the absolute number of `_rows[0]`: cached strips stay valid as rows fall off
         self._strips: LRUCache[tuple[int, int], Strip] = LRUCache(1024)
         self._widths: set[int] = set()  # the widths strips were cached at, to forget a redrawn row
+        self.follow = True
+        """Keep the newest row in view: off when the operator scrolls up (or presses f), on again at
+        the tail."""
 
     @property
     def row_count(self) -> int:
@@ -130,18 +134,18 @@ every console on the host adds two every few seconds and they would bury real tr
     def rows(self) -> list[Event]:
         return list(self._rows)
 
-    def append_rows(self, rows: Iterable[Event], *, follow: bool) -> None:
+    def append_rows(self, rows: Iterable[Event]) -> None:
         """Rows at the end, scrolled to in the same frame when following."""
         if self._extend(rows):
-            self._resized(follow)
+            self._resized()
 
-    def replace_rows(self, rows: Iterable[Event], *, follow: bool) -> None:
+    def replace_rows(self, rows: Iterable[Event]) -> None:
         self._rows.clear()
         self._strips.clear()
         self._total = 0
         self._last_key = None
         self._extend(rows)
-        self._resized(follow)
+        self._resized()
 
     def _extend(self, rows: Iterable[Event]) -> bool:
         changed = False
@@ -160,13 +164,28 @@ every console on the host adds two every few seconds and they would bury real tr
         self._base = self._total - len(self._rows)  # the deque keeps the newest `max_lines`
         return changed
 
-    def _resized(self, follow: bool) -> None:
+    def _resized(self) -> None:
         # Lines are cut to the feed's width with an ellipsis (the pinned errors show a message in
         # full), so there is nothing to scroll sideways.
         self.virtual_size = Size(0, len(self._rows))
-        if follow:
+        if self.follow:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
         self.refresh()
+
+    def on_resize(self) -> None:
+        # The box shrinks when a bar, a pin or a banner appears above it; the offset stays, so the
+        # newest rows would sink below the bottom edge (4-5 of them, with the scrollbar at its end).
+        if self.follow:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        # Only a scroll moves the offset up (a new row or a smaller box never does): the operator
+        # wants to read back. Back at the tail, following resumes.
+        if new_value >= self.max_scroll_y:
+            self.follow = True
+        elif new_value < old_value:
+            self.follow = False
 
     def watch_virtual_size(self, size: Size) -> None:
         if self.is_mounted:
@@ -243,6 +262,9 @@ class FeedEntry:
 
 
 class EventFeed(Vertical):
+    class ChromeChanged(Message):
+        """The rows above and below the feed's lines (pins, folded boots, the filter) changed."""
+
     BINDINGS = [  # noqa: RUF012 - Textual reads it as a class attribute
         Binding("slash", "filter", "Filter"),
         # Follow and fold stay off the footer so that an 80-column pane keeps the keys that matter
@@ -263,20 +285,28 @@ class EventFeed(Vertical):
         self._acked: set[str] = set()
         self._errors: tuple[Error, ...] = ()
         self._static_keys: dict[str, object] = {}
+        self._static_rows: dict[str, int] = {}
         self.filter = FeedFilter()
-        self.follow = True
+        self._log = FeedLog(self._pieces, max_lines=history, same_row=progress_key, id="log")
+        self.compact = False
+        """A short pane: one pinned error, on one line."""
+        self._chrome: int = 0
         self.folded = True
         self.show_polls = False
 
     def compose(self) -> ComposeResult:
         yield Static(id="pins", classes="pins")
         yield Static(id="folded", classes="folded")
-        yield FeedLog(self._pieces, max_lines=self.history, same_row=progress_key, id="log")
+        yield self._log
         yield Input(placeholder="regex (start with ! to invert), Enter keeps, Esc clears", id="filter")
 
     @property
     def log_widget(self) -> FeedLog:
-        return self.query_one(FeedLog)
+        return self._log
+
+    @property
+    def follow(self) -> bool:
+        return self._log.follow
 
     # ---- data --------------------------------------------------------------------------------------
 
@@ -301,7 +331,7 @@ class EventFeed(Vertical):
         if rebuilt:
             self._rebuild()
         else:
-            self.log_widget.append_rows((r.event for r in fresh if self._visible(r)), follow=self.follow)
+            self.log_widget.append_rows(r.event for r in fresh if self._visible(r))
         self._update_pins()
         self._update_folded()
 
@@ -311,7 +341,7 @@ class EventFeed(Vertical):
         index = self._boot_index if self._boot_index is not None else 0
         rows = [FeedEntry(index, e) for e in events]
         self._events.extend(rows)
-        self.log_widget.append_rows((r.event for r in rows if self._visible(r)), follow=self.follow)
+        self.log_widget.append_rows(r.event for r in rows if self._visible(r))
 
     def _visible(self, row: FeedEntry) -> bool:
         if self.folded and row.boot != self._boot_index:
@@ -334,7 +364,34 @@ class EventFeed(Vertical):
         ]
 
     def _rebuild(self) -> None:
-        self.log_widget.replace_rows((r.event for r in self._events if self._visible(r)), follow=self.follow)
+        self.log_widget.replace_rows(r.event for r in self._events if self._visible(r))
+
+    def set_compact(self, compact: bool) -> None:
+        if compact != self.compact:
+            self.compact = compact
+            self._static_keys.pop("pins", None)
+            self._update_pins()
+
+    def chrome_rows(self) -> int:
+        """Rows the pins, the folded boots' line and the filter take from the feed's lines."""
+        rows = 0
+        for widget_id in ("pins", "folded"):
+            widget = self.query_one(f"#{widget_id}", Static)
+            if widget.display:
+                rows += self._static_rows.get(widget_id, 1)
+        if self.query_one("#filter", Input).display:
+            rows += 3
+        return rows
+
+    def reserved_rows(self, lines: int) -> int:
+        """The feed's height for `lines` event rows under its chrome: the border, pins, folded, filter."""
+        return 2 + lines + self.chrome_rows()
+
+    def _chrome_changed(self) -> None:
+        rows = self.chrome_rows()
+        if rows != self._chrome:
+            self._chrome = rows
+            self.post_message(self.ChromeChanged())
 
     def _set_static(self, widget_id: str, text: Text | None) -> None:
         """Update a pinned line only when it changes: an update re-measures the feed's layout."""
@@ -346,6 +403,11 @@ class EventFeed(Vertical):
         widget.display = text is not None
         if text is not None:
             widget.update(textual_text(text))
+            # Pins wrap on a roomy pane (up to their max-height of 6); one line each when compact.
+            width = max(1, self.size.width - 4)
+            wrapped = sum(max(1, -(-len(line) // width)) for line in text.plain.split("\n"))
+            self._static_rows[widget_id] = 1 if self.compact else min(6, wrapped)
+        self._chrome_changed()
 
     def _update_pins(self) -> None:
         open_errors = [e for e in self._errors if error_key(e) not in self._acked]
@@ -356,6 +418,15 @@ class EventFeed(Vertical):
         text.append(
             f"⚠ {len(open_errors)} error{'s' if len(open_errors) > 1 else ''} in this boot", "bold red"
         )
+        if self.compact:
+            # One line on a short pane: the count and the newest error, cut to the width.
+            e = open_errors[-1]
+            text.append("  newest: ", "grey62")
+            text.append(f"{e.category}: ", "bold red")
+            text.append(e.message[:300])
+            text.append("  (a)", "grey62")
+            self._set_static("pins", text)
+            return
         text.append("  (a acknowledges)\n", "grey62")
         for e in open_errors[-PINS_SHOWN:]:
             text.append(f"{clock_text(e)} {rank_label(e):4} {e.category}: ", "bold red")
@@ -397,13 +468,14 @@ class EventFeed(Vertical):
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.display = True
+        self._chrome_changed()
         box.value = self.filter.text
         box.focus()
 
     def action_follow(self) -> None:
-        self.follow = not self.follow
+        self._log.follow = not self._log.follow
         if self.follow:
-            self.log_widget.scroll_end(animate=False)
+            self.log_widget.scroll_end(animate=False, x_axis=False)
         self.notify("following the tail" if self.follow else "tail not followed", timeout=2)
 
     def action_ack(self) -> None:
@@ -443,6 +515,7 @@ class EventFeed(Vertical):
         if event.input.id != "filter":
             return
         event.input.display = False
+        self._chrome_changed()
         self.log_widget.focus()
 
     def on_key(self, event: object) -> None:
@@ -452,5 +525,6 @@ class EventFeed(Vertical):
             box.value = ""
             self.set_filter("")
             box.display = False
+            self._chrome_changed()
             self.log_widget.focus()
             getattr(event, "stop", lambda: None)()

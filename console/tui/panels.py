@@ -17,11 +17,9 @@ from console.core.restart import BOOT, Phase
 from console.core.snapshot import ConnState, HealthState, HostSnapshot
 from console.core.state import Boot
 from console.tui.bars import stacked_bar
+from console.tui.track import CONTROLLER_AFTER, CONTROLLER_BEFORE, ApplyTrack
 from console.tui.view import (
-    CONTROLLER_AFTER,
-    CONTROLLER_BEFORE,
     SEGMENT_LABELS,
-    ApplyTrack,
     GpuRow,
     KvGauge,
     Timeline,
@@ -62,6 +60,13 @@ class Panel(Static, can_focus=True):
     snap: HostSnapshot | None = None
     _sig: object = None
     _shape: object = None
+    compact = False
+    """Drawn for a short pane: fewer rows, the same figures."""
+
+    def set_compact(self, compact: bool) -> None:
+        if compact != self.compact:
+            self.compact = compact
+            self.refresh(layout=True)
 
     def signature(self, snap: HostSnapshot) -> object:
         """What the panel shows of `snap`, comparable; None means "always repaint"."""
@@ -125,6 +130,9 @@ class HeaderBar(Widget):
         # The age of the freshest sample moves with the clock even when the host is quiet.
         self.set_interval(1.0, self._tick)
 
+    WIDE_COLUMNS = 120
+    """Narrower than this the second line puts the sample's age first (at 80 columns it fell off)."""
+
     FRESH_S = 5.0
     """Younger than this the age reads `< 5s ago`: a 1 Hz sampler's age cycling 0-1 s said nothing, and
     repainting it cost a frame a second (~0.3% of a core, measured). Older, it counts up every second."""
@@ -182,7 +190,19 @@ class HeaderBar(Widget):
         server = snap.server if snap is not None else None
         version = (server.version if server is not None else None) or _version(boot)
         model = model_name(boot) or (server.model if server is not None else None)
+        self._drawn_age = self.age_label()
         line2 = Text(" ")
+        if self.size.width and self.size.width < self.WIDE_COLUMNS:
+            # Narrow: the age first, where the edge cannot cut it off; the model last.
+            line2.append("fresh ", "grey62")
+            line2.append(*self._drawn_age)
+            if boot is not None:
+                line2.append(f"  boot #{boot.index}", "grey62")
+            line2.append("  SGLang ", "grey62")
+            line2.append(version or "—", "bold" if version else "grey50")
+            line2.append("  ", "grey62")
+            line2.append(model or "—", "bold")
+            return Group(line1, line2)
         line2.append("SGLang ", "grey62")
         line2.append(version or "version not reported", "bold" if version else "grey50")
         line2.append("  model ", "grey62")
@@ -190,7 +210,6 @@ class HeaderBar(Widget):
         if boot is not None:
             line2.append(f"  boot #{boot.index}", "grey62")
         line2.append("  freshest sample ", "grey62")
-        self._drawn_age = self.age_label()
         line2.append(*self._drawn_age)
         return Group(line1, line2)
 
@@ -267,7 +286,13 @@ Right of each bar: used / total GiB and the utilization the sampler reported."""
                 legend.append(f" {SEGMENT_LABELS[name]}  ")
         legend.append(" ", Style(bgcolor="grey19"))
         legend.append(" free")
-        lines: list[RenderableType] = [legend]
+        lines: list[RenderableType] = []
+        if self.compact:
+            # One row per GPU and nothing else: the colours' names go into the border (F1 explains).
+            self.border_title = textual_text(compact_legend(shown))
+        else:
+            self.border_title = "GPUs"
+            lines.append(legend)
         for r in rows:
             line = Text()
             line.append(f"GPU{r.index:<2}", "bold")
@@ -284,7 +309,7 @@ Right of each bar: used / total GiB and the utilization the sampler reported."""
             util = "  —" if r.util_pct is None else f"{r.util_pct:3.0f}%"
             line.append(util, "bold" if (r.util_pct or 0) >= 50 else "grey62")
             lines.append(line)
-        if rows and not any(r.detailed for r in rows):
+        if rows and not any(r.detailed for r in rows) and not self.compact:
             lines.append(
                 Text(
                     " used/total only: this boot's journal has not reported per-rank memory",
@@ -292,6 +317,29 @@ Right of each bar: used / total GiB and the utilization the sampler reported."""
                 )
             )
         return Group(*lines)
+
+    def rows_needed(self) -> int:
+        """The panel's height with every GPU in view, border included."""
+        snap = self.snap
+        rows = self._gpu_rows(snap) if snap is not None and snap.gpus is not None else ()
+        if not rows:
+            return 3
+        extra = 0 if self.compact else 1 + (0 if any(r.detailed for r in rows) else 1)
+        return len(rows) + extra + 2
+
+
+COMPACT_LABELS = {"weights": "weights", "kv": "KV", "graphs": "graphs", "other": "other", "procs": "procs"}
+
+
+def compact_legend(shown: set[str]) -> Text:
+    title = Text("GPUs ")
+    for name in ("weights", "kv", "graphs", "other", "procs", "used"):
+        if name in shown:
+            title.append("█", SEGMENT_COLOURS[name])
+            title.append(f"{COMPACT_LABELS.get(name, name)} ", "grey62")
+    title.append("█", "grey19")
+    title.append("free", "grey62")
+    return title
 
 
 class KvPanel(Panel):
@@ -337,14 +385,17 @@ longest request the server accepts now: a pool smaller than either cannot hold o
         lines: list[RenderableType] = []
         head = Text()
         head.append("pool ", "grey62")
-        head.append(f"{g.pool_tokens:,} tokens" if g.pool_tokens is not None else "not allocated yet", colour)
+        pool = f"{g.pool_tokens:,} tokens" if g.pool_tokens is not None else "not allocated yet"
+        if self.compact and len(pool) + len(f"  [{g.level}]") > self.content_region.width:
+            pool = pool.removesuffix(" tokens")  # the level must stay on the line in a narrow column
+        head.append(pool, colour)
         if g.level != "unknown":
             head.append(f"  [{g.level}]", colour)
         lines.append(head)
         scale = max(v for v in (g.pool_tokens, g.target, g.context_length, 1) if v is not None)
         if g.pool_tokens is not None:
             bar_colour = {"ok": "green3", "warn": "yellow3", "critical": "red3"}.get(g.level, "grey62")
-            lines.append(stacked_bar([(g.pool_tokens, bar_colour)], scale, width))
+            bar = stacked_bar([(g.pool_tokens, bar_colour)], scale, width)
             marks = Text(" " * width)
             for value, ch in ((g.context_length, "c"), (g.target, "T")):
                 if value is not None:
@@ -353,7 +404,18 @@ longest request the server accepts now: a pool smaller than either cannot hold o
                         int(value / scale * width) - 1 if value >= scale else int(value / scale * width),
                     )
                     marks = marks[:pos] + Text(ch, "bold") + marks[pos + 1 :]
-            lines.append(marks)
+                    if self.compact:  # on the bar itself: one row fewer
+                        bar = (
+                            bar[:pos]
+                            + Text(ch, Style(bold=True, color="white", bgcolor="grey30"))
+                            + bar[pos + 1 :]
+                        )
+            lines.append(bar)
+            if not self.compact:
+                lines.append(marks)
+        if self.compact:
+            lines.append(compact_targets(g))
+            return Group(*lines)
         tbl = Table.grid(padding=(0, 2))
         tbl.add_column(style="grey62")
         tbl.add_column()
@@ -378,6 +440,27 @@ longest request the server accepts now: a pool smaller than either cannot hold o
         for why in g.reasons:
             lines.append(Text(f"⚠ {why}", colour))
         return Group(*lines)
+
+
+def compact_targets(g: KvGauge) -> Text:
+    """Target, context length, headroom and the first worry on one line (a short pane)."""
+    line = Text(overflow="ellipsis", no_wrap=True)
+    ok = "green3"
+    if g.target is not None:
+        fits = g.pool_tokens is not None and g.pool_tokens >= g.target
+        line.append("T ", "grey62")
+        line.append(f"{fmt_tokens(g.target)}  ", ok if fits else "bold red")
+    if g.context_length is not None:
+        fits = g.pool_tokens is not None and g.pool_tokens >= g.context_length
+        line.append("c ", "grey62")
+        line.append(f"{fmt_tokens(g.context_length)}  ", ok if fits else "yellow3")
+    if g.headroom_gib is not None:
+        line.append(f"{g.headroom_gib:.1f} GiB free  ", LEVEL_STYLES[g.level] if g.reasons else "")
+    if g.usage is not None:
+        line.append(f"in use {g.usage:.0%}  ")
+    if g.reasons:
+        line.append(f"⚠ {g.reasons[0]}", LEVEL_STYLES[g.level])
+    return line
 
 
 class TimelinePanel(Panel):

@@ -5,8 +5,6 @@
   probe when it posts `ProbePanel.Fire`, stops it on `ProbePanel.Cancel`, and feeds it progress.
 - `ProbeScreen(session_or_host, transport=..., profile=...)`: hosts the panel and runs the probe through
   the host's SSH transport (a worker; Esc or the Cancel button cancels it, which aborts the request).
-- `ThroughputChart`: the server's own generation throughput over time (its `Decode batch` lines and
-  `/metrics` gen_throughput), for the dashboard: `show(snapshot)` or `set_samples(points)`.
 
 Charts are drawn with plotext (its `build()` output, without colour) and coloured here by marker, so they
 look the same in every theme and in snapshots.
@@ -17,11 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import plotext
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -34,6 +31,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Static
 from textual.worker import Worker
 
+from console.core.pairing import Identity
 from console.core.probe import (
     Curve,
     ProbePhase,
@@ -45,43 +43,11 @@ from console.core.probe import (
     fmt_pct,
     parse_depths,
     report_curve,
-    throughput_points,
 )
 from console.core.profile_store import ProfileStore
-from console.core.snapshot import HostSnapshot
 from console.tui.footer import KeyFooter
+from console.tui.plot import AXIS_STYLE, CURRENT_STYLE, EARLIER_MARKERS, plot_text
 from console.tui.view import rich_style, textual_text
-
-CURRENT_STYLE = "bold green3"
-EARLIER_MARKERS: tuple[tuple[str, str], ...] = (
-    ("•", "steel_blue1"),
-    ("+", "orange3"),
-    ("*", "medium_purple2"),
-)
-# plotext's default `hd` marker draws with these quadrant blocks.
-_HD_BLOCKS = frozenset("▘▝▀▖▌▞▛▗▚▐▜▄▙▟█")
-AXIS_STYLE = "grey50"
-
-
-def _plot_text(build: Callable[[Any], None], width: int, height: int, styles: dict[str, str]) -> Text:
-    """Run `build(figure)` on a cleared plotext figure of this size; the text, coloured by marker."""
-    fig = plotext.figure
-    # The widget, not the process's terminal, decides the size (Textual owns the screen).
-    plotext.terminal.limit(False, False)
-    fig.clear()
-    fig.plot_size(max(width, 20), max(height, 6))
-    fig.legend(active=False)
-    build(fig)
-    raw = fig.build().string(colorless=True)
-    fig.clear()
-    text = Text(style=AXIS_STYLE, no_wrap=True, overflow="crop")
-    for line_no, line in enumerate(raw.splitlines()):
-        if line_no:
-            text.append("\n")
-        for ch in line:
-            style = CURRENT_STYLE if ch in _HD_BLOCKS and "hd" in styles else styles.get(ch)
-            text.append(ch, style) if style else text.append(ch)
-    return text
 
 
 def depth_chart(current: Curve | None, earlier: Sequence[Curve], width: int, height: int) -> Text:
@@ -108,7 +74,7 @@ def depth_chart(current: Curve | None, earlier: Sequence[Curve], width: int, hei
         if log:
             fig.ruler("y").scale("log")
 
-    chart = _plot_text(build, width, height - 1, styles)
+    chart = plot_text(build, width, height - 1, styles)
     legend = Text("\n")
     legend.append("tok/s  ", AXIS_STYLE)
     if current and current.points:
@@ -117,29 +83,6 @@ def depth_chart(current: Curve | None, earlier: Sequence[Curve], width: int, hei
         legend.append("   ")
         legend.append(f"{marker} {curve.label}", style)
     return chart + legend
-
-
-def throughput_chart(
-    points: Sequence[tuple[float, float]], now: float, window_s: float, width: int, height: int
-) -> Text:
-    """Generation tok/s over the last `window_s` seconds (x: seconds before now)."""
-    shown = [(t - now, v) for t, v in points if now - window_s <= t <= now]
-    if not shown:
-        minutes = f"{window_s / 60:g} minutes" if window_s >= 120 else f"{window_s:g} s"
-        return Text(
-            f"No generation in the last {minutes}: the server logged no Decode batch line.\n"
-            "P sends a synthetic long-context request and measures it (the probe).",
-            rich_style("grey62"),
-        )
-
-    def build(fig: Any) -> None:
-        fig.draw(fig.signal([x for x, _ in shown], [v for _, v in shown]).lines())
-        fig.ruler("x").lim(-window_s, 0)
-        fig.label("seconds before now", "x")
-
-    chart = _plot_text(build, width, height - 1, {"hd": CURRENT_STYLE})
-    last = shown[-1][1]
-    return chart + Text.assemble("\n", ("gen tok/s  ", AXIS_STYLE), (f"now {last:.2f}", CURRENT_STYLE))
 
 
 class DepthChart(Widget):
@@ -158,88 +101,6 @@ class DepthChart(Widget):
 
     def render(self) -> Text:
         return textual_text(depth_chart(self.current, self.earlier, self.size.width, self.size.height))
-
-
-class ThroughputChart(Widget):
-    """The server's generation throughput over time. Feed it snapshots (`show`) or points (`set_samples`);
-    it keeps `window_s` seconds of (epoch seconds, tok/s) samples, averaged per second.
-
-    A busy server logs a `Decode batch` line per rank every few steps, thousands a second: the chart reads
-    only the events that are new since the last snapshot, folds them into one bucket per second (at most
-    `window_s` of them), and redraws at most once a second — plotext's cost grows with the points drawn."""
-
-    DEFAULT_CLASSES = "throughput-chart"
-    HELP = (
-        "[b]Generation throughput[/b]\nTokens per second the server generated, from its `Decode batch` "
-        "lines (every --decode-log-interval steps) and /metrics gen_throughput, over the last minutes."
-    )
-    REDRAW_S = 1.0
-    AXIS_TICK_S = 5.0
-    """How often a quiet chart is redrawn so its time axis moves on."""
-
-    def __init__(
-        self, *, window_s: float = 600.0, clock: Callable[[], float] = time.time, id: str | None = None
-    ) -> None:
-        super().__init__(id=id)
-        self.window_s = window_s
-        self.clock = clock
-        self._buckets: dict[int, tuple[float, int]] = {}
-        self._seen_total: int | None = None
-        self._dirty = False
-        self._drawn_at = 0.0
-
-    @property
-    def samples(self) -> list[tuple[float, float]]:
-        """One (second, mean tok/s) per second that had any, oldest first."""
-        return [(float(t), total / n) for t, (total, n) in sorted(self._buckets.items())]
-
-    @samples.setter
-    def samples(self, points: Sequence[tuple[float, float]]) -> None:
-        self._buckets = {}
-        self._add(points)
-
-    def _add(self, points: Iterable[tuple[float, float]]) -> None:
-        buckets = self._buckets
-        for t, v in points:
-            key = int(t)
-            total, n = buckets.get(key, (0.0, 0))
-            buckets[key] = (total + v, n + 1)
-        horizon = self.clock() - self.window_s - 1
-        if buckets and min(buckets) < horizon:
-            self._buckets = {k: v for k, v in buckets.items() if k >= horizon}
-        self._dirty = True
-
-    def set_samples(self, points: Sequence[tuple[float, float]]) -> None:
-        self._add(points)
-        self.refresh()
-
-    def show(self, snap: HostSnapshot) -> None:
-        new = snap.events_total - (self._seen_total if self._seen_total is not None else 0)
-        self._seen_total = snap.events_total
-        fresh = snap.recent[-new:] if 0 < new <= len(snap.recent) else snap.recent if new > 0 else ()
-        points = throughput_points(fresh)
-        server = snap.server
-        if server is not None and server.metrics is not None and server.ts is not None:
-            busy = (server.metrics.num_running_reqs or 0) > 0
-            if server.metrics.gen_throughput is not None and busy:
-                points.append((server.ts, server.metrics.gen_throughput))
-        if points:
-            self._add(points)
-
-    def on_mount(self) -> None:
-        self.set_interval(self.REDRAW_S, self._tick)
-
-    def _tick(self) -> None:
-        now = self.clock()
-        if self._dirty or (self._buckets and now - self._drawn_at >= self.AXIS_TICK_S):
-            self.refresh()
-
-    def render(self) -> Text:
-        self._dirty = False
-        self._drawn_at = self.clock()
-        return textual_text(
-            throughput_chart(self.samples, self._drawn_at, self.window_s, self.size.width, self.size.height)
-        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -512,6 +373,7 @@ class ProbeScreen(Screen[None]):
         depths: str = "8k,64k,185k",
         tokens: int = 32,
         prober_options: dict[str, Any] | None = None,
+        me: Identity | None = None,
     ) -> None:
         super().__init__()
         host = getattr(source, "host", source)
@@ -525,6 +387,8 @@ class ProbeScreen(Screen[None]):
         self.profile_checked = False
         self.history = history
         self.prober_options = dict(prober_options or {})
+        self.me = me
+        """Who the audit trail says probed (default: the local login)."""
         self.panel = ProbePanel(depths=depths, tokens=tokens, id="probe-panel")
         self._worker: Worker[None] | None = None
 
@@ -633,9 +497,8 @@ class ProbeScreen(Screen[None]):
                     depths, tokens, profile=keep_in, on_progress=self.panel.show_progress
                 )
                 if prober.transport is not None:
-                    me = getattr(self.app, "me", None)
                     trouble = await audit_probe(
-                        prober.transport, self.host, report, time.monotonic() - started, me=me
+                        prober.transport, self.host, report, time.monotonic() - started, me=self.me
                     )
                     if trouble:
                         self.notify(trouble, severity="warning")
@@ -661,8 +524,6 @@ __all__ = [
     "DepthChart",
     "ProbePanel",
     "ProbeScreen",
-    "ThroughputChart",
     "depth_chart",
     "results_table",
-    "throughput_chart",
 ]

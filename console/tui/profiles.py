@@ -27,6 +27,7 @@ from console.core.profile_store import ProfileEntry, ProfileStore, shipped_profi
 from console.core.profiles import ProfileError
 from console.core.state import Boot
 from console.tui.footer import KeyFooter
+from console.tui.messages import ApplyRequested
 from console.tui.profile_check import ProfileCheck, check_profile_text, named_in
 from console.tui.screens import diff_text
 from console.tui.view import fmt_tokens, rich_style, textual_text
@@ -94,16 +95,15 @@ class ProfilesScreen(Screen[None]):
         host_view: Callable[[], HostView],
         read_only: bool,
         select: str | None = None,
-        apply: Callable[[str], object] | None = None,
         check_delay_s: float = CHECK_DELAY_S,
     ) -> None:
-        """`apply(name)` is called with a saved, valid profile's name (the app confirms and runs it)."""
+        """Apply (ctrl+r) posts `ApplyRequested` with a saved, valid profile's name; the app confirms
+        and runs it."""
         super().__init__()
         self.host = host
         self.store = store
         self.host_view = host_view
         self.read_only = read_only
-        self.apply_callback = apply
         self.check_delay_s = check_delay_s
         self.entries: list[ProfileEntry] = []
         self.current: str | None = select
@@ -350,8 +350,8 @@ class ProfilesScreen(Screen[None]):
             name = self.save()  # apply what is on screen, and keep it: saving is local
             if name is None:
                 return
-        if self.apply_callback is not None and name is not None:
-            self.apply_callback(name)
+        if name is not None:
+            self.post_message(ApplyRequested(self.host, name))
 
 
 # ---- rendering of the checks -----------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -74,6 +75,12 @@ class HelpScreen(ModalScreen[None]):
             yield Static(textual_text(Text.from_markup(body)), id="help-panel")
             yield Static(textual_text(Text.from_markup(keys)), id="help-keys")
             yield Static(Text("Esc closes", rich_style("grey62")), id="help-close")
+
+    def on_mount(self) -> None:
+        # Focused, so that the arrows and PgUp/PgDn reach what a short terminal cuts off.
+        box = self.query_one("#help-box", VerticalScroll)
+        box.border_subtitle = "↑↓ PgUp PgDn scroll · Esc closes"
+        box.focus()
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)
@@ -186,4 +193,23 @@ def diff_text(lines: list[str]) -> Text:
     for i, line in enumerate(lines):
         style = {"+": "green3", "-": "red", "~": "yellow3"}.get(line[:1], "")
         out.append(("\n" if i else "") + line, style)
+    return out
+
+
+def prediction_text(preview: Any, target: int) -> Text:
+    """The planner's verdict as the confirmation shows it."""
+    out = Text()
+    out.append("predicted: ", "bold")
+    pool = preview.predicted_pool_tokens
+    if pool is None:
+        out.append("no prediction (the host's journal has not shown a pool to calibrate on)", "grey62")
+        return out
+    out.append(f"pool {pool:,} tokens", "green3" if pool >= target else "bold red")
+    out.append(f" {'≥' if pool >= target else '<'} target {target:,}")
+    if preview.headroom_gib is not None:
+        out.append(f", headroom {preview.headroom_gib:.2f} GiB")
+    if preview.fits is True:
+        out.append("  ✔ fits", "bold green3")
+    elif preview.fits is False:
+        out.append("  ✘ does not fit", "bold red")
     return out

@@ -1,0 +1,215 @@
+"""One host's dashboard: header, pairing bar, GPUs, generation chart, KV capacity, restart timeline and
+the event feed. It shows snapshots and the controller's tracks; what the operator asks of the host
+leaves it as messages (console/tui/messages.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+
+from console.core.pairing import Identity
+from console.core.snapshot import HostSnapshot
+from console.sources.hoststate import local_identity
+from console.tui.feed import EventFeed
+from console.tui.host_entry import HostEntry
+from console.tui.messages import ProbeRequested, ProfilesRequested, RestartRequested, RollbackRequested
+from console.tui.pairing import PairingBar, held_by_other
+from console.tui.panels import GpuPanel, HeaderBar, KvPanel, TimelinePanel, VerdictBanner
+from console.tui.throughput import ThroughputChart
+from console.tui.track import ApplyTrack
+from console.tui.view import display_boot
+
+MUTATING_ACTIONS = frozenset({"restart", "rollback", "apply"})
+
+
+class HostDashboard(Vertical):
+    """Everything about one host."""
+
+    BINDINGS = [  # noqa: RUF012 - Textual reads it as a class attribute
+        Binding("p", "profiles", "Profiles"),
+        # Out of the footer: an 80-column pane must still show restart, roll back, quit and help. F1 and
+        # the palette name it.
+        Binding("P", "probe", "Probe", show=False),
+        Binding("r", "restart", "Restart"),
+        Binding("R", "rollback", "Roll back"),
+    ]
+
+    COMPACT_BELOW_ROWS = 40
+    """Shorter than this the panels go compact: the GPU legend moves into the border, the gauge loses its
+    mark line, the feed pins one error and the chart shrinks or gives way to its latest figure."""
+    FEED_MIN_ROWS = 5
+    """Event rows kept in view whatever the pane's size: the panels above scroll instead."""
+    CHART_ROWS = 9
+    CHART_MIN_ROWS = 6
+    ROOMY_TOP_SHARE = 0.6
+    """On a tall pane the panels take at most this share of it; the feed has the rest."""
+
+    def __init__(
+        self,
+        entry: HostEntry,
+        *,
+        read_only: bool,
+        target: int | None,
+        target_source: str | None,
+        clock: Callable[[], float],
+        me: Identity | None = None,
+    ) -> None:
+        super().__init__(id=f"dash-{dom_id(entry.name)}", classes="dashboard")
+        self.entry = entry
+        self.read_only = read_only
+        self.header = HeaderBar(entry.name, simulated=entry.simulated, read_only=read_only, clock=clock)
+        self.gpus = GpuPanel(id="gpus", classes="panel")
+        self.kv = KvPanel(target=target, target_source=target_source, id="kv", classes="panel")
+        self.timeline = TimelinePanel(id="timeline", classes="panel")
+        self.throughput = ThroughputChart(window_s=300.0, clock=clock, id="throughput")
+        self.throughput.add_class("panel")
+        self.pairing = PairingBar(me or local_identity(), id="pairing")
+        self.feed = EventFeed(id="feed")
+        self.verdict = VerdictBanner(id="verdict")
+        self.snap: HostSnapshot | None = None
+        self.bindings_lock_state: tuple[bool, bool] | None = None
+        self.track: ApplyTrack | None = None
+        self._gpu_rows_fitted = 0
+
+    def compose(self) -> ComposeResult:
+        yield self.header
+        yield self.pairing
+        yield self.verdict
+        # The chart sits under the GPU bars: in the side column it pushed the feed down while the
+        # eight bars left a column of blank rows beside it (a 160x48 pane showed 14 feed lines).
+        # Each column scrolls when the pane is too short for it (keys reach it from the focused panel).
+        with Horizontal(id="top"):
+            with VerticalScroll(id="main", can_focus=False):
+                yield self.gpus
+                yield self.throughput
+            with VerticalScroll(id="side", can_focus=False):
+                yield self.kv
+                yield self.timeline
+        yield self.feed
+
+    def on_mount(self) -> None:
+        self.verdict.display = False
+        # Shown once the host's state directory has been read (a console without a session has none).
+        self.pairing.display = False
+        self.gpus.border_title = "GPUs"
+        self.kv.border_title = "KV capacity"
+        self.throughput.border_title = "generation tok/s"
+        self.timeline.border_title = "restart"
+        self.feed.border_title = "events"
+
+    def on_resize(self) -> None:
+        self.fit()
+
+    def on_event_feed_chrome_changed(self) -> None:
+        self.fit()
+
+    def fit(self) -> None:
+        """Share the pane's rows: the bars above and the lines over the feed first, then at least
+        `FEED_MIN_ROWS` event rows, then the panels (which scroll in what is left), then the chart."""
+        height = self.size.height
+        if height <= 0:
+            return
+        compact = height < self.COMPACT_BELOW_ROWS
+        self.set_class(compact, "compact")
+        self.gpus.set_compact(compact)
+        self.kv.set_compact(compact)
+        self.feed.set_compact(compact)
+        fixed = self.header.outer_size.height or 2
+        if self.pairing.display:
+            fixed += 1
+        if self.verdict.display:
+            fixed += 1 if compact else 3
+        top = height - fixed - self.feed.reserved_rows(self.FEED_MIN_ROWS)
+        if not compact:
+            top = min(top, int(height * self.ROOMY_TOP_SHARE))
+        top = max(top, 4)
+        for column in self.query("#top, #main, #side"):
+            column.styles.max_height = top
+        self._gpu_rows_fitted = self.gpus.rows_needed()
+        room = top - self._gpu_rows_fitted
+        chart = room >= self.CHART_MIN_ROWS
+        self.throughput.display = chart
+        if chart:
+            self.throughput.styles.height = min(self.CHART_ROWS, room)
+        self.show_figure()
+
+    def show_figure(self) -> None:
+        """Without room for the chart, its latest figure goes under the GPU bars."""
+        figure = None if self.throughput.display else self.throughput.latest()
+        self.gpus.border_subtitle = figure
+
+    def show_pairing(self) -> None:
+        if not self.pairing.display:
+            self.pairing.display = True
+            self.fit()
+
+    def show(self, snap: HostSnapshot) -> None:
+        self.snap = snap
+        self.header.show(snap)
+        self.gpus.show(snap)
+        self.kv.show(snap)
+        self.timeline.show(snap)
+        self.throughput.show(snap)
+        self.feed.show(snap)
+        if self.gpus.rows_needed() != self._gpu_rows_fitted:
+            self.fit()  # the first sample, or a GPU gone: the chart's room changed
+        elif not self.throughput.display:
+            self.show_figure()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action not in MUTATING_ACTIONS:
+            return True
+        # Read-only: the binding is hidden from the footer and the action cannot run.
+        if self.read_only:
+            return False
+        # Another console holds the lock: shown disabled; the key falls through to the app, which
+        # says who holds it and for what.
+        return None if held_by_other(self.pairing.view, self.pairing.me) else True
+
+    def action_probe(self) -> None:
+        self.post_message(ProbeRequested(self.entry.name))
+
+    def action_restart(self) -> None:
+        self.post_message(RestartRequested(self.entry.name))
+
+    def action_rollback(self) -> None:
+        self.post_message(RollbackRequested(self.entry.name))
+
+    def action_profiles(self) -> None:
+        self.post_message(ProfilesRequested(self.entry.name))
+
+    # ---- the controller's restarts -------------------------------------------------------------
+
+    def begin_track(self, action: str) -> ApplyTrack:
+        self.track = ApplyTrack(action)
+        boot = display_boot(self.snap.state) if self.snap is not None else None
+        self.timeline.set_track(self.track, boot.index if boot is not None else None)
+        if self.verdict.display:
+            self.verdict.clear()
+            self.fit()
+        return self.track
+
+    def progress(
+        self, phase: str, message: str | None, elapsed: float, durations: dict[str, float], eta: float | None
+    ) -> None:
+        if self.track is not None:
+            self.track.progress(phase, message, elapsed, durations, eta)
+            self.timeline.refresh(layout=True)
+
+    def finish_track(self, ok: bool, summary: str, reasons: tuple[str, ...], *, can_roll_back: bool) -> None:
+        if self.track is None:
+            self.begin_track("restart")
+        assert self.track is not None
+        self.track.finish(ok, summary, reasons, can_roll_back=can_roll_back)
+        self.timeline.refresh(layout=True)
+        self.verdict.show_verdict(
+            ok, f"{self.track.action}: {summary}", can_roll_back=self.track.can_roll_back
+        )
+        self.fit()
+
+
+def dom_id(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)

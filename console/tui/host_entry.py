@@ -1,0 +1,26 @@
+"""A host the console shows, as the command line hands it over."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from console.sources.hosts import HostConfig
+
+
+@dataclass
+class HostEntry:
+    """One host the console shows. `prepare` (blocking, run in a thread) produces the config when it is
+    not known up front (the demo starts its twin first); `after_start` runs once the session is up."""
+
+    name: str
+    config: HostConfig | None = None
+    simulated: bool = False
+    prepare: Callable[[], HostConfig] | None = None
+    after_start: Callable[[], object] | None = None
+    session_options: dict[str, object] = field(default_factory=dict)
+    controller_options: dict[str, object] = field(default_factory=dict)
+    """Passed to `ServiceController` (tests keep its restart history in a temporary `state_dir`)."""
+    pairing_options: dict[str, object] = field(default_factory=dict)
+    """Passed to `HostStateDir` (`heartbeat_s`, `stale_factor`), except `poll_s`: how often the
+    presence directory and the lock are read."""

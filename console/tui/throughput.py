@@ -1,0 +1,171 @@
+"""The dashboard's generation throughput: the server's own tok/s over time (its `Decode batch` lines and
+`/metrics` gen_throughput), and the newest figure, said as "now" only while it is."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from rich.text import Text
+from textual.widget import Widget
+
+from console.core.probe import throughput_points
+from console.core.snapshot import HostSnapshot
+from console.tui.plot import AXIS_STYLE, CURRENT_STYLE, plot_text
+from console.tui.view import rich_style, textual_text
+
+NOW_WINDOW_S = 60.0
+"""How long a generation figure is "now": SGLang logs a `Decode batch` line every 40 decode steps
+(--decode-log-interval), under a minute at 0.7 tok/s, the slowest decode the console is meant for."""
+
+
+def ago(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s} s ago" if s < 120 else f"{s // 60} min ago"
+
+
+def latest_figure(last: tuple[float, float], now: float, idle_at: float | None) -> Text:
+    """The newest tok/s under the chart: "now" only while it is, else when it was (a figure the console
+    kept from before a rollback read as the server's current speed)."""
+    t, value = last
+    if idle_at is not None and idle_at >= t:
+        return Text(f"idle (last {value:.2f}, {ago(now - t)})", rich_style("grey62"))
+    if now - t > NOW_WINDOW_S:
+        return Text(f"last {value:.2f}, {ago(now - t)}", rich_style("grey62"))
+    return Text(f"now {value:.2f}", rich_style(CURRENT_STYLE))
+
+
+def throughput_chart(
+    points: Sequence[tuple[float, float]],
+    now: float,
+    window_s: float,
+    width: int,
+    height: int,
+    *,
+    idle_at: float | None = None,
+) -> Text:
+    """Generation tok/s over the last `window_s` seconds (x: seconds before now). `idle_at`: when the
+    server last said it was running no request."""
+    shown = [(t - now, v) for t, v in points if now - window_s <= t <= now]
+    if not shown:
+        minutes = f"{window_s / 60:g} minutes" if window_s >= 120 else f"{window_s:g} s"
+        return Text(
+            f"No generation in the last {minutes}: the server logged no Decode batch line.\n"
+            "P sends a synthetic long-context request and measures it (the probe).",
+            rich_style("grey62"),
+        )
+
+    def build(fig: Any) -> None:
+        fig.draw(fig.signal([x for x, _ in shown], [v for _, v in shown]).lines())
+        fig.ruler("x").lim(-window_s, 0)
+        fig.label("seconds before now", "x")
+
+    chart = plot_text(build, width, height - 1, {"hd": CURRENT_STYLE})
+    last = (shown[-1][0] + now, shown[-1][1])
+    return chart + Text.assemble("\n", ("gen tok/s  ", AXIS_STYLE), latest_figure(last, now, idle_at))
+
+
+class ThroughputChart(Widget):
+    """The server's generation throughput over time. Feed it snapshots (`show`) or points (`set_samples`);
+    it keeps `window_s` seconds of (epoch seconds, tok/s) samples, averaged per second.
+
+    A busy server logs a `Decode batch` line per rank every few steps, thousands a second: the chart reads
+    only the events that are new since the last snapshot, folds them into one bucket per second (at most
+    `window_s` of them), and redraws at most once a second — plotext's cost grows with the points drawn."""
+
+    DEFAULT_CLASSES = "throughput-chart"
+    HELP = (
+        "[b]Generation throughput[/b]\nTokens per second the server generated, from its `Decode batch` "
+        "lines (every --decode-log-interval steps) and /metrics gen_throughput, over the last minutes."
+    )
+    REDRAW_S = 1.0
+    AXIS_TICK_S = 5.0
+    """How often a quiet chart is redrawn so its time axis moves on."""
+
+    def __init__(
+        self, *, window_s: float = 600.0, clock: Callable[[], float] = time.time, id: str | None = None
+    ) -> None:
+        super().__init__(id=id)
+        self.window_s = window_s
+        self.clock = clock
+        self._buckets: dict[int, tuple[float, int]] = {}
+        self._seen_total: int | None = None
+        self._dirty = False
+        self._drawn_at = 0.0
+        self.idle_at: float | None = None
+        """When the server last reported no running request (its /metrics)."""
+
+    @property
+    def samples(self) -> list[tuple[float, float]]:
+        """One (second, mean tok/s) per second that had any, oldest first."""
+        return [(float(t), total / n) for t, (total, n) in sorted(self._buckets.items())]
+
+    @samples.setter
+    def samples(self, points: Sequence[tuple[float, float]]) -> None:
+        self._buckets = {}
+        self._add(points)
+
+    def _add(self, points: Iterable[tuple[float, float]]) -> None:
+        buckets = self._buckets
+        for t, v in points:
+            key = int(t)
+            total, n = buckets.get(key, (0.0, 0))
+            buckets[key] = (total + v, n + 1)
+        horizon = self.clock() - self.window_s - 1
+        if buckets and min(buckets) < horizon:
+            self._buckets = {k: v for k, v in buckets.items() if k >= horizon}
+        self._dirty = True
+
+    def set_samples(self, points: Sequence[tuple[float, float]]) -> None:
+        self._add(points)
+        self.refresh()
+
+    def show(self, snap: HostSnapshot) -> None:
+        new = snap.events_total - (self._seen_total if self._seen_total is not None else 0)
+        self._seen_total = snap.events_total
+        fresh = snap.recent[-new:] if 0 < new <= len(snap.recent) else snap.recent if new > 0 else ()
+        points = throughput_points(fresh)
+        server = snap.server
+        if server is not None and server.metrics is not None and server.ts is not None:
+            running = server.metrics.num_running_reqs
+            busy = (running or 0) > 0
+            if server.metrics.gen_throughput is not None and busy:
+                points.append((server.ts, server.metrics.gen_throughput))
+            if running is not None and not busy and server.ts != self.idle_at:
+                self.idle_at = server.ts
+                self._dirty = True
+        if points:
+            self._add(points)
+
+    def latest(self) -> Text | None:
+        """The newest figure as the chart's last line says it, for a pane too short for the chart."""
+        now = self.clock()
+        shown = [(t, v) for t, v in self.samples if now - self.window_s <= t <= now]
+        if not shown:
+            return None
+        return textual_text(
+            Text.assemble(("gen tok/s ", AXIS_STYLE), latest_figure(shown[-1], now, self.idle_at))
+        )
+
+    def on_mount(self) -> None:
+        self.set_interval(self.REDRAW_S, self._tick)
+
+    def _tick(self) -> None:
+        now = self.clock()
+        if self._dirty or (self._buckets and now - self._drawn_at >= self.AXIS_TICK_S):
+            self.refresh()
+
+    def render(self) -> Text:
+        self._dirty = False
+        self._drawn_at = self.clock()
+        return textual_text(
+            throughput_chart(
+                self.samples,
+                self._drawn_at,
+                self.window_s,
+                self.size.width,
+                self.size.height,
+                idle_at=self.idle_at,
+            )
+        )
