@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import sys
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
-from console.cli.cmd_console import add_target_options, require_terminal, resolve_target
+from console.cli.cmd_console import add_target_options, require_terminal, resolve_target, say_why_ended
 from console.cli.cmd_twin import scenario_argument, state_dir_argument
 from console.cli.errors import UsageError
 
@@ -44,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     from console.sources.hosts import load_hosts
     from console.tui.app import ConsoleApp, HostEntry
+    from console.tui.lifeline import Lifeline, end_now
     from console.twin.host import DEFAULT_SCENARIO, TwinError, TwinHost
 
     if not 0 < args.time_scale <= 100:
@@ -79,8 +81,10 @@ def run(args: argparse.Namespace) -> int:
             return config
 
         def start_service() -> None:
-            # Started once the console follows the journal, so the boot plays on the timeline.
-            twin.systemctl("start", twin.unit, check=False)
+            # Started once the console follows the journal, so the boot plays on the timeline. Without
+            # waiting for the boot: a quit in the meantime would wait for it (asyncio.run's executor
+            # shutdown), ~6 s past a SIGTERM.
+            twin.systemctl("start", "--no-block", twin.unit, check=False)
 
         entry = HostEntry(
             name="twin",
@@ -97,19 +101,34 @@ def run(args: argparse.Namespace) -> int:
             # The profiles screen opens on the demo's goal: from 0.85 to a verified 200k in one restart.
             profile=args.profile or DEMO_PROFILE,
         )
-
-        def _leave(signum: int, _frame: object) -> None:
-            # A closed terminal (SIGHUP: tmux kill-server, a dropped SSH) or a kill must still stop the
-            # twin's supervisor and server below, as `q` does, rather than leave them running.
-            app.exit(128 + signum)
-
-        for sig in (signal.SIGHUP, signal.SIGTERM):
-            signal.signal(sig, _leave)
+        stop_twin = _Once(twin.stop_sync)
+        # A closed terminal (SIGHUP: tmux kill-server, a dropped SSH), a kill or a stuck exit must still
+        # stop the twin's supervisor and server, as `q` does, rather than leave them running.
+        lifeline = stack.enter_context(Lifeline(app))
+        lifeline.last_resort(stop_twin)
         try:
-            code = app.run()
+            code = int(app.run() or 0)
         finally:
-            with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+            with contextlib.suppress(OSError, ValueError):  # the terminal may be gone (SIGHUP)
                 sys.stderr.write("k26-console demo: stopping the simulated host.\n")
-            twin.stop_sync()
-        return int(code or 0)
-    return 0
+            stop_twin()
+    if lifeline.fired:
+        say_why_ended(lifeline.reason, "stopped the simulated host")
+        end_now(lifeline.exit_code(code))
+    return code
+
+
+class _Once:
+    """`fn` run once, by whichever thread comes first (the main thread, or the lifeline's last resort
+    while the main thread is stuck); the second caller waits for the first."""
+
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self._fn = fn
+        self._lock = threading.Lock()
+        self._done = False
+
+    def __call__(self) -> None:
+        with self._lock:
+            if not self._done:
+                self._done = True
+                self._fn()

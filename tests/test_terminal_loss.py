@@ -1,0 +1,304 @@
+"""A console that loses its terminal, or gets SIGHUP or SIGTERM, at start-up, while running or while quitting,
+is gone within GONE_S and has taken its presence (and its lock) off the host (issue 18, point 1).
+
+Real terminals: a pty from `pty.fork` (the console is its session leader, as under sshd or tmux; closing
+the master is the hangup a dropped SSH session is), and tmux on a socket of its own (`kill-server` is
+the incident). One twin serves every `open` case; the demo cases start their own, as the demo does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import pty
+import random
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from console.twin.host import TwinHost
+from tests.support.cli import operator_env, started_twin, wait_until
+from tests.support.procs import processes_of
+
+REPO = Path(__file__).resolve().parent.parent
+GONE_S = 2.0
+"""The issue's bound, from the signal or the hangup to the process being gone. Measured on the shared
+2-core machine at load 8-9: 0.02-1.0 s for `open` and the demo alike (the console's own deadline ends
+it at 1.5 s plus 0.35 s of last-resort hooks if the orderly exit is stuck)."""
+START_S = 60.0
+"""From spawn to the first heartbeat on the host: imports, SSH, the first snapshot; slow on a loaded
+machine."""
+TIME_SCALE = 0.02
+
+pytestmark = pytest.mark.slow
+
+SEED = int(os.environ.get("K26_TEST_SEED", str(random.randrange(1 << 30))))
+"""The random points in start-up and quitting; set K26_TEST_SEED to replay a failed run."""
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
+    with started_twin(tmp_path_factory.mktemp("lifeline-twin") / "state", time_scale=TIME_SCALE) as host:
+        yield host
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> random.Random:
+    return random.Random(f"{SEED}-{request.node.name}")
+
+
+def presence_dir(twin_root: Path) -> Path:
+    return twin_root / "home" / ".k26-console" / "presence"
+
+
+def presence_pids(twin_root: Path) -> list[int]:
+    """The pids the heartbeat files in the twin's state dir name (a file being replaced is skipped)."""
+    pids = []
+    for path in presence_dir(twin_root).glob("*.json"):
+        try:
+            pids.append(int(json.loads(path.read_text())["pid"]))
+        except (OSError, ValueError, KeyError):
+            continue
+    return pids
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for its parent to reap it is gone: it holds nothing)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class PtyConsole:
+    """`k26-console ARGS` on a pty of its own; the master is read all the time (a terminal that stops
+    reading would block the console's output, which is another test)."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: exec at once, nothing else
+            os.execve(sys.executable, [sys.executable, "-m", "console.cli.main", *args], env)
+        self.pid, self.fd = pid, fd
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 160, 0, 0))
+        self.output = bytearray()
+        self.status: int | None = None
+        self._stop = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self.fd], [], [], 0.05)
+            if ready:
+                try:
+                    chunk = os.read(self.fd, 65536)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                self.output += chunk
+
+    def send(self, data: bytes) -> None:
+        os.write(self.fd, data)
+
+    def close_terminal(self) -> None:
+        """Close the master: the pty hangs up, as when sshd's connection or tmux goes."""
+        self._stop.set()
+        self._reader.join()
+        os.close(self.fd)
+        self.fd = -1
+
+    def signal(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+    def gone_within(self, timeout_s: float) -> float | None:
+        """Seconds until the process ended (reaped here), None when it was still running at `timeout_s`."""
+        start = time.monotonic()
+        while True:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.status = os.waitstatus_to_exitcode(status)
+                return time.monotonic() - start
+            if time.monotonic() - start > timeout_s:
+                return None
+            time.sleep(0.01)
+
+    def finish(self) -> None:
+        """Whatever happened: the console (its own process group) is gone and the pty closed."""
+        if self.status is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        if self.fd >= 0:
+            self._stop.set()
+            self._reader.join()
+            os.close(self.fd)
+            self.fd = -1
+
+
+def open_console(twin: TwinHost, home: Path) -> PtyConsole:
+    env = {**operator_env(home), "TERM": "xterm-256color"}
+    return PtyConsole(["open", "twin", "--hosts", str(twin.hosts_toml)], env)
+
+
+def wait_running(console: PtyConsole, twin_root: Path) -> None:
+    """Running: its heartbeat is on the host."""
+    assert wait_until(lambda: console.pid in presence_pids(twin_root) or not alive(console.pid), START_S)
+    assert console.pid in presence_pids(twin_root), f"never beat; it said:\n{bytes(console.output[-2000:])!r}"
+
+
+def assert_gone_and_left(console: PtyConsole, twin_root: Path, what: str) -> float:
+    took = console.gone_within(GONE_S + 3)
+    assert took is not None, f"{what}: the console was still running {GONE_S + 3:.0f} s later"
+    assert took <= GONE_S, f"{what}: gone only after {took:.2f} s"
+    assert console.pid not in presence_pids(twin_root), f"{what}: its presence is still on the host"
+    print(f"{what}: gone in {took:.2f} s, exit {console.status}")
+    return took
+
+
+ENDINGS = {
+    "SIGHUP": lambda c: c.signal(signal.SIGHUP),
+    "SIGTERM": lambda c: c.signal(signal.SIGTERM),
+    "hangup": PtyConsole.close_terminal,
+}
+STATUS = {"SIGHUP": 129, "SIGTERM": 143, "hangup": 129}
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_running_console_ends_on_signal_or_hangup(twin: TwinHost, tmp_path: Path, ending: str) -> None:
+    console = open_console(twin, tmp_path)
+    try:
+        wait_running(console, twin.layout.root)
+        ENDINGS[ending](console)
+        assert_gone_and_left(console, twin.layout.root, f"running, {ending}")
+        assert console.status == STATUS[ending]
+    finally:
+        console.finish()
+
+
+@pytest.mark.parametrize("ending", ["SIGTERM", "hangup"])
+def test_quitting_console_ends_on_signal_or_hangup(
+    twin: TwinHost, tmp_path: Path, ending: str, rng: random.Random
+) -> None:
+    console = open_console(twin, tmp_path)
+    try:
+        wait_running(console, twin.layout.root)
+        console.send(b"q")
+        delay = rng.uniform(0.0, 0.4)
+        time.sleep(delay)  # the random point of the quit, not a synchronisation
+        ENDINGS[ending](console)
+        assert_gone_and_left(
+            console, twin.layout.root, f"quitting, {ending} {delay:.2f} s after q (seed {SEED})"
+        )
+        # Whichever came first: the quit (0), the console taking the ending (128 + signal), or, once the
+        # console has ended and given the signal back its default, the signal itself.
+        assert console.status in (0, STATUS[ending], 128 - STATUS[ending])
+    finally:
+        console.finish()
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_starting_console_ends_on_signal_or_hangup(
+    twin: TwinHost, tmp_path: Path, ending: str, rng: random.Random
+) -> None:
+    console = open_console(twin, tmp_path)
+    try:
+        # Anywhere from the imports to the first heartbeat (about 2-4 s here).
+        delay = rng.uniform(0.2, 3.5)
+        time.sleep(delay)  # the random point of the start-up, not a synchronisation
+        ENDINGS[ending](console)
+        assert_gone_and_left(console, twin.layout.root, f"starting, {ending} at {delay:.2f} s (seed {SEED})")
+        # Before the console takes the signal it ends by the signal itself (-1, -15), then as 128 + it.
+        assert console.status in (STATUS[ending], 128 - STATUS[ending])
+    finally:
+        console.finish()
+
+
+# ---- tmux ------------------------------------------------------------------------------------------
+
+
+def _tmux(sock: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["tmux", "-L", sock, *args], capture_output=True, text=True, check=False, timeout=30
+    )
+
+
+def _pane_pid(sock: str) -> int:
+    return int(_tmux(sock, "display-message", "-p", "#{pane_pid}").stdout.strip())
+
+
+@pytest.fixture
+def tmux_sock(tmp_path: Path) -> Iterator[str]:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    sock = f"k26-lifeline-{os.getpid()}-{tmp_path.name}"
+    try:
+        yield sock
+    finally:
+        _tmux(sock, "kill-server")
+
+
+def _in_tmux(sock: str, home: Path, args: str) -> int:
+    env = " ".join(f"{k}={v}" for k, v in operator_env(home).items() if k.startswith(("XDG_", "PYTHONPATH")))
+    # `exec`: the pane's process is the console itself, as it is when an operator's shell execs it.
+    cmd = f"cd {REPO} && exec env {env} TERM=xterm-256color {sys.executable} -m console.cli.main {args}"
+    res = _tmux(sock, "new", "-d", "-x", "160", "-y", "48", cmd)
+    assert res.returncode == 0, res.stderr
+    return _pane_pid(sock)
+
+
+def _gone_within(pid: int, timeout_s: float) -> float | None:
+    start = time.monotonic()
+    if wait_until(lambda: not alive(pid), timeout_s, interval_s=0.01):
+        return time.monotonic() - start
+    return None
+
+
+def test_tmux_killed_under_a_running_console(twin: TwinHost, tmp_path: Path, tmux_sock: str) -> None:
+    pid = _in_tmux(tmux_sock, tmp_path, f"open twin --hosts {twin.hosts_toml}")
+    try:
+        assert wait_until(lambda: pid in presence_pids(twin.layout.root), START_S), "never beat"
+        _tmux(tmux_sock, "kill-server")
+        took = _gone_within(pid, GONE_S + 3)
+        assert took is not None and took <= GONE_S, f"gone after {took} s"
+        assert pid not in presence_pids(twin.layout.root)
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("when", ["running", "quitting"])
+def test_tmux_killed_under_the_demo(tmp_path: Path, tmux_sock: str, when: str, rng: random.Random) -> None:
+    """The incident: `demo`, `q`, and the tmux server killed a moment later; the console, its twin and
+    their presence are gone within the bound (it spun at a core for 50 minutes)."""
+    root = tmp_path / "demo-twin"
+    pid = _in_tmux(tmux_sock, tmp_path, f"demo --state-dir {root} --time-scale {TIME_SCALE}")
+    try:
+        assert wait_until(lambda: pid in presence_pids(root), START_S), "the demo never beat"
+        if when == "quitting":
+            _tmux(tmux_sock, "send-keys", "q")
+            time.sleep(rng.uniform(0.0, 0.5))  # the random point of the quit, not a synchronisation
+        _tmux(tmux_sock, "kill-server")
+        took = _gone_within(pid, GONE_S + 3)
+        assert took is not None and took <= GONE_S, f"gone after {took} s (seed {SEED})"
+        assert pid not in presence_pids(root)
+        assert processes_of(root) == [], "the demo's twin outlived it"
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        for line in processes_of(root):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(line.split(":")[0]), signal.SIGKILL)
