@@ -8,6 +8,7 @@ the incident). One twin serves every `open` case; the demo cases start their own
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
@@ -28,6 +29,10 @@ from pathlib import Path
 
 import pytest
 
+from console.core.pairing import Identity
+from console.sources.hosts import load_hosts
+from console.sources.hoststate import HostStateDir
+from console.sources.transport import Transport
 from console.twin.host import TwinHost
 from tests.support.cli import operator_env, started_twin, wait_until
 from tests.support.procs import processes_of
@@ -302,3 +307,30 @@ def test_tmux_killed_under_the_demo(tmp_path: Path, tmux_sock: str, when: str, r
         for line in processes_of(root):
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(line.split(":")[0]), signal.SIGKILL)
+
+
+# ---- leaving is final ------------------------------------------------------------------------------
+
+
+async def test_a_heartbeat_due_as_the_console_leaves_does_not_put_its_presence_back(twin: TwinHost) -> None:
+    """A console leaves, then exits: its heartbeat task runs until the exit cancels it, and a beat that
+    falls due in between (or is already under way) must not write back the presence leaving removed."""
+    config = (
+        load_hosts(twin.hosts_toml).hosts[twin.name].model_copy(update={"state_dir": "~/.k26-leave-final"})
+    )
+    presence = twin.layout.home_dir / ".k26-leave-final" / "presence"
+    me = Identity(user="carol", jump_host="jump3", pid=6161, console_id="carol3")
+    transport = Transport(config, ssh_config=[])
+    try:
+        await transport.wait_up(15)
+        state = HostStateDir(transport, config, me, heartbeat_s=0.5)
+        await state.heartbeat("dashboard")
+        assert (presence / "carol3.json").exists()
+        # A beat under way as the console leaves, and the next one due after it.
+        beat = asyncio.get_running_loop().create_task(state.heartbeat())
+        await state.leave()
+        await beat
+        await state.heartbeat()
+        assert not (presence / "carol3.json").exists()
+    finally:
+        await transport.close()
