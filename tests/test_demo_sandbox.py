@@ -6,7 +6,12 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
+
+from tests.support.cli import operator_env, profile_variant, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -69,3 +74,79 @@ def test_scripts_demo_installs_once_and_again_only_when_needed(tmp_path: Path) -
     (root / ".venv" / "bin" / "python").unlink()
     _run_demo(root)
     assert _installs(root) == 4
+
+
+# ---- the demo's own config, profiles and history -----------------------------------------------------
+
+
+def _tmux(sock: str, *args: str) -> str:
+    return subprocess.run(
+        ["tmux", "-L", sock, *args], capture_output=True, text=True, check=False, timeout=30
+    ).stdout
+
+
+def _wait_screen(sock: str, predicate: Callable[[str], bool], timeout_s: float, what: str) -> str:
+    screen = ""
+
+    def shows() -> bool:
+        nonlocal screen
+        screen = _tmux(sock, "capture-pane", "-p")
+        return predicate(screen)
+
+    assert wait_until(shows, timeout_s, interval_s=0.2), f"the demo never showed {what}:\n{screen}"
+    return screen
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every file under `root` with its content: what the operator has, to compare before and after."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_demo_applies_and_verifies_in_its_sandbox_never_in_the_operators_dirs(tmp_path: Path) -> None:
+    home = tmp_path / "operator"
+    # The operator's own: a profile of theirs, a probe history, a restart history.
+    (home / "config" / "k26-console" / "profiles").mkdir(parents=True, exist_ok=True)
+    profile_variant(home / "config" / "k26-console" / "profiles", "mine-256k", fraction="0.9")
+    (home / "state" / "k26-console").mkdir(parents=True)
+    (home / "state" / "k26-console" / "probes.jsonl").write_text("")
+    before = _tree(home)
+    scratch = tmp_path / "tmp"  # the demo's TMPDIR: where its sandbox must be
+    scratch.mkdir()
+    rc = tmp_path / "rc"
+    env = " ".join(f"{k}={v}" for k, v in operator_env(home).items() if k.startswith(("XDG_", "PYTHONPATH")))
+    cmd = (
+        f"cd {REPO} && env {env} TMPDIR={scratch} TERM=xterm-256color {sys.executable} -m console.cli.main "
+        f"demo --state-dir {tmp_path / 'twin'} --time-scale 0.02; echo $? > {rc}; sleep 30"
+    )
+    sock = f"k26-sandbox-{os.getpid()}"
+    _tmux(sock, "new", "-d", "-x", "160", "-y", "48", cmd)
+    try:
+        screen = _wait_screen(sock, lambda s: "pool 101,134 tokens" in s, 60, "its first boot")
+        assert "SIMULATED HOST" in screen and "SANDBOX" in screen.split("\n")[0], screen
+        # The palette offers the shipped profiles, not the operator's own.
+        _tmux(sock, "send-keys", "C-p")
+        _wait_screen(sock, lambda s: "Search for commands" in s, 10, "the palette")
+        _tmux(sock, "send-keys", "-l", "Apply profile")
+        screen = _wait_screen(sock, lambda s: "Apply profile ctx-200k to twin" in s, 10, "the apply entries")
+        assert "mine-256k" not in screen, screen
+        _tmux(sock, "send-keys", "-l", " ctx-200k")
+        _wait_screen(sock, lambda s: "Apply profile ctx-200k to twin" in s, 10, "ctx-200k")
+        _tmux(sock, "send-keys", "Enter")
+        _wait_screen(sock, lambda s: "Apply ctx-200k to twin?" in s, 30, "the apply confirmation")
+        _tmux(sock, "send-keys", "y")
+        # Verified: its [verified] table is written into the sandbox's copy of the profile.
+        sandboxed = list(scratch.glob("k26-demo-*/operator/config"))
+        assert len(sandboxed) == 1, sandboxed
+        verified = sandboxed[0] / "k26-console" / "profiles" / "ctx-200k.toml"
+        assert wait_until(lambda: verified.exists() and "[verified]" in verified.read_text(), 90), _tmux(
+            sock, "capture-pane", "-p"
+        )
+        _tmux(sock, "send-keys", "q")
+        assert wait_until(rc.exists, 30), _tmux(sock, "capture-pane", "-p")
+        assert rc.read_text().strip() == "0"
+    finally:
+        _tmux(sock, "kill-server")
+    assert _tree(home) == before, "the demo changed the operator's own config or history"
+    assert list(scratch.iterdir()) == [], "the demo left its sandbox behind"

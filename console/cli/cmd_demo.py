@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from console.cli.cmd_console import add_target_options, require_terminal, resolve_target, say_why_ended
@@ -52,15 +53,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--time-scale must be a positive number up to 100, not {args.time_scale}.")
     scenario = scenario_argument(args.scenario)
     chosen_dir = state_dir_argument(args.state_dir)
-    target, source = resolve_target(args)
-    if target is None:
-        target, source = DEMO_TARGET, "demo goal"
-    require_terminal("k26-console demo")
     with contextlib.ExitStack() as stack:
-        if chosen_dir is not None:
-            state_dir = chosen_dir
-        else:
-            state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="k26-demo-"))) / "twin"
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="k26-demo-")))
+        stack.enter_context(sandbox(scratch / "operator"))
+        # After the sandbox: --profile names a shipped profile, never one of the operator's own.
+        target, source = resolve_target(args)
+        if target is None:
+            target, source = DEMO_TARGET, "demo goal"
+        require_terminal("k26-console demo")
+        state_dir = chosen_dir if chosen_dir is not None else scratch / "twin"
         twin = TwinHost(
             state_dir,
             name="twin",
@@ -89,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         entry = HostEntry(
             name="twin",
             simulated=True,
+            sandbox=True,
             prepare=prepare,
             after_start=start_service,
             session_options={"gpu_interval_s": 1.0},
@@ -116,6 +118,36 @@ def run(args: argparse.Namespace) -> int:
         say_why_ended(lifeline.reason, "stopped the simulated host")
         end_now(lifeline.exit_code(code))
     return code
+
+
+SANDBOX_DIRS = {
+    "XDG_CONFIG_HOME": "config",
+    "XDG_STATE_HOME": "state",
+    "XDG_DATA_HOME": "data",
+    "XDG_CACHE_HOME": "cache",
+}
+
+
+@contextlib.contextmanager
+def sandbox(root: Path) -> Iterator[None]:
+    """The demo's own config, profile, probe-history and restart-history dirs, under `root`, for this
+    process and its children while it runs. An Apply in the demo once wrote `ctx-256k.toml` with a
+    `[verified]` table into the operator's `~/.config/k26-console/profiles/`, and the demo listed that
+    user's profiles and probes. Everything that finds those dirs asks platformdirs, which reads these
+    variables at each call; the shipped profiles stay visible (they are not the operator's)."""
+    before = {var: os.environ.get(var) for var in SANDBOX_DIRS}
+    try:
+        for var, name in SANDBOX_DIRS.items():
+            path = root / name
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.environ[var] = str(path)
+        yield
+    finally:
+        for var, value in before.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
 
 class _Once:

@@ -76,6 +76,8 @@ class HostEntry:
     name: str
     config: HostConfig | None = None
     simulated: bool = False
+    sandbox: bool = False
+    """The console's config, profiles and histories are a temporary sandbox (the demo): the header says so."""
     prepare: Callable[[], HostConfig] | None = None
     after_start: Callable[[], object] | None = None
     session_options: dict[str, object] = field(default_factory=dict)
@@ -120,7 +122,9 @@ class HostDashboard(Vertical):
         super().__init__(id=f"dash-{_dom_id(entry.name)}", classes="dashboard")
         self.entry = entry
         self.read_only = read_only
-        self.header = HeaderBar(entry.name, simulated=entry.simulated, read_only=read_only, clock=clock)
+        self.header = HeaderBar(
+            entry.name, simulated=entry.simulated, sandbox=entry.sandbox, read_only=read_only, clock=clock
+        )
         self.gpus = GpuPanel(id="gpus", classes="panel")
         self.kv = KvPanel(target=target, target_source=target_source, id="kv", classes="panel")
         self.timeline = TimelinePanel(id="timeline", classes="panel")
