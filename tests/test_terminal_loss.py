@@ -334,3 +334,23 @@ async def test_a_heartbeat_due_as_the_console_leaves_does_not_put_its_presence_b
         assert not (presence / "carol3.json").exists()
     finally:
         await transport.close()
+
+
+def test_console_holding_the_lock_releases_it_as_its_terminal_goes(twin: TwinHost, tmp_path: Path) -> None:
+    """Mid-restart, under its lock: the hangup leaves the host unlocked (the restart goes on under systemd;
+    the trail says the console's part was interrupted)."""
+    lock = twin.layout.home_dir / ".k26-console" / "lock"
+    console = open_console(twin, tmp_path)
+    try:
+        wait_running(console, twin.layout.root)
+        assert not lock.exists()
+        console.send(b"r")
+        assert wait_until(lambda: b"Yes (y)" in console.output, 30), "no restart confirmation"
+        console.send(b"y")
+        assert wait_until(lock.exists, 30), "the restart never took the lock"
+        assert f'"pid":{console.pid}' in lock.read_text()
+        console.close_terminal()
+        assert_gone_and_left(console, twin.layout.root, "restarting under the lock, hangup")
+        assert not lock.exists(), "the lock outlived its console"
+    finally:
+        console.finish()
