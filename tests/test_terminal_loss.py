@@ -29,12 +29,13 @@ from pathlib import Path
 
 import pytest
 
+from console.core.confirm import PENDING_FILE, rollback_unit
 from console.core.pairing import Identity
 from console.sources.hosts import load_hosts
 from console.sources.hoststate import HostStateDir
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
-from tests.support.cli import operator_env, started_twin, wait_until
+from tests.support.cli import CLI, operator_env, started_twin, wait_until
 from tests.support.procs import processes_of
 
 REPO = Path(__file__).resolve().parent.parent
@@ -354,3 +355,54 @@ def test_console_holding_the_lock_releases_it_as_its_terminal_goes(twin: TwinHos
         assert not lock.exists(), "the lock outlived its console"
     finally:
         console.finish()
+
+
+def test_an_armed_commit_confirmed_rollback_stays_armed_as_a_console_goes(tmp_path: Path) -> None:
+    """The console only leaves: a host-side rollback armed by `apply --confirm-within` (whose command was
+    then stopped) is the host's to fire or someone's to confirm, not undone by a console going away."""
+    with started_twin(tmp_path / "twin", time_scale=TIME_SCALE) as host:
+        pending = host.layout.home_dir / ".k26-console" / PENDING_FILE
+        timer = f"{rollback_unit(host.unit)}.timer"
+        apply = subprocess.Popen(
+            [
+                *CLI,
+                "apply",
+                "twin",
+                "ctx-128k",
+                "--yes",
+                "--hosts",
+                str(host.hosts_toml),
+                "--confirm-within",
+                "600",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=operator_env(tmp_path / "applier"),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            assert apply.stdout is not None
+            for line in apply.stdout:
+                if "host-side rollback of profile ctx-128k is armed" in line:
+                    break
+            apply.send_signal(signal.SIGTERM)
+            apply.wait(30)
+        finally:
+            if apply.poll() is None:
+                apply.kill()
+                apply.wait()
+            if apply.stdout is not None:
+                apply.stdout.close()
+        assert pending.exists() and host.systemctl("is-active", timer, check=False).stdout.strip() == "active"
+
+        console = open_console(host, tmp_path / "operator")
+        try:
+            wait_running(console, host.layout.root)
+            console.close_terminal()
+            assert_gone_and_left(console, host.layout.root, "with a rollback armed, hangup")
+        finally:
+            console.finish()
+        assert pending.exists(), "the armed rollback's record went with the console"
+        assert host.systemctl("is-active", timer, check=False).stdout.strip() == "active"
