@@ -32,7 +32,7 @@ import pytest
 from console.core.confirm import PENDING_FILE, rollback_unit
 from console.core.pairing import Identity
 from console.sources.hosts import load_hosts
-from console.sources.hoststate import HostStateDir
+from console.sources.hoststate import HostStateDir, HostStateError
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
 from tests.support.cli import CLI, operator_env, started_twin, wait_until
@@ -406,3 +406,30 @@ def test_an_armed_commit_confirmed_rollback_stays_armed_as_a_console_goes(tmp_pa
             console.finish()
         assert pending.exists(), "the armed rollback's record went with the console"
         assert host.systemctl("is-active", timer, check=False).stdout.strip() == "active"
+
+
+async def test_a_lock_being_taken_as_the_console_leaves_is_released_by_the_leaving(twin: TwinHost) -> None:
+    """The hangup lands while `r` is taking the lock: leaving waits for the lock to be taken, then
+    releases it with the presence; a lock asked for after leaving is refused."""
+    config = (
+        load_hosts(twin.hosts_toml).hosts[twin.name].model_copy(update={"state_dir": "~/.k26-leave-lock"})
+    )
+    state_dir = twin.layout.home_dir / ".k26-leave-lock"
+    me = Identity(user="dave", jump_host="jump4", pid=7171, console_id="dave4")
+    transport = Transport(config, ssh_config=[])
+    try:
+        await transport.wait_up(15)
+        state = HostStateDir(transport, config, me, heartbeat_s=0.5)
+        await state.heartbeat("dashboard")
+        taking = asyncio.get_running_loop().create_task(state.acquire("restart"))
+        await asyncio.sleep(0)  # the acquire is under way (its SSH command sent), not finished
+        await state.leave()
+        lock = await taking
+        assert lock.released
+        assert not (state_dir / "lock").exists(), "the lock outlived the console's leaving"
+        assert not (state_dir / "presence" / "dave4.json").exists()
+        with pytest.raises(HostStateError, match="has left"):
+            await state.acquire("restart")
+        assert not (state_dir / "lock").exists()
+    finally:
+        await transport.close()

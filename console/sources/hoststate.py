@@ -530,19 +530,24 @@ class HostStateDir:
 
     async def acquire(self, intent: str) -> Lock:
         """Take the host's lock for `intent` ("apply ctx-200k"), or raise `LockHeld` naming the holder."""
-        await self._sync_clock()
-        info = LockInfo(holder=self.me, intent=intent, taken_at=self.now(), lock_id=uuid.uuid4().hex)
-        now, lines = await self._run(
-            _ACQUIRE,
-            self.me.console_id,
-            self._presence().model_dump_json(),
-            info.model_dump_json(),
-            what="take the lock",
-        )
-        if "acquired" in lines:
-            lock = Lock(info=info, state=self)
-            self._lock = lock
-            return lock
+        # Serialised with leave(): a lock taken while the console leaves is known to it by the time it
+        # leaves, so leaving releases it; after leaving no lock is taken (nor presence written).
+        async with self._presence_lock:
+            if self._left:
+                raise HostStateError(f"this console has left {self.host.name}; it takes no lock there.")
+            await self._sync_clock()
+            info = LockInfo(holder=self.me, intent=intent, taken_at=self.now(), lock_id=uuid.uuid4().hex)
+            now, lines = await self._run(
+                _ACQUIRE,
+                self.me.console_id,
+                self._presence().model_dump_json(),
+                info.model_dump_json(),
+                what="take the lock",
+            )
+            if "acquired" in lines:
+                lock = Lock(info=info, state=self)
+                self._lock = lock
+                return lock
         held_line = next((ln[5:] for ln in lines if ln.startswith("held ")), "")
         holder_line = next((ln[7:] for ln in lines if ln.startswith("holder ")), "")
         try:
