@@ -34,6 +34,7 @@ from console.core.pairing import Identity
 from console.sources.hosts import load_hosts
 from console.sources.hoststate import HostStateDir, HostStateError
 from console.sources.transport import Transport
+from console.tui.app import ConsoleApp, HostEntry
 from console.twin.host import TwinHost
 from tests.support.cli import CLI, operator_env, started_twin, wait_until
 from tests.support.procs import processes_of
@@ -435,3 +436,34 @@ async def test_a_lock_being_taken_as_the_console_leaves_is_released_by_the_leavi
         assert not (state_dir / "lock").exists()
     finally:
         await transport.close()
+
+
+async def test_a_session_that_comes_up_after_the_console_left_writes_no_presence(
+    twin: TwinHost, tmp_path: Path
+) -> None:
+    """The signal lands while the SSH session is still connecting: the console leaves (nothing yet), and
+    the session that comes up in the moment before the exit must not start beating."""
+    config = load_hosts(twin.hosts_toml).get(twin.name)
+    assert config is not None
+    config = config.model_copy(update={"state_dir": "~/.k26-left-early"})
+    presence = twin.layout.home_dir / ".k26-left-early" / "presence"
+    me = Identity(user="erin", jump_host="jump5", pid=8181, console_id="erin5")
+    entry = HostEntry(
+        twin.name,
+        config=config,
+        session_options={"gpu_interval_s": 0.5, "server_interval_s": 0.5},
+        controller_options={"state_dir": tmp_path},
+        pairing_options={"heartbeat_s": 0.5, "poll_s": 0.5},
+    )
+    app = ConsoleApp([entry], identity=me)
+    # As the lifeline does when the signal comes first: leave, with no session up yet to leave.
+    await app.leave_hosts(1.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        deadline = time.monotonic() + 60
+        while app.dashboards[twin.name].snap is None:  # the session is up and delivering
+            assert time.monotonic() < deadline, "the session never came up"
+            await pilot.pause(0.05)
+        # Three heartbeat intervals: a console that pairs has beaten by now.
+        await pilot.pause(1.5)
+        assert not presence.exists() or not list(presence.glob("*.json"))
+        assert twin.name not in app.links

@@ -370,6 +370,7 @@ class ConsoleApp(App[int]):
         """The profile last applied and verified on each host (the probe keeps its results there)."""
         self._help_screens: dict[tuple[str, str], str] = {}
         self._pending: dict[str, HostSnapshot] = {}
+        self._leaving = False
         self._posted: set[str] = set()
         self.dashboards: dict[str, HostDashboard] = {}
         self._closing = False
@@ -485,6 +486,8 @@ class ConsoleApp(App[int]):
     async def _pair(self, host: str, session: Any) -> None:
         from console.sources.hoststate import HostStateDir
 
+        if self._leaving:
+            return  # a session that came up as the console left: no heartbeat to leave behind
         options = dict(self.dashboards[host].entry.pairing_options)
         # A console is open for days: beat and look every few seconds, not every two (each is an SSH
         # exec on the host; idle CPU was measured at 3.1% of a core with 2 s). Readers judge staleness
@@ -744,6 +747,7 @@ class ConsoleApp(App[int]):
     async def leave_hosts(self, timeout_s: float = 3.0) -> None:
         """Take this console's presence, and a lock it holds, off every host (best effort, bounded); also
         what `console.tui.lifeline` does on SIGHUP, SIGTERM or a lost terminal before it exits."""
+        self._leaving = True
         await asyncio.gather(*(link.leave(timeout_s) for link in self.links.values()))
 
     def action_refused(self, what: str) -> None:
