@@ -217,19 +217,37 @@ def test_quitting_console_ends_on_signal_or_hangup(
         console.finish()
 
 
+ALT_SCREEN = b"\x1b[?1049h"
+"""Textual entering application mode: the console's own handling is in place from here on."""
+
+
 @pytest.mark.parametrize("ending", sorted(ENDINGS))
 def test_starting_console_ends_on_signal_or_hangup(
     twin: TwinHost, tmp_path: Path, ending: str, rng: random.Random
 ) -> None:
+    """Between the first frame and the first heartbeat: connecting, the first snapshot, pairing."""
     console = open_console(twin, tmp_path)
     try:
-        # Anywhere from the imports to the first heartbeat (about 2-4 s here).
-        delay = rng.uniform(0.2, 3.5)
+        assert wait_until(lambda: ALT_SCREEN in console.output, START_S), "never drew a frame"
+        delay = rng.uniform(0.0, 1.5)
         time.sleep(delay)  # the random point of the start-up, not a synchronisation
         ENDINGS[ending](console)
-        assert_gone_and_left(console, twin.layout.root, f"starting, {ending} at {delay:.2f} s (seed {SEED})")
-        # Before the console takes the signal it ends by the signal itself (-1, -15), then as 128 + it.
-        assert console.status in (STATUS[ending], 128 - STATUS[ending])
+        what = f"starting, {ending} {delay:.2f} s after the first frame (seed {SEED})"
+        assert_gone_and_left(console, twin.layout.root, what)
+        assert console.status == STATUS[ending]
+    finally:
+        console.finish()
+
+
+def test_console_still_importing_ends_on_hangup(twin: TwinHost, tmp_path: Path, rng: random.Random) -> None:
+    """Before its first frame (imports, the hosts file): the hangup's SIGHUP ends it as any program."""
+    console = open_console(twin, tmp_path)
+    try:
+        delay = rng.uniform(0.0, 0.8)
+        time.sleep(delay)  # the random point of the start-up, not a synchronisation
+        console.close_terminal()
+        assert_gone_and_left(console, twin.layout.root, f"importing, hangup at {delay:.2f} s (seed {SEED})")
+        assert console.status in (STATUS["hangup"], -signal.SIGHUP)
     finally:
         console.finish()
 

@@ -49,7 +49,7 @@ __all__ = ["DEADLINE_S", "LEAVE_S", "LeavesHosts", "Lifeline", "LifelineDriver",
 
 LEAVE_S = 0.8
 """How long leaving the hosts may take before the app exits anyway: one small SSH command per host
-(~0.1 s on loopback, measured up to 0.4 s on a loaded 2-core machine)."""
+(0.03-0.15 s measured on loopback with the 2-core machine at load 8-9)."""
 DEADLINE_S = 1.5
 """From the signal or the lost terminal to the last resort: the orderly exit (leave, Textual's shutdown,
 the demo's twin) normally takes well under a second."""
@@ -243,9 +243,9 @@ class Lifeline:
 
 def end_now(code: int) -> NoReturn:
     """End the process once a console ended by a signal or a lost terminal has left its hosts and cleaned
-    up: what remains is the interpreter's teardown, measured at 0.5-1.1 s of garbage collection of the
-    app's objects on a loaded 2-core machine, past the two seconds such a console has. Nothing in it is
-    ours (no atexit handler of ours or of our libraries)."""
+    up: what remains is the interpreter's teardown, measured at 1.0-1.3 s (from the last atexit handler to
+    the process gone) on the 2-core machine at load 8-9, which took the demo past its two seconds.
+    Nothing in it is ours (no atexit handler of ours or of our libraries)."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
