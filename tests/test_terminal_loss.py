@@ -121,6 +121,14 @@ class PtyConsole:
     def send(self, data: bytes) -> None:
         os.write(self.fd, data)
 
+    def stop_reading(self) -> None:
+        """A terminal that takes no more output (a frozen SSH session): the console's writes block."""
+        self._stop.set()
+        self._reader.join()
+
+    def unread(self) -> int:
+        return int(struct.unpack("i", fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0"))[0])
+
     def close_terminal(self) -> None:
         """Close the master: the pty hangs up, as when sshd's connection or tmux goes."""
         self._stop.set()
@@ -213,6 +221,22 @@ def test_quitting_console_ends_on_signal_or_hangup(
         # Whichever came first: the quit (0), the console taking the ending (128 + signal), or, once the
         # console has ended and given the signal back its default, the signal itself.
         assert console.status in (0, STATUS[ending], 128 - STATUS[ending])
+    finally:
+        console.finish()
+
+
+def test_console_on_a_frozen_terminal_ends_on_sigterm(twin: TwinHost, tmp_path: Path) -> None:
+    """Its terminal takes no output (the console's writer thread blocks in write(2), and Textual's exit
+    with it): SIGTERM still leaves the host and ends the process within the bound, by the deadline."""
+    console = open_console(twin, tmp_path)
+    try:
+        wait_running(console, twin.layout.root)
+        console.stop_reading()
+        # The pty's buffer towards the terminal is full (4 KiB unread): the next frames block.
+        assert wait_until(lambda: console.unread() >= 4095, 30), console.unread()
+        console.signal(signal.SIGTERM)
+        assert_gone_and_left(console, twin.layout.root, "frozen terminal, SIGTERM")
+        assert console.status == STATUS["SIGTERM"]
     finally:
         console.finish()
 
