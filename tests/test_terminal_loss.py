@@ -226,14 +226,23 @@ def test_quitting_console_ends_on_signal_or_hangup(
 
 
 def test_console_on_a_frozen_terminal_ends_on_sigterm(twin: TwinHost, tmp_path: Path) -> None:
-    """Its terminal takes no output (the console's writer thread blocks in write(2), and Textual's exit
-    with it): SIGTERM still leaves the host and ends the process within the bound, by the deadline."""
+    """Its terminal takes no output (the console's writer thread blocks in write(2), then the event loop
+    on the writer's full queue, and Textual's exit with them): SIGTERM still leaves the host and ends the
+    process within the bound, by the deadline."""
     console = open_console(twin, tmp_path)
     try:
         wait_running(console, twin.layout.root)
         console.stop_reading()
-        # The pty's buffer towards the terminal is full (4 KiB unread): the next frames block.
+        # The pty's buffer towards the terminal is full (4 KiB unread): the next frames block the writer
+        # thread; resizes make frames until its queue is full and the event loop blocks putting into it.
         assert wait_until(lambda: console.unread() >= 4095, 30), console.unread()
+        sizes = iter([(48, 160), (40, 120)] * 200)
+
+        def loop_blocked() -> bool:
+            fcntl.ioctl(console.fd, termios.TIOCSWINSZ, struct.pack("HHHH", *next(sizes), 0, 0))
+            return "futex" in Path(f"/proc/{console.pid}/wchan").read_text()
+
+        assert wait_until(loop_blocked, 30, interval_s=0.1), "the console's event loop never blocked"
         console.signal(signal.SIGTERM)
         assert_gone_and_left(console, twin.layout.root, "frozen terminal, SIGTERM")
         assert console.status == STATUS["SIGTERM"]

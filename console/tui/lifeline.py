@@ -53,6 +53,8 @@ LEAVE_S = 0.8
 DEADLINE_S = 1.5
 """From the signal or the lost terminal to the last resort: the orderly exit (leave, Textual's shutdown,
 the demo's twin) normally takes well under a second."""
+OUTPUT_WAIT_S = 0.05
+"""Once leaving, how long a write may wait for room in Textual's output queue before it is dropped."""
 HOOK_S = 0.35
 """How long each last-resort hook may take; the process is gone within DEADLINE_S plus these."""
 
@@ -188,6 +190,8 @@ class Lifeline:
                     self.reason, self._code = event.reason, event.code
                     deadline = time.monotonic() + self.deadline_s
                 if self.reason is not None:
+                    if self._driver is not None:
+                        self._driver.unblock_output()
                     self._schedule_quit()
             if deadline is not None and time.monotonic() >= deadline:
                 self._last_resort()
@@ -314,6 +318,26 @@ class LifelineDriver(LinuxDriver):
     def start_application_mode(self) -> None:
         super().start_application_mode()
         self.lifeline.bind(asyncio.get_running_loop(), self)
+
+    def write(self, data: str) -> None:
+        writer = self._writer_thread
+        if writer is None or not self.lifeline.fired:
+            super().write(data)
+            return
+        # Leaving: a terminal that takes no output (a frozen SSH session) must not hold the event loop in
+        # the writer's bounded queue (WriterThread._queue, 30 writes) before it has left the hosts. A live
+        # terminal drains a write in well under this wait; a frozen one loses frames nobody sees.
+        with contextlib.suppress(queue.Full):
+            writer._queue.put(data, timeout=OUTPUT_WAIT_S)
+
+    def unblock_output(self) -> None:
+        """From the lifeline's watcher: if the writer's queue is full, the loop may be blocked putting into
+        it on a frozen terminal; empty it, so the loop runs on and leaves the hosts."""
+        writer = self._writer_thread
+        if writer is not None and writer._queue.full():
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    writer._queue.get_nowait()
 
     def _sigtstp_application(self, *args: object) -> None:
         self._suspended = self._auto_restart
