@@ -81,7 +81,7 @@ def test_scripts_demo_installs_once_and_again_only_when_needed(tmp_path: Path) -
 
 def _tmux(sock: str, *args: str) -> str:
     return subprocess.run(
-        ["tmux", "-L", sock, *args], capture_output=True, text=True, check=False, timeout=30
+        ["tmux", "-S", sock, *args], capture_output=True, text=True, check=False, timeout=30
     ).stdout
 
 
@@ -120,7 +120,7 @@ def test_demo_applies_and_verifies_in_its_sandbox_never_in_the_operators_dirs(tm
         f"cd {REPO} && env {env} TMPDIR={scratch} TERM=xterm-256color {sys.executable} -m console.cli.main "
         f"demo --state-dir {tmp_path / 'twin'} --time-scale 0.02; echo $? > {rc}; sleep 30"
     )
-    sock = f"k26-sandbox-{os.getpid()}"
+    sock = str(tmp_path / "tmux.sock")  # a server of its own, its socket in the test's directory
     _tmux(sock, "new", "-d", "-x", "160", "-y", "48", cmd)
     try:
         screen = _wait_screen(sock, lambda s: "pool 101,134 tokens" in s, 60, "its first boot")

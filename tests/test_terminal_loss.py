@@ -290,7 +290,7 @@ def test_console_still_importing_ends_on_hangup(twin: TwinHost, tmp_path: Path, 
 
 def _tmux(sock: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["tmux", "-L", sock, *args], capture_output=True, text=True, check=False, timeout=30
+        ["tmux", "-S", sock, *args], capture_output=True, text=True, check=False, timeout=30
     )
 
 
@@ -302,7 +302,8 @@ def _pane_pid(sock: str) -> int:
 def tmux_sock(tmp_path: Path) -> Iterator[str]:
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
-    sock = f"k26-lifeline-{os.getpid()}-{tmp_path.name}"
+    # A server of its own, its socket in the test's directory (nothing left in the user's tmux dir).
+    sock = str(tmp_path / "tmux.sock")
     try:
         yield sock
     finally:
