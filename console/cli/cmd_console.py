@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -75,6 +76,7 @@ def resolve_target(args: argparse.Namespace) -> tuple[int | None, str | None]:
 def run(args: argparse.Namespace) -> int:
     from console.sources.hosts import HostsError, load_hosts, resolve_host
     from console.tui.app import ConsoleApp, HostEntry
+    from console.tui.lifeline import Lifeline, end_now
 
     host = args.host or ""
     if not host.isprintable() or " " in host:
@@ -98,4 +100,17 @@ def run(args: argparse.Namespace) -> int:
         target_source=source,
         profile=args.profile,
     )
-    return int(app.run() or 0)
+    with Lifeline(app) as lifeline:
+        code = int(app.run() or 0)
+    if lifeline.fired:
+        say_why_ended(lifeline.reason, "left the hosts")
+        end_now(lifeline.exit_code(code))
+    return code
+
+
+def say_why_ended(reason: str | None, done: str) -> None:
+    """One line on stderr when a signal or the lost terminal ended the console (to /dev/null when the
+    terminal is the one that went)."""
+    if reason is not None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(f"k26-console: {reason}: {done} and quit.\n")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
+import os
 import sys
 import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from console.cli.cmd_console import add_target_options, require_terminal, resolve_target
+from console.cli.cmd_console import add_target_options, require_terminal, resolve_target, say_why_ended
 from console.cli.cmd_twin import scenario_argument, state_dir_argument
 from console.cli.errors import UsageError
 
@@ -44,21 +46,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     from console.sources.hosts import load_hosts
     from console.tui.app import ConsoleApp, HostEntry
+    from console.tui.lifeline import Lifeline, end_now
     from console.twin.host import DEFAULT_SCENARIO, TwinError, TwinHost
 
     if not 0 < args.time_scale <= 100:
         raise UsageError(f"--time-scale must be a positive number up to 100, not {args.time_scale}.")
     scenario = scenario_argument(args.scenario)
     chosen_dir = state_dir_argument(args.state_dir)
-    target, source = resolve_target(args)
-    if target is None:
-        target, source = DEMO_TARGET, "demo goal"
-    require_terminal("k26-console demo")
     with contextlib.ExitStack() as stack:
-        if chosen_dir is not None:
-            state_dir = chosen_dir
-        else:
-            state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="k26-demo-"))) / "twin"
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="k26-demo-")))
+        stack.enter_context(sandbox(scratch / "operator"))
+        # After the sandbox: --profile names a shipped profile, never one of the operator's own.
+        target, source = resolve_target(args)
+        if target is None:
+            target, source = DEMO_TARGET, "demo goal"
+        require_terminal("k26-console demo")
+        state_dir = chosen_dir if chosen_dir is not None else scratch / "twin"
         twin = TwinHost(
             state_dir,
             name="twin",
@@ -79,12 +82,15 @@ def run(args: argparse.Namespace) -> int:
             return config
 
         def start_service() -> None:
-            # Started once the console follows the journal, so the boot plays on the timeline.
-            twin.systemctl("start", twin.unit, check=False)
+            # Started once the console follows the journal, so the boot plays on the timeline. Without
+            # waiting for the boot: a quit in the meantime would wait for it (asyncio.run's executor
+            # shutdown), ~6 s past a SIGTERM.
+            twin.systemctl("start", "--no-block", twin.unit, check=False)
 
         entry = HostEntry(
             name="twin",
             simulated=True,
+            sandbox=True,
             prepare=prepare,
             after_start=start_service,
             session_options={"gpu_interval_s": 1.0},
@@ -97,19 +103,64 @@ def run(args: argparse.Namespace) -> int:
             # The profiles screen opens on the demo's goal: from 0.85 to a verified 200k in one restart.
             profile=args.profile or DEMO_PROFILE,
         )
-
-        def _leave(signum: int, _frame: object) -> None:
-            # A closed terminal (SIGHUP: tmux kill-server, a dropped SSH) or a kill must still stop the
-            # twin's supervisor and server below, as `q` does, rather than leave them running.
-            app.exit(128 + signum)
-
-        for sig in (signal.SIGHUP, signal.SIGTERM):
-            signal.signal(sig, _leave)
+        stop_twin = _Once(twin.stop_sync)
+        # A closed terminal (SIGHUP: tmux kill-server, a dropped SSH), a kill or a stuck exit must still
+        # stop the twin's supervisor and server, as `q` does, rather than leave them running.
+        lifeline = stack.enter_context(Lifeline(app))
+        lifeline.last_resort(stop_twin)
         try:
-            code = app.run()
+            code = int(app.run() or 0)
         finally:
-            with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+            with contextlib.suppress(OSError, ValueError):  # the terminal may be gone (SIGHUP)
                 sys.stderr.write("k26-console demo: stopping the simulated host.\n")
-            twin.stop_sync()
-        return int(code or 0)
-    return 0
+            stop_twin()
+    if lifeline.fired:
+        say_why_ended(lifeline.reason, "stopped the simulated host")
+        end_now(lifeline.exit_code(code))
+    return code
+
+
+SANDBOX_DIRS = {
+    "XDG_CONFIG_HOME": "config",
+    "XDG_STATE_HOME": "state",
+    "XDG_DATA_HOME": "data",
+    "XDG_CACHE_HOME": "cache",
+}
+
+
+@contextlib.contextmanager
+def sandbox(root: Path) -> Iterator[None]:
+    """The demo's own config, profile, probe-history and restart-history dirs, under `root`, for this
+    process and its children while it runs. An Apply in the demo once wrote `ctx-256k.toml` with a
+    `[verified]` table into the operator's `~/.config/k26-console/profiles/`, and the demo listed that
+    user's profiles and probes. Everything that finds those dirs asks platformdirs, which reads these
+    variables at each call; the shipped profiles stay visible (they are not the operator's)."""
+    before = {var: os.environ.get(var) for var in SANDBOX_DIRS}
+    try:
+        for var, name in SANDBOX_DIRS.items():
+            path = root / name
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.environ[var] = str(path)
+        yield
+    finally:
+        for var, value in before.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
+class _Once:
+    """`fn` run once, by whichever thread comes first (the main thread, or the lifeline's last resort
+    while the main thread is stuck); the second caller waits for the first."""
+
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self._fn = fn
+        self._lock = threading.Lock()
+        self._done = False
+
+    def __call__(self) -> None:
+        with self._lock:
+            if not self._done:
+                self._done = True
+                self._fn()

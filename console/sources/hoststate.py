@@ -339,6 +339,8 @@ class HostStateDir:
         self._since: datetime | None = None
         self._offset: float | None = None
         self._lock: Lock | None = None
+        self._presence_lock = asyncio.Lock()
+        self._left = False
 
     @property
     def path(self) -> str:
@@ -394,12 +396,18 @@ class HostStateDir:
         holds a lock, the beat also checks the lock is still ours (`Lock.lost` otherwise)."""
         if looking_at is not None:
             self.looking_at = looking_at
-        await self._sync_clock()
-        lock = self._lock
-        args = [self.me.console_id, self._presence().model_dump_json()]
-        if lock is not None:
-            args.append(lock.info.lock_id)
-        _, lines = await self._run(_HEARTBEAT, *args, what="write the heartbeat")
+        async with self._presence_lock:
+            # Leaving is final: a console leaves, then exits, and its heartbeat task runs until the exit
+            # cancels it. A beat under way as it leaves finishes first; one due after it writes nothing
+            # (it would put back the presence leaving removed, for others to see go stale).
+            if self._left:
+                return
+            await self._sync_clock()
+            lock = self._lock
+            args = [self.me.console_id, self._presence().model_dump_json()]
+            if lock is not None:
+                args.append(lock.info.lock_id)
+            _, lines = await self._run(_HEARTBEAT, *args, what="write the heartbeat")
         if lock is not None and "lock lost" in lines and self._lock is lock:
             lock.lost = True
 
@@ -508,10 +516,12 @@ class HostStateDir:
 
     async def leave(self) -> None:
         """Remove this console's heartbeat, and its lock if it still holds one."""
-        lock = self._lock
-        _, lines = await self._run(
-            _LEAVE, self.me.console_id, lock.info.lock_id if lock else "", what="remove the heartbeat"
-        )
+        async with self._presence_lock:
+            self._left = True
+            lock = self._lock
+            _, lines = await self._run(
+                _LEAVE, self.me.console_id, lock.info.lock_id if lock else "", what="remove the heartbeat"
+            )
         if lock is not None and "released" in lines:
             lock.released = True
             self._lock = None
@@ -520,19 +530,24 @@ class HostStateDir:
 
     async def acquire(self, intent: str) -> Lock:
         """Take the host's lock for `intent` ("apply ctx-200k"), or raise `LockHeld` naming the holder."""
-        await self._sync_clock()
-        info = LockInfo(holder=self.me, intent=intent, taken_at=self.now(), lock_id=uuid.uuid4().hex)
-        now, lines = await self._run(
-            _ACQUIRE,
-            self.me.console_id,
-            self._presence().model_dump_json(),
-            info.model_dump_json(),
-            what="take the lock",
-        )
-        if "acquired" in lines:
-            lock = Lock(info=info, state=self)
-            self._lock = lock
-            return lock
+        # Serialised with leave(): a lock taken while the console leaves is known to it by the time it
+        # leaves, so leaving releases it; after leaving no lock is taken (nor presence written).
+        async with self._presence_lock:
+            if self._left:
+                raise HostStateError(f"this console has left {self.host.name}; it takes no lock there.")
+            await self._sync_clock()
+            info = LockInfo(holder=self.me, intent=intent, taken_at=self.now(), lock_id=uuid.uuid4().hex)
+            now, lines = await self._run(
+                _ACQUIRE,
+                self.me.console_id,
+                self._presence().model_dump_json(),
+                info.model_dump_json(),
+                what="take the lock",
+            )
+            if "acquired" in lines:
+                lock = Lock(info=info, state=self)
+                self._lock = lock
+                return lock
         held_line = next((ln[5:] for ln in lines if ln.startswith("held ")), "")
         holder_line = next((ln[7:] for ln in lines if ln.startswith("holder ")), "")
         try:

@@ -304,8 +304,13 @@ class ConsoleApp(App[int]):
     async def action_quit(self) -> None:
         # Leave before the sessions close: the other consoles see this one go at once, not after its
         # heartbeat goes stale.
-        await asyncio.gather(*(host.link.leave() for host in self.hosts.values() if host.link is not None))
+        await self.leave_hosts()
         self.exit()
+
+    async def leave_hosts(self, timeout_s: float = 3.0) -> None:
+        """Take this console's presence, and a lock it holds, off every host (best effort, bounded); also
+        what `console.tui.lifeline` does on SIGHUP, SIGTERM or a lost terminal before it exits."""
+        await asyncio.gather(*(host.leave(timeout_s) for host in self.hosts.values()))
 
     def action_refused(self, what: str) -> None:
         dash = self.active_dashboard

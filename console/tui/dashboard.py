@@ -60,7 +60,9 @@ class HostDashboard(Vertical):
         super().__init__(id=f"dash-{dom_id(entry.name)}", classes="dashboard")
         self.entry = entry
         self.read_only = read_only
-        self.header = HeaderBar(entry.name, simulated=entry.simulated, read_only=read_only, clock=clock)
+        self.header = HeaderBar(
+            entry.name, simulated=entry.simulated, sandbox=entry.sandbox, read_only=read_only, clock=clock
+        )
         self.gpus = GpuPanel(id="gpus", classes="panel")
         self.kv = KvPanel(target=target, target_source=target_source, id="kv", classes="panel")
         self.timeline = TimelinePanel(id="timeline", classes="panel")

@@ -88,6 +88,8 @@ class HostController:
         self.name = entry.name
         self.dashboard = dashboard
         self.ui = ui
+        self.leaving = False
+        """The console is quitting or lost its terminal: no presence is written from now on."""
         self.me = me
         self.store = store
         self.read_only = read_only
@@ -180,6 +182,8 @@ class HostController:
     async def _pair(self, session: Any) -> None:
         from console.sources.hoststate import HostStateDir
 
+        if self.leaving:
+            return  # a session that came up as the console left: no heartbeat to leave behind
         options = dict(self.entry.pairing_options)
         # A console is open for days: beat and look every few seconds, not every two (each is an SSH
         # exec on the host; idle CPU was measured at 3.1% of a core with 2 s). Readers judge staleness
@@ -192,6 +196,12 @@ class HostController:
             state, on_view=self._on_view, on_audit=self._on_audit, on_error=self._on_error, poll_s=poll_s
         )
         await self.link.run()
+
+    async def leave(self, timeout_s: float) -> None:
+        """Take this console's presence, and a lock it holds, off the host (best effort, bounded)."""
+        self.leaving = True
+        if self.link is not None:
+            await self.link.leave(timeout_s)
 
     def _on_view(self, view: PairingView) -> None:
         dash = self.dashboard

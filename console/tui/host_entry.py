@@ -16,6 +16,8 @@ class HostEntry:
     name: str
     config: HostConfig | None = None
     simulated: bool = False
+    sandbox: bool = False
+    """The console's config, profiles and histories are a temporary sandbox (the demo): the header says so."""
     prepare: Callable[[], HostConfig] | None = None
     after_start: Callable[[], object] | None = None
     session_options: dict[str, object] = field(default_factory=dict)

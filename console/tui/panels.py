@@ -96,10 +96,19 @@ class HeaderBar(Widget):
 
     DEFAULT_CLASSES = "header-bar"
 
-    def __init__(self, host: str, *, simulated: bool, read_only: bool, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        host: str,
+        *,
+        simulated: bool,
+        read_only: bool,
+        clock: Callable[[], float],
+        sandbox: bool = False,
+    ) -> None:
         super().__init__()
         self.host = host
         self.simulated = simulated
+        self.sandbox = sandbox
         self.read_only = read_only
         self.clock = clock
         self.snap: HostSnapshot | None = None
@@ -157,6 +166,9 @@ class HeaderBar(Widget):
         line1.append(f" {self.host} ", "bold reverse")
         if self.simulated:
             line1.append(" SIMULATED HOST ", "bold black on yellow")
+        if self.sandbox:
+            # Profiles saved, verified restarts and probes go to a temporary directory, not the operator's.
+            line1.append(" SANDBOX ", "bold black on dark_cyan")
         if self.read_only:
             line1.append(" READ-ONLY ", "bold white on dark_blue")
         if snap is not None and snap.connection is not None and not snap.connection.host_key_checked:
