@@ -518,4 +518,4 @@ async def test_a_session_that_comes_up_after_the_console_left_writes_no_presence
         # Three heartbeat intervals: a console that pairs has beaten by now.
         await pilot.pause(1.5)
         assert not presence.exists() or not list(presence.glob("*.json"))
-        assert twin.name not in app.links
+        assert app.hosts[twin.name].link is None  # never paired
