@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     target, source = resolve_target(args)
     require_terminal("k26-console open")
     app = ConsoleApp(
-        [HostEntry(name=c.name, config=c) for c in configs],
+        [HostEntry(name=c.name, config=c, learn=True) for c in configs],
         read_only=args.read_only,
         target=target,
         target_source=source,

@@ -26,6 +26,7 @@ print through `terminal_safe`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from dataclasses import dataclass
@@ -455,3 +456,14 @@ __all__ = [
     "learn_host",
     "shipped_flag_list",
 ]
+
+
+async def learn_with_flags(
+    host: HostConfig, transport: Transport, *, cache_dir: Path | None = None
+) -> tuple[HostFacts, FlagList]:
+    """`learn_host` once the host answers, and the flag list its facts name (the host's own, from the
+    local cache, else the shipped one): what the console's header and profile editor show."""
+    await transport.wait_up(None)
+    facts = await learn_host(host, transport, cache_dir=cache_dir, gpus=False)
+    flags = await asyncio.to_thread(host_flag_list, facts, cache_dir)
+    return facts, flags

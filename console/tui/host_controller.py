@@ -19,6 +19,8 @@ from rich.text import Text
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
+from console.core.flags import FlagList
+from console.core.hostfacts import HostFacts
 from console.core.pairing import AuditAction, AuditEntry, BreakRefused, Identity, LockHeld, PairingView
 from console.core.profile_store import ProfileStore
 from console.core.profiles import Profile, ProfileError
@@ -88,6 +90,10 @@ class HostController:
         self.name = entry.name
         self.dashboard = dashboard
         self.ui = ui
+        self.facts: HostFacts | None = None
+        """What the console learned of the host (`k26-console host`), once it has."""
+        self.host_flags: FlagList | None = None
+        """The flag list of the SGLang the host runs (its own, or the shipped one its facts name)."""
         self.leaving = False
         """The console is quitting or lost its terminal: no presence is written from now on."""
         self.me = me
@@ -141,6 +147,8 @@ class HostController:
             if entry.after_start is not None:
                 tasks.append(asyncio.create_task(self._after_start(entry.after_start)))
             tasks.append(asyncio.create_task(self._pair(session)))
+            if entry.learn:
+                tasks.append(asyncio.create_task(self._learn(session)))
             async for snap in session.snapshots():
                 post(snap)
         finally:
@@ -149,6 +157,24 @@ class HostController:
             if self.link is not None:
                 await self.link.leave()
             await session.close()
+
+    async def _learn(self, session: Any) -> None:
+        """What the host runs (its SGLang and flag list, the model's shape): for the header and the
+        profile editor, which validates against the host's own flags once they are known."""
+        from console.sources.hostinfo import HostInfoError, learn_with_flags
+        from console.sources.transport import TransportError
+
+        try:
+            self.facts, self.host_flags = await learn_with_flags(session.host, session.transport)
+        except (HostInfoError, TransportError, OSError) as exc:
+            self.ui.notify(
+                f"{self.name}: the console could not learn the host ({exc}); the profile's shipped flag "
+                "list and the model catalogue are used.",
+                severity="warning",
+                timeout=10,
+            )
+            return
+        self.dashboard.header.show_facts(self.facts)
 
     async def _after_start(self, after_start: Callable[[], object]) -> None:
         try:
@@ -563,6 +589,7 @@ class HostController:
             boots=snap.state.boots if snap is not None else (),
             model=getattr(config, "model", None) if config is not None else None,
             running_argv=self.running_argv,
+            host_flags=self.host_flags,
         )
 
     async def fetch_running_argv(self) -> bool:

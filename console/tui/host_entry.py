@@ -17,6 +17,9 @@ class HostEntry:
     config: HostConfig | None = None
     simulated: bool = False
     sandbox: bool = False
+    learn: bool = False
+    """Learn the host's SGLang, flag list and model over SSH once connected (`k26-console host`); the
+    console's commands turn it on (a few SSH commands and one flag extraction per SGLang version)."""
     """The console's config, profiles and histories are a temporary sandbox (the demo): the header says so."""
     prepare: Callable[[], HostConfig] | None = None
     after_start: Callable[[], object] | None = None

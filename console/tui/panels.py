@@ -13,6 +13,7 @@ from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import Static
 
+from console.core.hostfacts import HostFacts
 from console.core.restart import BOOT, Phase
 from console.core.snapshot import ConnState, HealthState, HostSnapshot
 from console.core.state import Boot
@@ -113,6 +114,7 @@ class HeaderBar(Widget):
         self.clock = clock
         self.snap: HostSnapshot | None = None
         self.note: str | None = None
+        self.facts: HostFacts | None = None
         self._drawn_age: tuple[str, str] | None = None
 
     def show(self, snap: HostSnapshot) -> None:
@@ -121,6 +123,12 @@ class HeaderBar(Widget):
         # something it shows changed (ten snapshots a second under load), such as a stale age now fresh.
         if prev is None or self._key(prev) != self._key(snap) or self.age_label() != self._drawn_age:
             self.refresh()
+
+    def show_facts(self, facts: HostFacts) -> None:
+        """What the console learned of the host: its SGLang when the server does not say, the KV cell of
+        the model's own config.json."""
+        self.facts = facts
+        self.refresh()
 
     @staticmethod
     def _key(snap: HostSnapshot) -> object:
@@ -200,7 +208,12 @@ class HeaderBar(Widget):
             )
 
         server = snap.server if snap is not None else None
-        version = (server.version if server is not None else None) or _version(boot)
+        facts = self.facts
+        version = (
+            (server.version if server is not None else None)
+            or _version(boot)
+            or (facts.sglang.version if facts is not None else None)
+        )
         model = model_name(boot) or (server.model if server is not None else None)
         self._drawn_age = self.age_label()
         line2 = Text(" ")
@@ -219,6 +232,11 @@ class HeaderBar(Widget):
         line2.append(version or "version not reported", "bold" if version else "grey50")
         line2.append("  model ", "grey62")
         line2.append(model or "—", "bold")
+        shape = facts.model.shape if facts is not None else None
+        if facts is not None and shape is not None:
+            # The cell the planner uses, and whether it came from the host's config.json or the catalogue.
+            line2.append(f"  {shape.cell_bytes:,} B/token ", "grey62")
+            line2.append(f"({facts.model.config_from or 'catalogue'})", "grey50")
         if boot is not None:
             line2.append(f"  boot #{boot.index}", "grey62")
         line2.append("  freshest sample ", "grey62")

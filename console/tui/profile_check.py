@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.apply import PlannerVerdict, host_profile, planner_verdict
 from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
+from console.core.flagdrift import version_drift
 from console.core.flags import FlagList, UnknownVersion, load_flag_list
 from console.core.profiles import (
     Profile,
@@ -76,6 +77,27 @@ def _flag_list(profile: Profile) -> tuple[FlagList | None, str | None]:
         return None, str(exc)
 
 
+def _drift(
+    profile: Profile, written_for: FlagList | None, host: FlagList, problem: str | None
+) -> list[Issue]:
+    """A profile written for another SGLang than the host runs: one warning, and one per flag that
+    differs there (renamed, removed, retired, deprecated)."""
+    if written_for is None:
+        said = f"{problem or 'unknown SGLang version'}; checked against SGLang {host.sglang_version}, which the host runs"
+        return [Issue(level="warning", where="sglang_version", message=said)]
+    found = version_drift(profile.flags, written_for, host)
+    if found.same_version:
+        return []
+    head = Issue(level="warning", where="sglang_version", message=found.summary())
+    return [
+        head,
+        *(
+            Issue(level="warning", where=f"flags.{d.flag.lstrip('-')}", message=d.sentence)
+            for d in found.profile_flags
+        ),
+    ]
+
+
 def check_profile_text(
     text: str,
     name: str,
@@ -83,20 +105,27 @@ def check_profile_text(
     boots: Sequence[Boot] = (),
     running_argv: Sequence[str] | None = None,
     model: str | None = None,
+    host_flags: FlagList | None = None,
     min_headroom_gib: float = DEFAULT_MIN_HEADROOM_GIB,
 ) -> ProfileCheck:
-    """The editor's verdict on `text` (saved as `name` unless the text names itself otherwise)."""
+    """The editor's verdict on `text` (saved as `name` unless the text names itself otherwise). With
+    `host_flags` (the flag list of the SGLang the host runs) the flags are checked against what will run
+    them, and a profile written for another version says which of its flags differ there."""
     name = named_in(text, name)
     try:
         profile = parse_profile(text, name=name)
     except ProfileError as exc:
         return ProfileCheck(name=name, issues=(Issue(level="error", where="toml", message=str(exc)),))
     flag_list, problem = _flag_list(profile)
+    drift: list[Issue] = []
+    if host_flags is not None:
+        drift = _drift(profile, flag_list, host_flags, problem)
+        flag_list = host_flags
     if flag_list is None:
         issue = Issue(level="error", where="sglang_version", message=problem or "unknown SGLang version")
         return ProfileCheck(name=name, profile=profile, issues=(issue,))
     validation = validate_profile(profile, flag_list)
-    issues = tuple(Issue(level=i.level, where=i.where, message=i.message) for i in validation.issues)
+    issues = (*drift, *(Issue(level=i.level, where=i.where, message=i.message) for i in validation.issues))
     whatif = planner_verdict(profile, flag_list, boots, model=model, min_headroom_gib=min_headroom_gib)
     diff: tuple[str, ...] = ()
     note: str | None

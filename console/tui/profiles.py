@@ -23,6 +23,7 @@ from textual.widgets import OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
 from console.core.apply import PlannerVerdict
+from console.core.flags import FlagList
 from console.core.profile_store import ProfileEntry, ProfileStore, shipped_profile_dir
 from console.core.profiles import ProfileError
 from console.core.state import Boot
@@ -44,6 +45,8 @@ class HostView:
     boots: Sequence[Boot] = ()
     model: str | None = None
     running_argv: Sequence[str] | None = None
+    host_flags: FlagList | None = None
+    """The flag list of the SGLang the host runs, once the console has learned it."""
 
 
 class ProfileList(OptionList):
@@ -272,6 +275,7 @@ class ProfilesScreen(Screen[None]):
             boots=view.boots,
             running_argv=view.running_argv,
             model=view.model,
+            host_flags=view.host_flags,
         )
         self.query_one("#profile-issues", Static).update(textual_text(issues_text(self.check)))
         self.query_one("#profile-whatif", Static).update(textual_text(whatif_text(self.check.whatif)))
