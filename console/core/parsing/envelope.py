@@ -224,11 +224,11 @@ def _read_stamp(line: str, meta: dict[str, Any], journald: bool) -> tuple[str, A
         if zone is None or zone == "Z" or not journald:
             # A collector's stamp: docker and kubectl print UTC as `Z`; journald's short-iso an offset.
             meta["ts"] = ts + ("+00:00" if zone == "Z" else _offset(zone) if zone else "")
-            return rest, None
+            return _without_pylog(rest), None
         meta["ts"] = ts + _offset(zone)
         j = _JOURNAL_ISO_REST.match(rest)
-        if j is None:
-            return rest, None
+        if j is None:  # a collector's stamp with an offset (kubectl on a host not on UTC)
+            return _without_pylog(rest), None
         host, ident, pid = j.groups()
         meta["host"] = host
         source: Any = ident
@@ -239,12 +239,22 @@ def _read_stamp(line: str, meta: dict[str, Any], journald: bool) -> tuple[str, A
     if m is not None:
         date, clock, frac = m.groups()
         meta["ts"] = f"{date}T{clock}{frac[:7] if frac else ''}"
-        return line[m.end() :], None
+        return _without_pylog(line[m.end() :]), None
     m = _PYLOG.match(line)
     if m is not None:
         meta["ts"] = f"{m.group(1)}T{m.group(2)}.{m.group(3)}"
         return line[m.end() :], None
     return line, None
+
+
+def _without_pylog(rest: str) -> str:
+    """A collector's line may hold a Python logger's (case-34 under `docker logs -t`); its stamp is
+    the later one, so the collector's is kept."""
+    if rest[:1].isdigit():
+        m = _PYLOG.match(rest)
+        if m is not None:
+            return rest[m.end() :]
+    return rest
 
 
 def _offset(zone: str) -> str:
