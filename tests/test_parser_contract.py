@@ -52,3 +52,13 @@ def test_line_by_line_feed_gives_the_same_events(corpus_dir: Path) -> None:
         events += parser.flush()
         got = [json.loads(e.model_dump_json()) for e in events]
         assert got == golden[path.name], (path.name, _first_difference(golden[path.name], got))
+
+
+def test_a_kinds_filter_builds_exactly_those_events(corpus_dir: Path) -> None:
+    # `parse --kinds` builds only the kinds asked for; tracebacks are still grouped (case-01 has two).
+    wanted = {"error", "pool_summary", "kv_pool_allocated"}
+    for path in sorted(corpus_dir.rglob("*.log")) + sorted(corpus_dir.rglob("*.journal")):
+        lines = path.read_text(encoding="utf-8", errors="replace").removesuffix("\n").split("\n")
+        parser = JournalParser(kinds=wanted)
+        got = [e.model_dump_json() for e in parser.feed_many(lines) + parser.flush()]
+        assert got == [e.model_dump_json() for e in parse_text("\n".join(lines)) if e.kind in wanted]

@@ -74,8 +74,11 @@ class JournalParser:
     after `STALE_TRACEBACK_LINES` lines from other processes, or on `flush`.
     """
 
-    def __init__(self, host: str | None = None) -> None:
+    def __init__(self, host: str | None = None, kinds: Iterable[str] | None = None) -> None:
+        """`kinds`: build only events of these kinds (`k26-console parse --kinds`); the others are read
+        all the same (a traceback is grouped whether or not errors are wanted) but never built."""
         self._host = host
+        self._kinds = frozenset(kinds) if kinds is not None else None
         self._held: dict[Any, HeldTraceback] = {}
         self._seen = 0
         self._prefix = SglangPrefix()
@@ -87,7 +90,7 @@ class JournalParser:
     def feed(self, item: str | bytes | dict[str, Any]) -> list[Event]:
         drafts: list[Fields] = []
         self._item(item, drafts)
-        return build_events(drafts)
+        return self._build(drafts)
 
     def feed_many(self, items: Iterable[str | bytes | dict[str, Any]]) -> list[Event]:
         """`feed` for many items at once: the same events, in order, as feeding them one by one."""
@@ -102,12 +105,18 @@ class JournalParser:
                     drafts.append(self._fallback(item))
             else:
                 self._item(item, drafts)
-        return build_events(drafts)
+        return self._build(drafts)
 
     def flush(self) -> list[Event]:
         drafts: list[Fields] = []
         for key in list(self._held):
             self._close(key, drafts)
+        return self._build(drafts)
+
+    def _build(self, drafts: list[Fields]) -> list[Event]:
+        kinds = self._kinds
+        if kinds is not None:
+            drafts = [draft for draft in drafts if draft["kind"] in kinds]
         return build_events(drafts)
 
     # -- one item ---------------------------------------------------------------------------------

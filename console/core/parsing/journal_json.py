@@ -12,18 +12,22 @@ except ImportError:  # pragma: no cover - orjson is a dependency; kept importabl
     _orjson_loads = None
 
 
+def load_json(line: str | bytes) -> Any:
+    """One JSON value (a `journalctl -o json` line); None when the line is not JSON."""
+    if _orjson_loads is not None:
+        try:
+            return _orjson_loads(line)
+        except (ValueError, TypeError, RecursionError):  # orjson's JSONDecodeError is a ValueError
+            pass  # orjson refuses lone surrogates, NaN and integers past 64 bits, which json reads
+    try:
+        return json.loads(line)
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
 def decode_object(line: str | bytes) -> dict[str, Any] | None:
     """The journal entry in one line of `journalctl -o json`, None when the line is not one."""
-    try:
-        obj = _orjson_loads(line) if _orjson_loads is not None else json.loads(line)
-    except (ValueError, TypeError):  # orjson's JSONDecodeError is a ValueError
-        try:
-            # orjson refuses lone surrogates and numbers past 64 bits, which json reads.
-            obj = json.loads(line)
-        except (ValueError, TypeError, RecursionError):
-            return None
-    except RecursionError:
-        return None
+    obj = load_json(line)
     if isinstance(obj, dict) and ("MESSAGE" in obj or "__CURSOR" in obj):
         return obj
     return None
