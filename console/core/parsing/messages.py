@@ -44,17 +44,58 @@ PREFILL = re.compile(
 ACCESS = re.compile(r'INFO: +(\S+) - "([A-Z]+) (\S+)(?: [^"]*)?" (\d{3})', re.ASCII)
 
 
-def _stats_fields(msg: str, after: int) -> dict[str, str] | None:
-    """`Decode batch. #a: 1, b: 2` (≤0.4), `Decode batch, …` (0.5), `Decode batch [12], …`: key → text."""
+def _queue(text: str) -> int | None:
+    return to_int(text.rstrip(", "))
+
+
+# The general stats lines, any version: `Decode batch. #a: 1, b: 2` (≤0.4), `Decode batch, …` (0.5),
+# `Decode batch [12], …`, PD's extra fields. Key as printed → (field, converter); hybrid SWA models
+# print `#full token` / `full token usage` pairs instead, read as the main figures when those are absent.
+_DECODE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "#running-req": ("running_req", to_int),
+    "#token": ("num_tokens", to_int),
+    "token usage": ("token_usage", to_float),
+    "gen throughput (token/s)": ("gen_throughput", to_float),
+    "#queue-req": ("queue_req", _queue),
+    "cuda graph": ("cuda_graph", to_bool),
+    "accept len": ("accept_len", to_float),
+    "accept rate": ("accept_rate", to_float),
+    "#full token": ("full_tokens", to_int),
+    "full token usage": ("full_usage", to_float),
+}
+_PREFILL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "#new-seq": ("new_seq", to_int),
+    "#new-token": ("new_token", to_int),
+    "#cached-token": ("cached_token", to_int),
+    "token usage": ("token_usage", to_float),
+    "#running-req": ("running_req", to_int),
+    "#queue-req": ("queue_req", _queue),
+    "input throughput (token/s)": ("input_throughput", to_float),
+    "cuda graph": ("cuda_graph", to_bool),
+    "full token usage": ("full_usage", to_float),
+}
+
+
+def _stats_fields(
+    msg: str, after: int, kind: str, keys: dict[str, tuple[str, Callable[[str], Any]]]
+) -> Fields | None:
     start = msg.find("#", after)
     if start < 0:
         return None
-    out: dict[str, str] = {}
+    fields: Fields = {"kind": kind}
     for part in msg[start:].split(", "):
         key, found, value = part.partition(": ")
         if found:
-            out[key] = value
-    return out
+            spec = keys.get(key)
+            if spec is not None:
+                fields[spec[0]] = spec[1](value)
+    full_tokens = fields.pop("full_tokens", None)
+    full_usage = fields.pop("full_usage", None)
+    if fields.get("num_tokens") is None and kind == "decode_batch":
+        fields["num_tokens"] = full_tokens
+    if fields.get("token_usage") is None:
+        fields["token_usage"] = full_usage
+    return fields
 
 
 def decode(msg: str, meta: Fields) -> Fields | None:
@@ -74,23 +115,7 @@ def decode(msg: str, meta: Fields) -> Fields | None:
         }
     if not msg.startswith("Decode batch"):
         return None
-    v = _stats_fields(msg, 12)
-    if v is None:
-        return None
-    # Hybrid SWA models print full/swa pairs instead; the full-attention pool is the one that fills.
-    tokens = _opt(to_int, v.get("#token"))
-    usage = _opt(to_float, v.get("token usage"))
-    return {
-        "kind": "decode_batch",
-        "running_req": _opt(to_int, v.get("#running-req")),
-        "num_tokens": tokens if tokens is not None else _opt(to_int, v.get("#full token")),
-        "token_usage": usage if usage is not None else _opt(to_float, v.get("full token usage")),
-        "gen_throughput": _opt(to_float, v.get("gen throughput (token/s)")),
-        "queue_req": _opt(to_int, _strip_comma(v.get("#queue-req"))),
-        "accept_len": _opt(to_float, v.get("accept len")),
-        "accept_rate": _opt(to_float, v.get("accept rate")),
-        "cuda_graph": _opt(to_bool, v.get("cuda graph")),
-    }
+    return _stats_fields(msg, 12, "decode_batch", _DECODE_KEYS)
 
 
 def prefill(msg: str, meta: Fields) -> Fields | None:
@@ -110,29 +135,7 @@ def prefill(msg: str, meta: Fields) -> Fields | None:
         }
     if not msg.startswith("Prefill batch"):
         return None
-    v = _stats_fields(msg, 13)
-    if v is None:
-        return None
-    usage = _opt(to_float, v.get("token usage"))
-    return {
-        "kind": "prefill_batch",
-        "new_seq": _opt(to_int, v.get("#new-seq")),
-        "new_token": _opt(to_int, v.get("#new-token")),
-        "cached_token": _opt(to_int, v.get("#cached-token")),
-        "token_usage": usage if usage is not None else _opt(to_float, v.get("full token usage")),
-        "running_req": _opt(to_int, v.get("#running-req")),
-        "queue_req": _opt(to_int, _strip_comma(v.get("#queue-req"))),
-        "input_throughput": _opt(to_float, v.get("input throughput (token/s)")),
-        "cuda_graph": _opt(to_bool, v.get("cuda graph")),
-    }
-
-
-def _opt(convert: Callable[[str], Any], text: str | None) -> Any:
-    return None if text is None else convert(text)
-
-
-def _strip_comma(text: str | None) -> str | None:
-    return None if text is None else text.rstrip(", ")
+    return _stats_fields(msg, 13, "prefill_batch", _PREFILL_KEYS)
 
 
 def access(msg: str, meta: Fields) -> Fields | None:
