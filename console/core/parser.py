@@ -37,7 +37,7 @@ from console.core.parsing.envelope import (
 )
 from console.core.parsing.errors import HeldTraceback, line_error_category, opens_traceback
 from console.core.parsing.journal_json import UtcClock, decode_object, entry_meta, field_text
-from console.core.parsing.messages import HANDLERS, PREFIX_CHARS
+from console.core.parsing.messages import HANDLER_KINDS, HANDLERS, PREFIX_CHARS, Handler
 from console.core.parsing.server_args import parse_server_args
 from console.core.parsing.units import unit_fields
 
@@ -79,6 +79,11 @@ class JournalParser:
         all the same (a traceback is grouped whether or not errors are wanted) but never built."""
         self._host = host
         self._kinds = frozenset(kinds) if kinds is not None else None
+        # With neither `log` nor `error` wanted, a message whose handler makes only unwanted kinds (or
+        # that no handler claims) cannot become a wanted event: it is not read past its envelope.
+        self._unread: frozenset[Handler] | None = None
+        if self._kinds is not None and not self._kinds & {"log", "error"}:
+            self._unread = frozenset(h for h, made in HANDLER_KINDS.items() if not made & self._kinds)
         self._held: dict[Any, HeldTraceback] = {}
         self._seen = 0
         self._prefix = SglangPrefix()
@@ -236,6 +241,9 @@ class JournalParser:
             held[source] = HeldTraceback(meta, msg, self._seen)
             return
         handler = HANDLERS.get(msg[:PREFIX_CHARS])
+        unread = self._unread
+        if unread is not None and (handler is None or handler in unread):
+            return
         if handler is not None:
             fields = handler(msg, meta)
             if fields is not None:

@@ -35,6 +35,8 @@ def decode_object(line: str | bytes) -> dict[str, Any] | None:
 
 def field_text(value: Any) -> str | None:
     """A journal field: a string, an array of byte values (not valid UTF-8), or several values."""
+    if type(value) is str:  # nearly always
+        return value
     if value is None:
         return None
     if isinstance(value, str):

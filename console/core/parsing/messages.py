@@ -344,3 +344,21 @@ HANDLERS: dict[str, Handler] = {
     "Not en": not_enough_memory,
     "Post-c": post_capture,
 }
+
+HANDLER_KINDS: dict[Handler, frozenset[str]] = {
+    decode: frozenset({"decode_batch"}),
+    prefill: frozenset({"prefill_batch"}),
+    access: frozenset({"http_access"}),
+    load_weights: frozenset({"weights_begin", "weights_loaded"}),
+    kv_cache: frozenset({"kv_pool_allocated"}),
+    post_capture: frozenset({"kv_pool_allocated"}),
+    memory: frozenset({"memory_pool_end", "dist_init"}),
+    dist_init: frozenset({"dist_init"}),
+    capture: frozenset({"cuda_graph", "error"}),
+    max_total: frozenset({"pool_clamped", "pool_summary"}),
+    ready: frozenset({"server_ready"}),
+    server_args: frozenset({"server_args"}),
+    sigquit: frozenset({"error"}),
+    not_enough_memory: frozenset({"error"}),
+}
+"""The kinds each handler can make; a message it does not claim becomes a `log` or an `error`."""
