@@ -75,8 +75,8 @@ class JournalParser:
     """
 
     def __init__(self, host: str | None = None, kinds: Iterable[str] | None = None) -> None:
-        """`kinds`: build only events of these kinds (`k26-console parse --kinds`); the others are read
-        all the same (a traceback is grouped whether or not errors are wanted) but never built."""
+        """`kinds`: build only events of these kinds (`k26-console parse --kinds`); the others are never
+        built, and tracebacks are grouped whether or not errors are wanted."""
         self._host = host
         self._kinds = frozenset(kinds) if kinds is not None else None
         # With neither `log` nor `error` wanted, a message whose handler makes only unwanted kinds (or
