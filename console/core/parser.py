@@ -36,7 +36,7 @@ from console.core.parsing.envelope import (
     stamp_ts,
 )
 from console.core.parsing.errors import HeldTraceback, line_error_category, opens_traceback
-from console.core.parsing.journal_json import UtcClock, decode_object, entry_meta, field_text
+from console.core.parsing.journal_json import EntryReader, decode_object, field_text
 from console.core.parsing.messages import HANDLER_KINDS, HANDLERS, PREFIX_CHARS, Handler
 from console.core.parsing.server_args import parse_server_args
 from console.core.parsing.units import unit_fields
@@ -87,7 +87,7 @@ class JournalParser:
         self._held: dict[Any, HeldTraceback] = {}
         self._seen = 0
         self._prefix = SglangPrefix()
-        self._clock = UtcClock()
+        self._entries = EntryReader(host)
         self._journald = _JournaldSglang()
 
     # -- public -----------------------------------------------------------------------------------
@@ -189,22 +189,30 @@ class JournalParser:
             self._message(outer.msg, meta, outer.source, outer.short, drafts)
 
     def _json(self, obj: dict[str, Any], drafts: list[Fields]) -> None:
-        meta, source, is_systemd = entry_meta(obj, self._host, self._clock)
+        meta, source, is_systemd = self._entries.read(obj)
         message = field_text(obj.get("MESSAGE")) or ""
         if message[-1:] == "\n":
             message = message[:-1]
+        if "\n" not in message:  # nearly always: the entry's metadata is the line's, without a copy
+            meta["raw"] = message
+            self._json_line(message, meta, source, is_systemd, drafts)
+            return
         for line in message.split("\n"):
-            line_meta = {**meta, "raw": line}
-            if len(line) > MAX_PARSE_CHARS:
-                self._seen += 1
-                drafts.append({**line_meta, "kind": "log", "message": line})
-                continue
-            if "\x1b" in line:
-                line = ANSI.sub("", line)
-            if is_systemd:
-                self._systemd(line, line_meta, None, drafts)
-            else:
-                self._message(line, line_meta, source, None, drafts)
+            self._json_line(line, {**meta, "raw": line}, source, is_systemd, drafts)
+
+    def _json_line(
+        self, line: str, line_meta: Fields, source: Any, is_systemd: bool, drafts: list[Fields]
+    ) -> None:
+        if len(line) > MAX_PARSE_CHARS:
+            self._seen += 1
+            drafts.append({**line_meta, "kind": "log", "message": line})
+            return
+        if "\x1b" in line:
+            line = ANSI.sub("", line)
+        if is_systemd:
+            self._systemd(line, line_meta, None, drafts)
+        else:
+            self._message(line, line_meta, source, None, drafts)
 
     def _systemd(self, msg: str, meta: Fields, short: Short | None, drafts: list[Fields]) -> None:
         if short is not None and "ts" not in meta:

@@ -79,9 +79,59 @@ class UtcClock:
         return f"{self._text}.{micros:06d}+00:00"
 
 
-def entry_meta(obj: dict[str, Any], host: str | None, clock: UtcClock) -> tuple[dict[str, Any], Any, bool]:
-    """An entry's metadata for its events, the source its tracebacks are grouped by (the PID, else the
-    identifier), and whether systemd wrote it (a line about the unit)."""
+_SOURCE_FIELDS = (
+    "_HOSTNAME",
+    "_PID",
+    "SYSLOG_IDENTIFIER",
+    "UNIT",
+    "_SYSTEMD_UNIT",
+    "_SYSTEMD_INVOCATION_ID",
+    "INVOCATION_ID",
+    "_BOOT_ID",
+)
+_SOURCES_KEPT = 1024
+
+
+class EntryReader:
+    """Journal entries → event metadata. The fields that say who wrote an entry (host, PID, unit,
+    invocation, boot) repeat from entry to entry; what they give is kept per distinct set of them."""
+
+    def __init__(self, host: str | None) -> None:
+        self._host = host
+        self._clock = UtcClock()
+        self._sources: dict[tuple[Any, ...], tuple[dict[str, Any], Any, bool]] = {}
+
+    def read(self, obj: dict[str, Any]) -> tuple[dict[str, Any], Any, bool]:
+        """An entry's metadata for its events, the source its tracebacks are grouped by (the PID, else
+        the identifier), and whether systemd wrote it (a line about the unit)."""
+        get = obj.get
+        key = tuple(map(get, _SOURCE_FIELDS))
+        try:
+            known = self._sources.get(key)
+        except TypeError:  # a field given as an array (bytes, or several values): not kept
+            known = None
+            key = ()
+        if known is None:
+            known = _source_meta(obj, self._host)
+            if key:
+                if len(self._sources) >= _SOURCES_KEPT:
+                    self._sources.clear()
+                self._sources[key] = known
+        source_meta, source, is_systemd = known
+        meta = dict(source_meta)
+        cursor = get("__CURSOR")
+        if cursor is not None:
+            meta["cursor"] = cursor if type(cursor) is str else field_text(cursor)
+        realtime = field_int(get("__REALTIME_TIMESTAMP"))
+        if realtime is not None:
+            meta["realtime_us"] = realtime
+            ts = self._clock.iso(realtime)
+            if ts is not None:
+                meta["ts"] = ts
+        return meta, source, is_systemd
+
+
+def _source_meta(obj: dict[str, Any], host: str | None) -> tuple[dict[str, Any], Any, bool]:
     meta: dict[str, Any] = {}
     host = field_text(obj.get("_HOSTNAME")) or host
     if host is not None:
@@ -89,15 +139,6 @@ def entry_meta(obj: dict[str, Any], host: str | None, clock: UtcClock) -> tuple[
     pid = field_int(obj.get("_PID"))
     if pid is not None:
         meta["pid"] = pid
-    cursor = field_text(obj.get("__CURSOR"))
-    if cursor is not None:
-        meta["cursor"] = cursor
-    realtime = field_int(obj.get("__REALTIME_TIMESTAMP"))
-    if realtime is not None:
-        meta["realtime_us"] = realtime
-        ts = clock.iso(realtime)
-        if ts is not None:
-            meta["ts"] = ts
     ident = field_text(obj.get("SYSLOG_IDENTIFIER"))
     is_systemd = ident == "systemd" or (pid == 1 and ident in (None, "systemd", "init"))
     unit = field_text(obj.get("UNIT")) if is_systemd else None
