@@ -302,7 +302,8 @@ class _JournaldSglang:
         if e < 0:
             return None
         inner = line[j + 3 : e]
-        if inner[10:11] != " " or inner[19:20] not in (" ", ""):
+        # A `:` before `: [` ends journald's identifier earlier for the envelope's grammar: its line.
+        if inner[10:11] != " " or inner[19:20] not in (" ", "") or ":" in line[16:j]:
             return None
         # `\n` cannot occur in a line, so the key is unambiguous.
         key = line[16:j] + "\n" + inner[20:]
