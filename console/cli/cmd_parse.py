@@ -159,7 +159,7 @@ def _detail(event: Any) -> str:
         )
         return f"{len(args)} args" + (f": {shown}" if shown else "")
     parts = []
-    for name, value in event.__dict__.items():
+    for name, value in event:  # the fields in order (pydantic models iterate as (name, value))
         if name in _COMMON or value is None:
             continue
         parts.append(f"{name}={value}")
