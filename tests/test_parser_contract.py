@@ -63,3 +63,34 @@ def test_a_kinds_filter_builds_exactly_those_events(corpus_dir: Path) -> None:
             parser = JournalParser(kinds=wanted)
             got = [e.model_dump_json() for e in parser.feed_many(lines) + parser.flush()]
             assert got == [e.model_dump_json() for e in parse_lines(lines) if e.kind in wanted]
+
+
+# Line shapes the corpus does not hold, with what the old parser made of them (kind, tp_rank, message).
+OLD_SHAPES = [
+    (
+        "[rank3]: Watchdog caught collective operation timeout",
+        ("error", None, "[rank3]: Watchdog caught collective operation timeout"),
+    ),
+    (
+        "[rank3]:[E1119 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout",
+        (
+            "error",
+            3,
+            "[E1119 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout",
+        ),
+    ),
+    (
+        "[gpu=0] Decode batch. #running-req: 3, #token: 48, gen throughput (token/s): 12.00",
+        ("decode_batch", 0, None),
+    ),
+    ("[gpu_id=1]Decode", ("log", None, "[gpu_id=1]Decode")),
+    ("Rank 2: Load weight begin. avail mem=93.12 GB", ("weights_begin", 2, None)),
+]
+
+
+def test_line_shapes_outside_the_corpus_read_as_before() -> None:
+    for line, (kind, rank, message) in OLD_SHAPES:
+        (event,) = parse_lines([line])
+        assert (event.kind, event.tp_rank) == (kind, rank), line
+        if message is not None:
+            assert event.message == message, line

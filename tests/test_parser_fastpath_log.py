@@ -56,10 +56,12 @@ REFUSED_LINES = [
     "Foo 30 21:18:14 h python3[1]: [2026-05-30 21:18:14 TP0] not a month",
     "May 30 21:18:14 h a b[1]: three words before the colon",
     "May 30 21:18:14 h p[1]: [2026-05-30 21:18:14 TP0 XX9] unknown rank tag",
-    # journald's identifier ends at its first `:` for the envelope (found by hypothesis: the shortcut
-    # read `p:ython3[1]` as the identifier and gave another host, PID and time).
-    "May 30 21:18:14 h p:ython3[1]: [2026-05-30 21:18:14 TP0] a colon in the identifier",
+    # Without a `[pid]`, journald's identifier ends at its first `:` (hypothesis found the shortcut
+    # reading past it): `p` is the identifier and `y: [2026…` the message.
+    "May 30 21:18:14 h p:y: [2026-05-30 21:18:14 TP0] a colon in an identifier without a pid",
 ]
+# With a `[pid]`, the identifier is read whole (`p:ython3`), as the parser always read such a line.
+COLON_IDENT = "May 30 21:18:14 h p:ython3[1]: [2026-05-30 21:18:14 TP0] a colon in the identifier"
 NUMBER_LINES = [
     SGL + "Decode batch, #running-req: 4096, #token: 1, token usage: 12.34, cuda graph: True, "
     "gen throughput (token/s): 1.00, #queue-req: 10000",
@@ -123,8 +125,22 @@ def test_the_shortcut_takes_the_bracketed_journald_lines_and_refuses_the_others(
     ]
 
 
+def test_a_colon_in_journalds_identifier() -> None:
+    assert _JournaldSglang().read(COLON_IDENT) is not None
+    for events in (careful([COLON_IDENT]), _general([COLON_IDENT])):
+        (event,) = events
+        assert (event.pid, event.tp_rank, event.ts, event.message) == (
+            1,
+            0,
+            "2026-05-30T21:18:14",
+            "a colon in the identifier",
+        )
+    (event,) = careful([REFUSED_LINES[-1]])
+    assert (event.pid, event.tp_rank, event.message[:3]) == (None, None, "y: ")
+
+
 def test_the_shortcut_gives_what_the_general_envelope_gives() -> None:
-    items = LOG_LINES + REFUSED_LINES + NUMBER_LINES + LOG_LINES
+    items = LOG_LINES + REFUSED_LINES + NUMBER_LINES + LOG_LINES + [COLON_IDENT]
     assert_same(_general(items), careful(items))
     assert_same(_general(items, 5), batched(items, 5))
 

@@ -29,6 +29,7 @@ from console.core.parsing.envelope import (
     MONTH_INITIALS,
     SglangPrefix,
     Short,
+    ends_where_journald_short_does,
     parse_tags,
     parse_who,
     read_outer,
@@ -302,8 +303,7 @@ class _JournaldSglang:
         if e < 0:
             return None
         inner = line[j + 3 : e]
-        # A `:` before `: [` ends journald's identifier earlier for the envelope's grammar: its line.
-        if inner[10:11] != " " or inner[19:20] not in (" ", "") or ":" in line[16:j]:
+        if inner[10:11] != " " or inner[19:20] not in (" ", ""):
             return None
         # `\n` cannot occur in a line, so the key is unambiguous.
         key = line[16:j] + "\n" + inner[20:]
@@ -334,6 +334,8 @@ def _template(who_text: str, tags: str) -> tuple[Fields, Any] | None:
     ranks = parse_tags(tags)
     if who is None or ranks is None:
         return None
+    if ":" in who_text and not ends_where_journald_short_does(who_text):
+        return None  # the envelope's grammar ends the identifier at that `:`: its reading, not ours
     return {**who[0], **ranks}, who[1]
 
 

@@ -41,9 +41,10 @@ MONTHS = {
 MONTH_INITIALS = frozenset(m[0] for m in MONTHS)
 
 # `May 30 22:00:23 host ident[pid]: msg` (short) and `May 30 22:00:23.123456 ...` (short-precise).
+# The identifier ends at its `[pid]: ` when it has one (an identifier may hold a `:`), else at a `:`.
 _JOURNAL_SHORT = re.compile(
     r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) ([ \d]\d) (\d\d:\d\d:\d\d(?:\.\d{1,9})?) "
-    r"(\S+) (\S+?)(?:\[(\d+)\])?: ?",
+    r"(\S+) (?:(\S+?)\[(\d+)\]|(\S+?)): ?",
     re.ASCII,
 )
 _JOURNAL_CLOCK = re.compile(
@@ -164,6 +165,13 @@ def parse_who(text: str) -> tuple[dict[str, Any], Any] | None:
     return {"host": host, "pid": int(pid)}, int(pid)
 
 
+def ends_where_journald_short_does(who_text: str) -> bool:
+    """Whether `_JOURNAL_SHORT` reads `host ident[pid]` whole before `: [` (not cut at a `:` in it)."""
+    line = f"May 30 00:00:00 {who_text}: ["
+    m = _JOURNAL_SHORT.match(line)
+    return m is not None and m.end() == len(line) - 1
+
+
 def stamp_ts(journal_clock: str, sglang_stamp: str) -> str | None:
     """`May 30 22:00:23` + `2026-05-30 22:00:23` → `2026-05-30T22:00:23` (journal time, SGLang's year)."""
     m = _JOURNAL_CLOCK.fullmatch(journal_clock)
@@ -189,7 +197,8 @@ def read_outer(line: str, meta: dict[str, Any]) -> Outer:
     if first in MONTH_INITIALS:
         m = _JOURNAL_SHORT.match(line)
         if m is not None:
-            mon, day, clock, host, ident, pid = m.groups()
+            mon, day, clock, host, pid_ident, pid, ident = m.groups()
+            ident = ident if pid is None else pid_ident
             meta["host"] = host
             source: Any = ident
             if pid is not None:
@@ -286,6 +295,8 @@ class SglangPrefix:
             first = msg[:1]
             if first == "[":
                 end = msg.find("] ")
+                # torch's and v0.2's tags count only on a line that has a `] ` somewhere (as before
+                # issue 19: `[rank0]: Traceback …` alone stays whole, its tag in the message).
                 if end > 0:
                     parsed = self.bracket(msg[1:end])
                     if parsed is not None:
@@ -293,16 +304,16 @@ class SglangPrefix:
                         if parsed.ranks:
                             meta.update(parsed.ranks)
                         return msg[end + 2 :], parsed.date, True
-                if msg.startswith("[rank"):
-                    m = _TORCH_RANK.match(msg)
-                    if m is not None:
-                        meta["tp_rank"] = int(m.group(1))
-                        return msg[m.end() :], None, True
-                elif msg.startswith("[gpu"):
-                    m = _GPU_TAG.match(msg)
-                    if m is not None:
-                        meta["tp_rank"] = int(m.group(1))
-                        return msg[m.end() :], None, True
+                    if msg.startswith("[rank"):
+                        m = _TORCH_RANK.match(msg)
+                        if m is not None:
+                            meta["tp_rank"] = int(m.group(1))
+                            return msg[m.end() :], None, True
+                    elif msg.startswith("[gpu"):
+                        m = _GPU_TAG.match(msg)
+                        if m is not None:
+                            meta["tp_rank"] = int(m.group(1))
+                            return msg[m.end() :], None, True
             elif first == "R" and msg.startswith("Rank "):
                 m = _RANK_COLON.match(msg)
                 if m is not None:
