@@ -1,21 +1,23 @@
-"""The batch path's `log` lines and number tables against the careful path (`feed`, one item at a time).
+"""The journald shortcut and the batch path against the general envelope and the careful path.
 
-`JournalParser.feed_many` builds a `log` event itself for a journald line whose message nothing else
-claims, with or without SGLang's bracket, and reads request counts and token usage from tables. Every
-line it might take that way must give exactly `feed`'s events — including the lines it must refuse
-(other prefixes, tqdm's `\\r`, ANSI colours, a glued bar, error hints, handler prefixes, a trailing `:`
-that may open a traceback, systemd's own lines) and mutations of all of them.
+The parser reads the bulk of a journal (a journald `short` line carrying SGLang's bracket) with a
+shortcut of `str.find`s and small caches instead of the envelope's regexes; it must give exactly what
+the general envelope gives, and hand every other line to it (other prefixes, tqdm's `\\r`, ANSI colours,
+a glued bar, systemd's own lines, malformed stamps and tags) — on the lines below and on mutations of
+all of them. `feed_many` must give exactly `feed`'s events for the same lines.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from console.core.events import EVENT_ADAPTER
-from console.core.parser import JournalParser, parse_lines
+from console.core.parser import JournalParser, _JournaldSglang, parse_lines
+from console.core.parsing.envelope import CACHE_SIZE
 from tests.support.fastpath import assert_same, batched, careful, mutate
 
 PREFIX = "May 30 21:18:14 gpu-node-07 python3[4310]: "
@@ -54,7 +56,12 @@ REFUSED_LINES = [
     "Foo 30 21:18:14 h python3[1]: [2026-05-30 21:18:14 TP0] not a month",
     "May 30 21:18:14 h a b[1]: three words before the colon",
     "May 30 21:18:14 h p[1]: [2026-05-30 21:18:14 TP0 XX9] unknown rank tag",
+    # Without a `[pid]`, journald's identifier ends at its first `:` (hypothesis found the shortcut
+    # reading past it): `p` is the identifier and `y: [2026…` the message.
+    "May 30 21:18:14 h p:y: [2026-05-30 21:18:14 TP0] a colon in an identifier without a pid",
 ]
+# With a `[pid]`, the identifier is read whole (`p:ython3`), as the parser always read such a line.
+COLON_IDENT = "May 30 21:18:14 h p:ython3[1]: [2026-05-30 21:18:14 TP0] a colon in the identifier"
 NUMBER_LINES = [
     SGL + "Decode batch, #running-req: 4096, #token: 1, token usage: 12.34, cuda graph: True, "
     "gen throughput (token/s): 1.00, #queue-req: 10000",
@@ -86,29 +93,62 @@ def test_log_lines_are_built_in_the_batch_as_feed_builds_them() -> None:
     assert batched(LOG_LINES[-1:], 1)[0].ts == "2026-12-31T23:59:59"
 
 
-class _Recording(JournalParser):
-    """Records what reaches the careful path."""
+class _General(JournalParser):
+    """The parser without its journald shortcut: every text line read by the general envelope."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.careful: list[Any] = []
-
-    def _feed(self, item: Any, out: list[Any]) -> None:
-        self.careful.append(item)
-        super()._feed(item, out)
+    def __init__(self, host: str | None = None) -> None:
+        super().__init__(host)
+        self._journald = _NoShortcut()
 
 
-def test_the_batch_takes_log_lines_itself_and_refuses_the_others() -> None:
-    parser = _Recording()
-    parser.feed_many(LOG_LINES + NUMBER_LINES[3:])
-    assert parser.careful == []
-    parser.feed_many(REFUSED_LINES)
-    parser.flush()
-    assert parser.careful == REFUSED_LINES
-    parser = _Recording()
-    parser.feed_many(NUMBER_LINES)
-    # Counts past the table or with leading zeros; a token usage past it is parsed in place.
-    assert parser.careful == NUMBER_LINES[:3]
+class _NoShortcut:
+    def read(self, line: str) -> None:
+        return None
+
+
+def _general(items: list[Any], size: int = 1) -> list[Any]:
+    parser = _General()
+    out: list[Any] = []
+    for start in range(0, len(items), size):
+        out.extend(parser.feed_many(items[start : start + size]))
+    return out + parser.flush()
+
+
+def test_the_shortcut_takes_the_bracketed_journald_lines_and_refuses_the_others() -> None:
+    taken = [line for line in LOG_LINES + NUMBER_LINES + REFUSED_LINES if _JournaldSglang().read(line)]
+    assert taken == [
+        *[line for line in LOG_LINES if ": [2" in line],
+        *NUMBER_LINES,
+        SGL + "Load weight begin. avail mem=93.12 GB",
+        SGL + "INFO:     Started server process [4100]",
+        SGL + "Scheduler hit an exception: Traceback (most recent call last):",
+    ]
+
+
+def test_a_colon_in_journalds_identifier() -> None:
+    assert _JournaldSglang().read(COLON_IDENT) is not None
+    for events in (careful([COLON_IDENT]), _general([COLON_IDENT])):
+        (event,) = events
+        assert (event.pid, event.tp_rank, event.ts, event.message) == (
+            1,
+            0,
+            "2026-05-30T21:18:14",
+            "a colon in the identifier",
+        )
+    (event,) = careful([REFUSED_LINES[-1]])
+    assert (event.pid, event.tp_rank, event.message[:3]) == (None, None, "y: ")
+
+
+def test_the_shortcut_gives_what_the_general_envelope_gives() -> None:
+    items = LOG_LINES + REFUSED_LINES + NUMBER_LINES + LOG_LINES + [COLON_IDENT]
+    assert_same(_general(items), careful(items))
+    assert_same(_general(items, 5), batched(items, 5))
+
+
+def test_the_shortcut_matches_the_envelope_on_every_corpus_line(corpus_dir: Path) -> None:
+    for path in sorted(corpus_dir.rglob("*.log")) + sorted(corpus_dir.rglob("*.journal")):
+        lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+        assert_same(_general(lines, 64), batched(lines, 64))
 
 
 def test_numbers_outside_the_tables_are_read_as_feed_reads_them() -> None:
@@ -175,33 +215,31 @@ _line = st.sampled_from(LOG_LINES + REFUSED_LINES + NUMBER_LINES).flatmap(
 @given(st.lists(_line, min_size=1, max_size=12), st.integers(1, 6))
 def test_mutated_log_lines_match_feed(specs: list[tuple[str, int, int, str]], size: int) -> None:
     items = [mutate(spec) for spec in specs]
-    assert_same(careful(items), batched(items, size))
+    expected = careful(items)
+    assert_same(expected, batched(items, size))
+    assert_same(expected, _general(items, size))  # the shortcut reads what the general envelope reads
 
 
-def test_cached_verdicts_are_per_alternative_and_keep_refusing() -> None:
-    # The batch path remembers, per message, whether it is a plain `log`: a message refused once must
-    # be refused every time, and the same words read differently with and without SGLang's bracket
-    # (`Rank 0: ` is another prefix only without it).
+def test_the_same_words_read_differently_with_and_without_the_bracket() -> None:
+    # `Rank 0: ` is another prefix only without SGLang's bracket before it.
     plain = [PREFIX + "Rank 0: weights here", PREFIX + "RuntimeError: boom", PREFIX + "[aiter] import x"]
     bracketed = [SGL + "Rank 0: weights here", SGL + "[aiter] import x"]
-    long_msg = PREFIX + "w" * 600 + " failed"  # past the cached length, judged each time
-    items = plain + bracketed + [long_msg] + bracketed + plain + [long_msg]
-    parser = _Recording()
-    events = parser.feed_many(items) + parser.flush()
+    items = plain + bracketed + bracketed + plain
+    events = batched(items, 1024)
     assert_same(careful(items), events)
-    refused = [PREFIX + "Rank 0: weights here", PREFIX + "RuntimeError: boom", long_msg]
-    assert parser.careful == refused + refused
+    assert_same(_general(items), events)
+    assert [e.tp_rank for e in events if e.raw == PREFIX + "Rank 0: weights here"] == [0, 0]
     assert [e.kind for e in events if e.raw == SGL + "Rank 0: weights here"] == ["log", "log"]
+    assert [e.kind for e in events if e.raw == PREFIX + "RuntimeError: boom"] == ["log", "log"]
 
 
-def test_verdict_caches_stay_bounded_and_right_after_clearing() -> None:
-    # More distinct messages than a cache holds, then the first ones again and some refused ones.
-    items = [f"{PREFIX}noise line {i}" for i in range(5000)]
-    refused = [PREFIX + f"step {i} failed" for i in range(3)]  # an error hint: the careful path decides
+def test_shortcut_caches_stay_bounded_and_right_after_clearing() -> None:
+    # More distinct processes than a cache holds, then the first ones again and some refused ones.
+    items = [f"May 30 21:18:14 h python3[{i}]: [2026-05-30 21:18:14 TP{i % 8}] line {i}" for i in range(5000)]
+    refused = ["May 30 21:18:14 h python3[1]: [2026-05-30 21:18:14 TP0 XX9] unknown rank tag"]
     items += items[:50] + refused + items[:50] + refused
-    parser = _Recording()
+    parser = JournalParser()
     events = parser.feed_many(items) + parser.flush()
-    assert_same(careful(items), events)
-    sizes = [len(verdicts) for verdicts in parser._log_verdicts.values()]
-    assert 0 < max(sizes) <= 4096
-    assert parser.careful == refused + refused
+    assert_same(_general(items, 1024), events)
+    assert [e.pid for e in events[:3]] == [0, 1, 2]
+    assert 0 < len(parser._journald._templates) <= CACHE_SIZE

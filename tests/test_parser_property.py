@@ -30,6 +30,14 @@ def _real_lines() -> list[str]:
         '"__REALTIME_TIMESTAMP": "1780179284123456", "__CURSOR": "c"}',
         "sglang-1  | [2026-05-30 22:00:23 TP1] KV Cache is allocated. #tokens: 218484, KV size: 14.30 GB",
         "Rank 0: max_total_num_token=115621, max_prefill_num_token=19269, context_len=4096, ",
+        # Log collectors' prefixes (docker -t, Docker Desktop, compose -t, kubectl --prefix --timestamps).
+        "2026-05-30T22:00:23.123456789Z [2026-05-30 22:00:23 TP1] Memory pool end. avail mem=4.38 GB",
+        "2025-02-04 21:21:33 [2025-02-04 05:21:33] max_total_tokens=131072 is larger than the profiled value "
+        "-561981. Use the profiled value instead.",
+        "worker-1  | 2026-05-30T22:00:23.5Z 2025-03-07 23:50:27,727 - __main__ - INFO - [2025-03-07 23:50:27 TP0] "
+        "Load weight begin. avail mem=22.46 GB",
+        "[pod/sglang-0/sglang] 2026-05-30T23:00:23.1+01:00 [2026-05-30 22:00:23 TP0] KV Cache is allocated. "
+        "#tokens: 218484, KV size: 14.30 GB",
     ]
     return lines
 

@@ -1,6 +1,7 @@
 """`k26-console parse [FILE|-] [--json] [--kinds k1,k2]`: journal text or JSON in, events out.
 
-Reads `journalctl` output in any form the parser knows (short text, JSON, docker, bare SGLang lines) from
+On a terminal the events are a `rich` table; piped or redirected, plain columns (stable for `grep`,
+`awk` and the tests); with `--json`, one JSON object a line. Reads `journalctl` output in any form the parser knows (short text, JSON, docker, bare SGLang lines) from
 a file or standard input, one line at a time, so `journalctl -o json -f | k26-console parse -` streams.
 """
 
@@ -112,12 +113,26 @@ def _chunks(
         yield last
 
 
-def _events(stream: IO[bytes], splitter: LineSplitter | None = None) -> Iterator[Any]:
-    """Events of a journal stream through the parser's batch path, flushed at the end."""
-    parser = JournalParser()
+def _batches(stream: IO[bytes], splitter: LineSplitter, kinds: frozenset[str] | None) -> Iterator[list[Any]]:
+    """`_events` a batch at a time (what has arrived), for the terminal's table."""
+    parser = JournalParser(kinds=kinds)
     for chunk in _chunks(stream, splitter=splitter):
-        yield from parser.feed_many(chunk)
-    yield from parser.flush()
+        yield parser.feed_many(chunk)
+    yield parser.flush()
+
+
+def _events(
+    stream: IO[bytes], splitter: LineSplitter | None = None, kinds: frozenset[str] | None = None
+) -> Iterator[Any]:
+    """Events of a journal stream through the parser's batch path, flushed at the end; with `kinds`,
+    only those are built (the others cost their reading, not their building)."""
+    for batch in _batches(stream, splitter or LineSplitter(), kinds):
+        yield from batch
+
+
+def _rich_rows(as_json: bool) -> _RichRows | None:
+    """A `rich` table for a person at a terminal; plain columns for a pipe or a file (and `--json`)."""
+    return _RichRows() if not as_json and sys.stdout.isatty() else None
 
 
 def _ranks(event: Any) -> str:
@@ -144,7 +159,7 @@ def _detail(event: Any) -> str:
         )
         return f"{len(args)} args" + (f": {shown}" if shown else "")
     parts = []
-    for name, value in event.__dict__.items():
+    for name, value in event:  # the fields in order (pydantic models iterate as (name, value))
         if name in _COMMON or value is None:
             continue
         parts.append(f"{name}={value}")
@@ -171,7 +186,63 @@ def _row(event: Any) -> str:
     )
 
 
-def _write(events: Iterable[Any], as_json: bool, kinds: frozenset[str] | None, header: bool = True) -> None:
+_KIND_STYLE = {
+    "error": "bold red",
+    "pool_summary": "bold green",
+    "pool_clamped": "bold yellow",
+    "server_ready": "green",
+    "unit": "cyan",
+    "log": "dim",
+}
+
+
+class _RichRows:
+    """The table on a terminal: `rich` tables with fixed columns, one per batch of events, so rows
+    stream as they arrive (`journalctl -f | k26-console parse -`) and line up from batch to batch."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self._console = Console(highlight=False, soft_wrap=False)
+        self._header = True
+
+    def write(self, events: list[Any]) -> None:
+        from rich import box
+        from rich.table import Table
+        from rich.text import Text
+
+        if not events and not self._header:
+            return
+        table = Table(box=box.SIMPLE_HEAD if self._header else None, show_header=self._header, pad_edge=False)
+        table.add_column("TIME", width=_TIME_W, no_wrap=True)
+        table.add_column("HOST", width=_HOST_W, no_wrap=True, overflow="ellipsis")
+        table.add_column("RANK", width=_RANK_W, no_wrap=True, overflow="ellipsis")
+        table.add_column("KIND", width=_KIND_W, no_wrap=True)
+        table.add_column("DETAIL", ratio=1, overflow="fold")
+        for event in events:
+            # Text objects, not markup: a `[bold]` in a journal line is shown as written. Control
+            # characters are drawn safe first (an ESC in a host name would move the cursor).
+            table.add_row(
+                Text(terminal_safe((event.ts or "")[:19].replace("T", " "))),
+                Text(terminal_safe(event.host or "")),
+                Text(_ranks(event)),
+                Text(event.kind, style=_KIND_STYLE.get(event.kind, "")),
+                Text(terminal_safe(_detail(event).replace("\n", " "))),
+            )
+        self._console.print(table)
+        self._header = False
+
+
+def _write(
+    events: Iterable[Any],
+    as_json: bool,
+    kinds: frozenset[str] | None,
+    header: bool = True,
+    rich_rows: _RichRows | None = None,
+) -> None:
+    if rich_rows is not None and not as_json:
+        rich_rows.write([e for e in events if kinds is None or e.kind in kinds])
+        return
     out = sys.stdout
     if header and not as_json:
         out.write(
@@ -202,6 +273,8 @@ def _follow(name: str, hosts_file: str | None, as_json: bool, kinds: frozenset[s
     from console.sources.journal import follow_unit_events
     from console.sources.transport import Backoff, Transport, TransportError
 
+    rich_rows = _rich_rows(as_json)
+
     async def follow() -> None:
         host = resolve_host(name, load_hosts(hosts_file))
         transport = Transport(host, backoff=Backoff(max_attempts=CONNECT_ATTEMPTS))
@@ -217,9 +290,9 @@ def _follow(name: str, hosts_file: str | None, as_json: bool, kinds: frozenset[s
             # Reached once: from here on a lost connection is waited out rather than given up on.
             transport.backoff = Backoff()
             reporter = asyncio.ensure_future(report())
-            _write((), as_json, kinds)
+            _write((), as_json, kinds, rich_rows=rich_rows)
             async for events in follow_unit_events(transport, host.unit_name, host=host.name):
-                _write(events, as_json, kinds, header=False)
+                _write(events, as_json, kinds, header=False, rich_rows=rich_rows)
         finally:
             if reporter is not None:
                 reporter.cancel()
@@ -240,8 +313,13 @@ def run(args: argparse.Namespace) -> int:
         return _follow(args.file, args.hosts, args.json, kinds)
     stream = _open(args.file)
     splitter = LineSplitter()
+    rich_rows = _rich_rows(args.json)
     try:
-        _write(_events(stream, splitter), args.json, kinds)
+        if rich_rows is not None:
+            for batch in _batches(stream, splitter, kinds):
+                rich_rows.write(batch)
+        else:
+            _write(_events(stream, splitter, kinds), args.json, kinds)
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             raise

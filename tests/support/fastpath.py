@@ -1,5 +1,5 @@
-"""The parser's two paths side by side: `feed` line by line (the careful path) and `feed_many` in chunks
-(the batch path with its hot regex). The fast-path tests assert they build the same events."""
+"""The parser fed two ways side by side: `feed` line by line and `feed_many` in chunks (one validation
+call per chunk, tracebacks held across chunk edges). The tests assert they build the same events."""
 
 from __future__ import annotations
 

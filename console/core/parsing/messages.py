@@ -1,0 +1,364 @@
+"""SGLang's messages (the text after every prefix) → event fields: one table, `HANDLERS`.
+
+Each handler takes the message and the line's metadata and returns the event's fields, `kind`
+included, or None when the line only looked like one (it then goes on as a `log`). The table is keyed
+by the message's first six characters (`PREFIX_CHARS`): one slice and one dict lookup per line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from console.core.parsing.server_args import parse_server_args
+from console.core.parsing.values import (
+    gb,
+    named_values,
+    seconds,
+    split_fields,
+    to_bool,
+    to_float,
+    to_int,
+)
+
+Fields = dict[str, Any]
+Handler = Callable[[str, Fields], Fields | None]
+
+PREFIX_CHARS = 6
+
+# The current (v0.5.9+) stats lines in one regex each; other versions take the general loops below.
+DECODE = re.compile(
+    r"Decode batch, #running-req: (\d+), #token: (\d+), token usage: (\d+\.\d+), "
+    r"(?:accept len: (\d+\.\d+), accept rate: (\d+\.\d+), )?cuda graph: (True|False), "
+    r"gen throughput \(token/s\): (\d+\.\d+), #queue-req: (\d+)",
+    re.ASCII,
+)
+PREFILL = re.compile(
+    r"Prefill batch, #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), token usage: (\d+\.\d+), "
+    r"#running-req: (\d+), #queue-req: (\d+), (?:#pending-token: \d+, )?cuda graph: (True|False), "
+    r"input throughput \(token/s\): (\d+\.\d+)",
+    re.ASCII,
+)
+# uvicorn's access line: `INFO:     127.0.0.1:40052 - "POST /v1/chat/completions HTTP/1.1" 200 OK`
+ACCESS = re.compile(r'INFO: +(\S+) - "([A-Z]+) (\S+)(?: [^"]*)?" (\d{3})', re.ASCII)
+
+
+def _queue(text: str) -> int | None:
+    return to_int(text.rstrip(", "))
+
+
+# The general stats lines, any version: `Decode batch. #a: 1, b: 2` (≤0.4), `Decode batch, …` (0.5),
+# `Decode batch [12], …`, PD's extra fields. Key as printed → (field, converter); hybrid SWA models
+# print `#full token` / `full token usage` pairs instead, read as the main figures when those are absent.
+_DECODE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "#running-req": ("running_req", to_int),
+    "#token": ("num_tokens", to_int),
+    "token usage": ("token_usage", to_float),
+    "gen throughput (token/s)": ("gen_throughput", to_float),
+    "#queue-req": ("queue_req", _queue),
+    "cuda graph": ("cuda_graph", to_bool),
+    "accept len": ("accept_len", to_float),
+    "accept rate": ("accept_rate", to_float),
+    "#full token": ("full_tokens", to_int),
+    "full token usage": ("full_usage", to_float),
+}
+_PREFILL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "#new-seq": ("new_seq", to_int),
+    "#new-token": ("new_token", to_int),
+    "#cached-token": ("cached_token", to_int),
+    "token usage": ("token_usage", to_float),
+    "#running-req": ("running_req", to_int),
+    "#queue-req": ("queue_req", _queue),
+    "input throughput (token/s)": ("input_throughput", to_float),
+    "cuda graph": ("cuda_graph", to_bool),
+    "full token usage": ("full_usage", to_float),
+}
+
+
+def _stats_fields(
+    msg: str, after: int, kind: str, keys: dict[str, tuple[str, Callable[[str], Any]]]
+) -> Fields | None:
+    start = msg.find("#", after)
+    if start < 0:
+        return None
+    fields: Fields = {"kind": kind}
+    for part in msg[start:].split(", "):
+        key, found, value = part.partition(": ")
+        if found:
+            spec = keys.get(key)
+            if spec is not None:
+                fields[spec[0]] = spec[1](value)
+    full_tokens = fields.pop("full_tokens", None)
+    full_usage = fields.pop("full_usage", None)
+    if fields.get("num_tokens") is None and kind == "decode_batch":
+        fields["num_tokens"] = full_tokens
+    if fields.get("token_usage") is None:
+        fields["token_usage"] = full_usage
+    return fields
+
+
+def decode(msg: str, meta: Fields) -> Fields | None:
+    m = DECODE.match(msg)
+    if m is not None:
+        running, tokens, usage, accept_len, accept_rate, graph, gen, queue = m.groups()
+        return {
+            "kind": "decode_batch",
+            "running_req": int(running),
+            "num_tokens": int(tokens),
+            "token_usage": float(usage),
+            "gen_throughput": float(gen),
+            "queue_req": int(queue),
+            "accept_len": float(accept_len) if accept_len else None,
+            "accept_rate": float(accept_rate) if accept_rate else None,
+            "cuda_graph": graph == "True",
+        }
+    if not msg.startswith("Decode batch"):
+        return None
+    return _stats_fields(msg, 12, "decode_batch", _DECODE_KEYS)
+
+
+def prefill(msg: str, meta: Fields) -> Fields | None:
+    m = PREFILL.match(msg)
+    if m is not None:
+        new_seq, new_token, cached, usage, running, queue, graph, throughput = m.groups()
+        return {
+            "kind": "prefill_batch",
+            "new_seq": int(new_seq),
+            "new_token": int(new_token),
+            "cached_token": int(cached),
+            "token_usage": float(usage),
+            "running_req": int(running),
+            "queue_req": int(queue),
+            "input_throughput": float(throughput),
+            "cuda_graph": graph == "True",
+        }
+    if not msg.startswith("Prefill batch"):
+        return None
+    return _stats_fields(msg, 13, "prefill_batch", _PREFILL_KEYS)
+
+
+def access(msg: str, meta: Fields) -> Fields | None:
+    m = ACCESS.match(msg)
+    if m is None:
+        return None
+    client, method, path, status = m.groups()
+    return {"kind": "http_access", "method": method, "path": path, "status": int(status), "client": client}
+
+
+def load_weights(msg: str, meta: Fields) -> Fields | None:
+    low = msg[:17].lower()
+    if low.startswith("load weight begin"):
+        return {"kind": "weights_begin", "avail_mem_gb": gb(named_values(msg).get("avail mem", ""))}
+    if not low.startswith("load weight end"):
+        return None
+    v = named_values(msg)
+    quant = None
+    q = msg.find("quant=")
+    if q >= 0:
+        # quant_str = `quant=<method>[, bits=…][, quant_algo=…][, fmt=…][, requantization_method=…]`
+        tail = msg[q + 6 :]
+        a = tail.find(", avail mem=")
+        quant = (tail[:a] if a >= 0 else tail).strip() or None
+    return {
+        "kind": "weights_loaded",
+        "avail_mem_gb": gb(v.get("avail mem", "")),
+        "mem_usage_gb": gb(v.get("mem usage", "").rstrip(".")),
+        "elapsed_s": seconds(v.get("elapsed", "")),
+        "model_type": v.get("type"),
+        "dtype": v.get("dtype"),
+        "quant": quant,
+    }
+
+
+def kv_cache(msg: str, meta: Fields) -> Fields | None:
+    """`[Label ]KV Cache is allocated. [dtype: X, ]#tokens: N, K size: a GB, V size: b GB` or `KV size: c GB`."""
+    at = msg.find("KV Cache ")
+    if at < 0 or not ("is allocated" in msg or "VA upper bound" in msg):
+        return None
+    dot = msg.find(". ", at)
+    if dot < 0:
+        return None
+    v = split_fields(msg[dot + 2 :], ": ")
+    return {
+        "kind": "kv_pool_allocated",
+        "tokens": to_int(v.get("#tokens", "")),
+        "k_size_gb": gb(v.get("K size", "")),
+        "v_size_gb": gb(v.get("V size", "")),
+        "kv_size_gb": gb(v.get("KV size", "")),
+        "dtype": v.get("dtype"),
+        "label": msg[:at].strip() or None,
+    }
+
+
+def post_capture(msg: str, meta: Fields) -> Fields | None:
+    """0.5.23's opt-in `Post-capture KV sizing: [draft ]KV cache allocated. dtype: …, #tokens: …, KV size: …`."""
+    if not msg.startswith("Post-capture KV sizing: ") or "allocated. " not in msg:
+        return None
+    v = split_fields(msg.split("allocated. ", 1)[1], ": ")
+    return {
+        "kind": "kv_pool_allocated",
+        "tokens": to_int(v.get("#tokens", "")),
+        "kv_size_gb": gb(v.get("KV size", "")),
+        "dtype": v.get("dtype"),
+        "label": "draft" if "draft KV cache" in msg else None,
+    }
+
+
+def memory(msg: str, meta: Fields) -> Fields | None:
+    if msg.startswith("Memory pool end"):
+        return {"kind": "memory_pool_end", "avail_mem_gb": gb(named_values(msg).get("avail mem", ""))}
+    if msg.startswith("Memory baseline taken"):
+        # 0.5.23 splits the old `Init torch distributed ends. mem usage=…` across two lines.
+        return {
+            "kind": "dist_init",
+            "phase": "end",
+            "mem_usage_gb": gb(named_values(msg).get("mem usage", "")),
+        }
+    return None
+
+
+def dist_init(msg: str, meta: Fields) -> Fields | None:
+    if msg.startswith(("Init torch distributed begin", "Init parallel begin")):
+        return {"kind": "dist_init", "phase": "begin"}
+    if msg.startswith(("Init torch distributed end", "Init parallel end")):
+        v = named_values(msg)
+        return {
+            "kind": "dist_init",
+            "phase": "end",
+            "mem_usage_gb": gb(v.get("mem usage", "")),
+            "elapsed_s": seconds(v.get("elapsed", "")),
+        }
+    return None
+
+
+_GRAPH_WORDS = ("cuda graph", "CUDA graph", "cpu graph", "npu graph", "musa graph")
+
+
+def capture(msg: str, meta: Fields) -> Fields | None:
+    """`Capture [piecewise |draft ]cuda graph begin. …` / `… end. Time elapsed: …` / `… failed: …`."""
+    if not msg.startswith("Capture "):
+        return None
+    if " failed" in msg[:40]:
+        return {"kind": "error", "category": "cuda_graph_failed", "message": msg, "lines": [meta["raw"]]}
+    phase = "begin"
+    end = msg.find(" begin.")
+    if end < 0:
+        phase = "end"
+        end = msg.find(" end.")
+        if end < 0:
+            return None
+    what = msg[8:end]
+    for word in _GRAPH_WORDS:
+        if what.endswith(word):
+            what = what[: -len(word)].strip()
+            break
+    else:
+        return None
+    what = what.removeprefix("target ")
+    v = named_values(msg)
+    return {
+        "kind": "cuda_graph",
+        "phase": phase,
+        "avail_mem_gb": gb(v.get("avail mem", "").rstrip(".")),
+        "mem_usage_gb": gb(v.get("mem usage", "").rstrip(".")),
+        "elapsed_s": seconds(v.get("elapsed", "").rstrip(".")),
+        "graph": what or None,
+    }
+
+
+_SUMMARY_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "max_total_num_tokens": ("max_total_num_tokens", to_int),
+    "max_total_num_token": ("max_total_num_tokens", to_int),  # v0.1
+    "Max_total_num_token": ("max_total_num_tokens", to_int),  # v0.1 variant
+    "chunked_prefill_size": ("chunked_prefill_size", to_int),
+    "max_prefill_tokens": ("max_prefill_tokens", to_int),
+    "max_prefill_num_token": ("max_prefill_tokens", to_int),  # v0.1
+    "max_running_requests": ("max_running_requests", to_int),
+    "context_len": ("context_len", to_int),
+    "available_gpu_mem": ("available_gpu_mem_gb", gb),
+}
+# The profiled value is negative when the weights and activations already exceed the memory budget
+# (a misconfigured ROCm run prints `-561981`): the line the operator most needs explained.
+_CLAMPED = re.compile(r"max_total_tokens=(-?\d+) is larger than the profiled value (-?\d+)", re.ASCII)
+
+
+def max_total(msg: str, meta: Fields) -> Fields | None:
+    """`max_total_num_tokens=…, chunked_prefill_size=…, …` or `max_total_tokens=N is larger than …`."""
+    m = _CLAMPED.match(msg)
+    if m is not None:
+        return {"kind": "pool_clamped", "requested": int(m.group(1)), "profiled": int(m.group(2))}
+    fields: Fields = {}
+    for key, value in split_fields(msg, "=").items():
+        spec = _SUMMARY_FIELDS.get(key)
+        if spec is not None:
+            fields[spec[0]] = spec[1](value.rstrip(", "))
+    if fields.get("max_total_num_tokens") is None:
+        return None
+    return {"kind": "pool_summary", **fields}
+
+
+def ready(msg: str, meta: Fields) -> Fields | None:
+    if msg.startswith("The server is fired up and ready to roll"):
+        return {"kind": "server_ready"}
+    return None
+
+
+def server_args(msg: str, meta: Fields) -> Fields | None:
+    if not msg.startswith("server_args="):
+        return None
+    return {"kind": "server_args", "args": parse_server_args(msg[12:])}
+
+
+def sigquit(msg: str, meta: Fields) -> Fields | None:
+    if msg.startswith(("Received sigquit", "SIGQUIT received")):
+        return {"kind": "error", "category": "sigquit", "message": msg, "lines": [meta["raw"]]}
+    return None
+
+
+def not_enough_memory(msg: str, meta: Fields) -> Fields | None:
+    if msg.startswith("Not enough memory"):
+        return {"kind": "error", "category": "not_enough_memory", "message": msg, "lines": [meta["raw"]]}
+    return None
+
+
+HANDLERS: dict[str, Handler] = {
+    "Decode": decode,
+    "Prefil": prefill,
+    "INFO: ": access,
+    "Load w": load_weights,
+    "load w": load_weights,
+    "KV Cac": kv_cache,
+    "Full K": kv_cache,
+    "SWA KV": kv_cache,
+    "Memory": memory,
+    "Init t": dist_init,
+    "Init p": dist_init,
+    "Captur": capture,
+    "max_to": max_total,
+    "Max_to": max_total,
+    "The se": ready,
+    "server": server_args,
+    "Receiv": sigquit,
+    "SIGQUI": sigquit,
+    "Not en": not_enough_memory,
+    "Post-c": post_capture,
+}
+
+HANDLER_KINDS: dict[Handler, frozenset[str]] = {
+    decode: frozenset({"decode_batch"}),
+    prefill: frozenset({"prefill_batch"}),
+    access: frozenset({"http_access"}),
+    load_weights: frozenset({"weights_begin", "weights_loaded"}),
+    kv_cache: frozenset({"kv_pool_allocated"}),
+    post_capture: frozenset({"kv_pool_allocated"}),
+    memory: frozenset({"memory_pool_end", "dist_init"}),
+    dist_init: frozenset({"dist_init"}),
+    capture: frozenset({"cuda_graph", "error"}),
+    max_total: frozenset({"pool_clamped", "pool_summary"}),
+    ready: frozenset({"server_ready"}),
+    server_args: frozenset({"server_args"}),
+    sigquit: frozenset({"error"}),
+    not_enough_memory: frozenset({"error"}),
+}
+"""The kinds each handler can make; a message it does not claim becomes a `log` or an `error`."""
