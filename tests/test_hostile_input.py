@@ -478,12 +478,14 @@ def test_parse_one_huge_line_is_cut_with_a_note_in_bounded_memory(tmp_path: Path
             fh.write(chunk)
         fh.write(b"\nNov 30 10:00:01 gpu1 python3[1]: after\n")
     # Peak memory of the command itself, read in the child (the old reader held several copies of the
-    # line and took minutes: quadratic joins of a growing tail).
+    # line and took minutes: quadratic joins of a growing tail). VmHWM, not ru_maxrss: Linux carries the
+    # parent's peak into ru_maxrss across fork and exec, so a big pytest process showed as the child's.
     probe = (
-        "import resource, sys\n"
+        "import re, sys\n"
         "from console.cli.main import main\n"
         "code = main(sys.argv[1:])\n"
-        "sys.stderr.write(f'maxrss_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n')\n"
+        "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
+        "sys.stderr.write(f'maxrss_kib={hwm}\\n')\n"
         "raise SystemExit(code)\n"
     )
     res = subprocess.run(
