@@ -157,6 +157,7 @@ class FlagList(BaseModel):
         """Resolve an option word as argparse would; raise FlagError when argparse would refuse it."""
         if word in self._options:
             return self._resolution(word, "exact", None)
+        explicit: str | None
         if "=" in word:
             name, explicit = word.split("=", 1)
             if name in self._options:

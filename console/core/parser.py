@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from itertools import chain
-from typing import Any
+from typing import Any, TypeVar
 
 from console.core.events import Event
 from console.core.parsing.build import build_events
@@ -307,16 +307,16 @@ class _JournaldSglang:
             return None
         # `\n` cannot occur in a line, so the key is unambiguous.
         key = line[16:j] + "\n" + inner[20:]
-        template = self._templates.get(key, False)
-        if template is False:
+        template = self._templates.get(key)
+        if template is None and key not in self._templates:
             template = _cached(self._templates, key, _template(line[16:j], inner[20:]))
         # The time is journald's; SGLang's stamp only lends its year (and month, to tell a New Year
         # apart). Both stamps' seconds are checked here, the rest once a minute.
         if template is None or line[12:15] not in _SECONDS or inner[16:19] not in _SECONDS:
             return None
         minute = line[:12] + inner[:16]
-        head = self._minutes.get(minute, False)
-        if head is False:
+        head = self._minutes.get(minute)
+        if head is None and minute not in self._minutes:
             ts = stamp_ts(line[:12] + ":00", inner[:16] + ":00")
             head = _cached(self._minutes, minute, ts[:-3] if ts is not None else None)
         if head is None:
@@ -324,6 +324,8 @@ class _JournaldSglang:
         fields, source = template
         return {**fields, "ts": head + line[12:15], "raw": line}, source, line[e + 2 :]
 
+
+_V = TypeVar("_V")
 
 _SECONDS = frozenset(f":{n:02d}" for n in range(100))
 
@@ -339,7 +341,7 @@ def _template(who_text: str, tags: str) -> tuple[Fields, Any] | None:
     return {**who[0], **ranks}, who[1]
 
 
-def _cached(cache: dict[str, Any], key: str, value: Any) -> Any:
+def _cached(cache: dict[str, _V], key: str, value: _V) -> _V:
     if len(cache) >= CACHE_SIZE:
         cache.clear()
     cache[key] = value

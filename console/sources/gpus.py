@@ -254,7 +254,7 @@ class NvmlSampler:
         if not self._started:
             if self._nvml is None:
                 try:
-                    import pynvml  # type: ignore[import-untyped]
+                    import pynvml
                 except ImportError:
                     return {"state": "nvml_missing", "detail": "nvidia-ml-py is not installed."}
                 self._nvml = pynvml

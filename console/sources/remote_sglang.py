@@ -8,13 +8,16 @@ metadata is missing or belongs to another copy. Standard library only, Python 3.
 object on one line, whatever happens.
 """
 
+from __future__ import annotations  # the host may run 3.8: annotations stay unevaluated
+
 import ast
 import json
 import os
 import sys
+from typing import Any
 
 
-def _literal_version(path):
+def _literal_version(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read(200_000))
@@ -31,19 +34,19 @@ def _literal_version(path):
                 names = [t for t in target.elts if isinstance(t, ast.Name)]
             is_text = isinstance(value, ast.Constant) and isinstance(value.value, str)
             if is_text and any(n.id in ("__version__", "version") for n in names):
-                return value.value
+                return str(value.value)  # type: ignore[union-attr]
     return None
 
 
-def _same_dir(a, b):
+def _same_dir(a: str, b: str) -> bool:
     try:
         return os.path.samefile(a, b)
     except OSError:
         return False
 
 
-def probe():
-    out = {"k26": 1, "python": sys.version.split()[0], "executable": sys.executable}
+def probe() -> dict[str, Any]:
+    out: dict[str, Any] = {"k26": 1, "python": sys.version.split()[0], "executable": sys.executable}
     import importlib.util
 
     spec = importlib.util.find_spec("sglang")

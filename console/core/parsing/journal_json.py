@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+_orjson_loads: Callable[[str | bytes], Any] | None
 try:  # orjson reads a journal line ~3× faster than json; the stdlib gives the same objects.
     from orjson import loads as _orjson_loads
 except ImportError:  # pragma: no cover - orjson is a dependency; kept importable without it
