@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from console.core.flags import load_flag_list
-from console.core.profile_store import ProfileStore
 from console.core.profiles import parse_profile, validate_profile
 from console.core.restart import Phase, RestartMachine, RestartRecord
 from console.core.systemd import MAX_ARG_STRLEN, render_dropin
 from console.sources.hosts import HostConfig, load_hosts
+from console.sources.profile_store import ProfileStore
 from console.sources.service import ServiceController, history_path
 from console.sources.transport import Transport
 from console.twin.host import TwinHost

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from console.core.flags import load_flag_list
-from console.core.profile_store import ProfileStore, atomic_write_text, shipped_profile_dir, user_profile_dir
 from console.core.profiles import (
     Profile,
     ProfileError,
@@ -25,6 +24,12 @@ from console.core.profiles import (
     validate_profile,
 )
 from console.core.systemd import exec_start_lines, split_exec_start
+from console.sources.profile_store import (
+    ProfileStore,
+    atomic_write_text,
+    shipped_profile_dir,
+    user_profile_dir,
+)
 
 SHIPPED = Path(__file__).resolve().parent.parent / "profiles"
 NAMES = ["ctx-32k", "ctx-128k", "ctx-200k", "ctx-256k"]

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from console.core.parser import parse_lines
-from console.core.profile_store import ProfileStore
 from console.core.profiles import Profile
 from console.core.restart import Phase
 from console.core.state import fold_boots
 from console.sources.hosts import HostConfig, load_hosts
 from console.sources.journal import read_unit_journal
+from console.sources.profile_store import ProfileStore
 from console.sources.service import ApplyProgress, ServiceController, ServiceError, history_path
 from console.sources.transport import Transport
 from console.twin.host import TwinHost

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, Static
 
-from console.core.profile_store import ProfileStore, shipped_profile_dir
 from console.sources.hosts import load_hosts
+from console.sources.profile_store import ProfileStore, shipped_profile_dir
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.dashboard import HostDashboard
 from console.tui.messages import ApplyRequested, RollbackRequested

@@ -27,10 +27,10 @@ from textual._context import active_app
 
 from console.core.events import Audit
 from console.core.pairing import Identity, LockInfo, PairingView, Presence
-from console.core.profile_store import ProfileStore, shipped_profile_dir
 from console.core.restart import BOOT
 from console.sources.hosts import load_hosts
 from console.sources.hoststate import HostStateDir
+from console.sources.profile_store import ProfileStore, shipped_profile_dir
 from console.sources.transport import Transport
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.commands import ConsoleCommands

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Static
 
-from console.core.profile_store import ProfileStore, shipped_profile_dir
+from console.sources.profile_store import ProfileStore, shipped_profile_dir
 from console.tui.profiles import ProfileEditor, ProfileList, ProfilesScreen
 from tests.tui_support import corpus_events, make_app, plain, snapshot
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from console.core.events import KvPoolAllocated
-from console.core.profile_store import ProfileStore, shipped_profile_dir
+from console.sources.profile_store import ProfileStore, shipped_profile_dir
 from tests.test_tui_profiles import K25, RUNNING
 from tests.tui_support import corpus_events, gpu_sample, make_app, snapshot
 

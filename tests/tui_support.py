@@ -11,9 +11,9 @@ from rich.console import Console
 from console.core.events import Event
 from console.core.gpus import GpuProcess, GpuSample, HostGpuSample, SamplerState
 from console.core.parser import parse_lines
-from console.core.profile_store import ProfileStore, shipped_profile_dir
 from console.core.snapshot import ConnectionStatus, ConnState, HostSnapshot
 from console.core.state import HostState
+from console.sources.profile_store import ProfileStore, shipped_profile_dir
 from console.tui.app import ConsoleApp, HostEntry
 
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "public"

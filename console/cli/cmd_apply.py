@@ -36,8 +36,8 @@ from console.cli.remote import inventory_host
 from console.core.apply import DEFAULT_MIN_FREE_GIB, ApplyOutcome, ApplyPreview, ApplyProgress
 from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
 from console.core.confirm import default_confirm_within
-from console.core.profile_store import ProfileStore
 from console.core.profiles import Profile, ProfileError, argv_lines
+from console.sources.profile_store import ProfileStore
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
     from console.sources.hosts import HostConfig

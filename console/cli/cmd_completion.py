@@ -49,7 +49,7 @@ def names(kind: str, hosts_file: str | None = None) -> list[str]:
             return sorted(load_hosts(hosts_file).hosts)
         except HostsError:
             return []
-    from console.core.profile_store import ProfileStore
+    from console.sources.profile_store import ProfileStore
 
     try:
         return sorted({entry.name for entry in ProfileStore().entries()})

@@ -22,9 +22,9 @@ from console.cli.hostchange import Printer, render_outcome, take_lock
 from console.cli.remote import connected, inventory_host
 from console.core.apply import judge
 from console.core.pairing import AuditEntry
-from console.core.profile_store import ProfileStore
 from console.core.profiles import ProfileError
 from console.core.text import terminal_safe
+from console.sources.profile_store import ProfileStore
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

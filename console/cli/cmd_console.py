@@ -61,8 +61,8 @@ def resolve_target(args: argparse.Namespace) -> tuple[int | None, str | None]:
             )
         return args.target_context, "--target-context"
     if args.profile:
-        from console.core.profile_store import ProfileStore
         from console.core.profiles import ProfileError
+        from console.sources.profile_store import ProfileStore
 
         try:
             profile = ProfileStore().load(args.profile)

@@ -68,8 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _load_profile(ref: str) -> Profile:
-    from console.core.profile_store import ProfileStore
     from console.core.profiles import ProfileError, parse_profile
+    from console.sources.profile_store import ProfileStore
 
     path = Path(ref)
     try:

@@ -36,11 +36,11 @@ from console.core.planning import (
     profile_source,
     resolve_model,
 )
-from console.core.profile_store import ProfileStore
 from console.core.profiles import Profile, ProfileError
 from console.core.state import Boot, fold_boots
 from console.core.text import LineSplitter, json_safe, terminal_safe
 from console.core.token_count import TokenCountError, read_token_count
+from console.sources.profile_store import ProfileStore
 
 # ------------------------------------------------------------------ shared with `verify`
 

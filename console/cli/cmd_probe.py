@@ -33,8 +33,8 @@ from console.core.probe import (
 from console.core.text import terminal_safe
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
-    from console.core.profile_store import ProfileStore
     from console.sources.hosts import HostConfig
+    from console.sources.profile_store import ProfileStore
     from console.sources.server import ServerClient
     from console.sources.transport import Transport
 
@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     tokens: int = args.tokens or DEFAULT_NEW_TOKENS
     store = None
     if args.profile:
-        from console.core.profile_store import ProfileStore
+        from console.sources.profile_store import ProfileStore
 
         store = ProfileStore()
         try:
@@ -344,8 +344,8 @@ def _where_kept(
 async def _profile_in_force(host: HostConfig, transport: Transport) -> list[str]:
     """The saved profile the host's unit runs as `apply` writes it (a one-item list), or none."""
     from console.core.apply import why_not_running
-    from console.core.profile_store import ProfileStore
     from console.core.profiles import ProfileError
+    from console.sources.profile_store import ProfileStore
     from console.sources.service import ServiceController, ServiceError
     from console.sources.transport import TransportError
 

@@ -24,7 +24,6 @@ from console.cli.tables import cell, render, table
 from console.core.apply import PlannerVerdict
 from console.core.capacity import MAX_GPU_MEM_GIB
 from console.core.flags import FlagList, UnknownVersion, available_versions, load_flag_list
-from console.core.profile_store import ProfileStore
 from console.core.profiles import (
     Profile,
     ProfileError,
@@ -36,6 +35,7 @@ from console.core.profiles import (
 )
 from console.core.systemd import DROPIN_NAME, ExecStartError, dropin_path, validate_unit_name
 from console.core.text import json_safe, terminal_safe
+from console.sources.profile_store import ProfileStore
 
 
 def register(sub: argparse._SubParsersAction) -> None:

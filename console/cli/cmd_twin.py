@@ -100,8 +100,8 @@ def register_host(twin_hosts: Path, name: str, target: Path | None = None) -> Pa
     import tomlkit
     import tomlkit.exceptions
 
-    from console.core.profile_store import atomic_write_text
     from console.sources.hosts import default_hosts_path
+    from console.sources.profile_store import atomic_write_text
 
     path = target or default_hosts_path()
     entry = tomlkit.parse(twin_hosts.read_text(encoding="utf-8"))["hosts"][name]  # type: ignore[index]

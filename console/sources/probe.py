@@ -56,12 +56,12 @@ from console.core.probe import (
     sweep_fit,
     tok_s_by_depth,
 )
-from console.core.profile_store import ProfileStore
 from console.core.profiles import Verified
 from console.core.text import json_safe
 from console.sources.gpus import LocalRunner, NvidiaSmiSampler, Runner
 from console.sources.hosts import APP_NAME, HostConfig
 from console.sources.journal import read_unit_journal
+from console.sources.profile_store import ProfileStore
 from console.sources.server import ServerClient, ServerError
 from console.sources.transport import Backoff, Transport, TransportError
 

@@ -46,7 +46,6 @@ from console.core.events import Event
 from console.core.flags import FlagList, UnknownVersion, load_flag_list, split_command
 from console.core.pairing import AuditEntry
 from console.core.parser import JournalParser, parse_lines
-from console.core.profile_store import ProfileStore
 from console.core.profiles import (
     Profile,
     ProfileError,
@@ -80,6 +79,7 @@ from console.sources.confirm import HostRollback, RollbackTimerError
 from console.sources.hosts import HostConfig
 from console.sources.hoststate import HostStateError
 from console.sources.journal import JournalFollower, read_unit_journal
+from console.sources.profile_store import ProfileStore
 from console.sources.transport import CommandResult, Transport, TransportError
 
 __all__ = [

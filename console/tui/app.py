@@ -24,10 +24,10 @@ from textual.widget import Widget
 from textual.widgets import TabbedContent, TabPane
 
 from console.core.pairing import Identity
-from console.core.profile_store import ProfileStore
-from console.core.shipped import stylesheets as css_paths
 from console.core.snapshot import HostSnapshot
 from console.sources.hoststate import local_identity
+from console.sources.profile_store import ProfileStore
+from console.sources.shipped import stylesheets as css_paths
 from console.tui.commands import ConsoleCommands
 from console.tui.dashboard import MUTATING_ACTIONS, HostDashboard, dom_id
 from console.tui.footer import KeyFooter

@@ -12,7 +12,7 @@ from textual.command import Hit, Hits, Provider
 from textual.message import Message
 
 from console.core.pairing import Identity
-from console.core.profile_store import ProfileStore
+from console.sources.profile_store import ProfileStore
 from console.tui.dashboard import HostDashboard
 from console.tui.host_entry import HostEntry
 from console.tui.messages import (

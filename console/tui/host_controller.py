@@ -22,9 +22,9 @@ from textual.screen import Screen
 from console.core.flags import FlagList
 from console.core.hostfacts import HostFacts
 from console.core.pairing import AuditAction, AuditEntry, BreakRefused, Identity, LockHeld, PairingView
-from console.core.profile_store import ProfileStore
 from console.core.profiles import Profile, ProfileError
 from console.core.snapshot import HostSnapshot
+from console.sources.profile_store import ProfileStore
 from console.tui.dashboard import HostDashboard
 from console.tui.host_entry import HostEntry
 from console.tui.pairing import TIMELINE_ACTIONS, PairingLink, held_by_other, lock_note, refusal

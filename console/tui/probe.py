@@ -44,7 +44,7 @@ from console.core.probe import (
     parse_depths,
     report_curve,
 )
-from console.core.profile_store import ProfileStore
+from console.sources.profile_store import ProfileStore
 from console.tui.footer import KeyFooter
 from console.tui.plot import AXIS_STYLE, CURRENT_STYLE, EARLIER_MARKERS, plot_text
 from console.tui.view import rich_style, textual_text

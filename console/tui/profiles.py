@@ -24,9 +24,9 @@ from textual.widgets.option_list import Option
 
 from console.core.apply import PlannerVerdict
 from console.core.flags import FlagList
-from console.core.profile_store import ProfileEntry, ProfileStore, shipped_profile_dir
 from console.core.profiles import ProfileError
 from console.core.state import Boot
+from console.sources.profile_store import ProfileEntry, ProfileStore, shipped_profile_dir
 from console.tui.footer import KeyFooter
 from console.tui.messages import ApplyRequested
 from console.tui.profile_check import ProfileCheck, check_profile_text, named_in

@@ -20,7 +20,7 @@ from platformdirs import user_config_dir
 from pydantic import BaseModel
 
 from console.core.profiles import Profile, ProfileError, Verified, parse_profile, record_verified
-from console.core.shipped import profiles_dir
+from console.sources.shipped import profiles_dir
 
 APP_NAME = "k26-console"
 
@@ -30,7 +30,7 @@ def user_profile_dir() -> Path:
 
 
 def shipped_profile_dir() -> Path | None:
-    """The example profiles shipped with the console (console.core.shipped says where they lie)."""
+    """The example profiles shipped with the console (console.sources.shipped says where they lie)."""
     return profiles_dir()
 
 
