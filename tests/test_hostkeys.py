@@ -22,6 +22,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+import console.sources.hostkeys as hostkeys_module
 import console.sources.transport as transport_module
 from console.sources.hosts import HostConfig, HostsError, load_hosts, parse_hosts
 from console.sources.transport import Backoff, ConnState, HostKeyRefused, Transport, TransportError
@@ -57,7 +58,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (home / ".ssh").mkdir(parents=True, mode=0o700)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
-    monkeypatch.setattr(transport_module, "_GLOBAL_KNOWN_HOSTS", tmp_path / "etc" / "ssh_known_hosts")
+    monkeypatch.setattr(hostkeys_module, "_GLOBAL_KNOWN_HOSTS", tmp_path / "etc" / "ssh_known_hosts")
     return home
 
 

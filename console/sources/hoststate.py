@@ -26,6 +26,8 @@ an argument (never pasted into the script):
 - Presence and the lock are watched by polling (`watch`, every 2 s by default: one small command that
   reads the lock and every heartbeat); the audit trail is followed with `tail -F`, resumed by line
   number after a dropped connection, so nothing is lost or repeated.
+
+The scripts themselves are in sources/hoststate_scripts.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from console.core.pairing import (
     parse_audit_line,
 )
 from console.core.text import split_lines
+from console.sources import hoststate_scripts as hs
 from console.sources.hosts import HostConfig
 from console.sources.transport import CommandResult, ConnState, Transport, TransportError
 
@@ -94,189 +97,6 @@ def local_identity(*, user: str | None = None, jump_host: str | None = None) -> 
         pid=os.getpid(),
         console_id=uuid.uuid4().hex,
     )
-
-
-# ---- the shell side ----------------------------------------------------------------------------------
-# $1 is always the state directory; every script prints `now <host clock>` first.
-
-_READ_PROLOGUE = r"""
-set -u
-d=$1; shift
-case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; esac
-printf 'now %s\n' "$(date +%s.%N 2>/dev/null || date +%s)"
-"""
-# Scripts that write make the directory first; readers leave a host they only look at untouched.
-_PROLOGUE = (
-    _READ_PROLOGUE
-    + r"""mkdir -p "$d/presence" || exit 70
-"""
-)
-
-# $1 console id, $2 presence JSON: write the heartbeat atomically.
-_WRITE_PRESENCE = r"""
-put_presence() {
-  t=$d/presence/.$1.json.$$
-  if printf '%s\n' "$2" > "$t" && mv -f "$t" "$d/presence/$1.json"; then return 0; fi
-  rm -f "$t"; echo "cannot write $d/presence/$1.json" >&2; exit 71
-}
-"""
-
-_HEARTBEAT = (
-    _PROLOGUE
-    + _WRITE_PRESENCE
-    + r"""
-put_presence "$1" "$2"
-if [ -n "${3-}" ]; then
-  if grep -qF "\"lock_id\":\"$3\"" "$d/lock" 2>/dev/null; then echo "lock ours"; else echo "lock lost"; fi
-fi
-"""
-)
-
-# The lock and every heartbeat, one line each (`head -n 1`: a foreign file cannot spill into the next).
-_READ_STATE = (
-    _READ_PROLOGUE
-    + r"""
-if [ -f "$d/lock" ]; then printf 'lock '; head -n 1 "$d/lock" 2>/dev/null; echo; fi
-if [ -f "$d/pending-rollback.json" ]; then printf 'pending '; head -n 1 "$d/pending-rollback.json" 2>/dev/null; echo; fi
-for f in "$d"/presence/*.json; do
-  [ -f "$f" ] || continue
-  printf 'presence %s ' "${f##*/}"; head -n 1 "$f" 2>/dev/null; echo
-done
-"""
-)
-
-# pairs of (file name, line seen): removed only when still unchanged (a revived console keeps its file).
-_REMOVE_IF_UNCHANGED = (
-    _PROLOGUE
-    + r"""
-while [ $# -ge 2 ]; do
-  f=$d/presence/$1
-  if [ "$(head -n 1 "$f" 2>/dev/null)" = "$2" ]; then rm -f "$f" && echo "removed $1"; fi
-  shift 2
-done
-"""
-)
-
-# $1 console id, $2 presence JSON, $3 lock JSON.
-_ACQUIRE = (
-    _PROLOGUE
-    + _WRITE_PRESENCE
-    + r"""
-put_presence "$1" "$2"
-t=$d/.lock.$1.$$
-printf '%s\n' "$3" > "$t" || { rm -f "$t"; echo "cannot write $t" >&2; exit 71; }
-held=
-i=0
-while [ $i -lt 20 ]; do
-  if ln "$t" "$d/lock" 2>/dev/null; then rm -f "$t"; echo acquired; exit 0; fi
-  [ -f "$d/lock" ] || [ -L "$d/lock" ] || { i=$((i + 1)); continue; }
-  held=$(head -n 1 "$d/lock" 2>/dev/null) && [ -n "$held" ] && break
-  i=$((i + 1))
-done
-rm -f "$t"
-[ -n "$held" ] || { echo "cannot create $d/lock" >&2; exit 72; }
-printf 'held %s\n' "$held"
-cid=$(printf '%s\n' "$held" | sed -n 's/.*"console_id":"\([A-Za-z0-9_-]*\)".*/\1/p')
-if [ -n "$cid" ] && [ -f "$d/presence/$cid.json" ]; then
-  printf 'holder '; head -n 1 "$d/presence/$cid.json" 2>/dev/null; echo
-fi
-"""
-)
-
-# $1 lock id.
-_RELEASE = (
-    _PROLOGUE
-    + r"""
-if grep -qF "\"lock_id\":\"$1\"" "$d/lock" 2>/dev/null; then rm -f "$d/lock" && echo released
-else echo "not ours"; fi
-"""
-)
-
-# $1 lock id seen, $2 holder console id, $3 holder heartbeat line seen ("" when none), $4 audit line.
-_BREAK = (
-    _PROLOGUE
-    + r"""
-l=$(head -n 1 "$d/lock" 2>/dev/null) || l=
-case $l in *"\"lock_id\":\"$1\""*) ;; *) echo "changed lock"; exit 0 ;; esac
-p=$(head -n 1 "$d/presence/$2.json" 2>/dev/null) || p=
-[ "$p" = "$3" ] || { echo "changed holder"; exit 0; }
-m=$d/.broken.$1.$$
-mv "$d/lock" "$m" 2>/dev/null || { echo "changed lock"; exit 0; }
-if grep -qF "\"lock_id\":\"$1\"" "$m"; then
-  rm -f "$m" "$d/presence/$2.json"
-  a=$d/audit.jsonl
-  if [ -s "$a" ] && [ -n "$(tail -c 1 "$a")" ]; then printf '\n%s\n' "$4" >> "$a"; else printf '%s\n' "$4" >> "$a"; fi
-  echo broken
-else
-  ln "$m" "$d/lock" 2>/dev/null; rm -f "$m"; echo "changed lock"
-fi
-"""
-)
-
-# $1 the line. A torn last line (a writer that died mid-line) gets its newline first, so the new entry
-# is not glued to it.
-_APPEND = (
-    _PROLOGUE
-    + r"""
-a=$d/audit.jsonl
-# The check below reads the file's last byte, and it can see another console's append half-written (a
-# file's size grows page by page): it would then add a needless blank line. flock (util-linux) makes
-# appends take turns where the host has it; without it a blank line is the worst case, and readers skip it.
-if command -v flock >/dev/null 2>&1; then { exec 9>>"$a" && flock -w 10 9; } || exit 71; fi
-if [ -s "$a" ] && [ -n "$(tail -c 1 "$a")" ]; then printf '\n%s\n' "$1" >> "$a"; else printf '%s\n' "$1" >> "$a"; fi || exit 71
-"""
-)
-
-# The state dir's absolute path on the host ("~" expanded as the SSH user's): for what runs elsewhere
-# (the commit-confirmed rollback runs as a systemd service, with no such home).
-_WHERE = (
-    _READ_PROLOGUE
-    + r"""printf 'dir %s\n' "$d"
-"""
-)
-
-# $1 a file name in the state dir, $2 its text, $3 its mode: written atomically.
-_PUT_FILE = (
-    _PROLOGUE
-    + r"""
-t=$d/.$1.$$
-if printf '%s\n' "$2" > "$t" && chmod "$3" "$t" && mv -f "$t" "$d/$1"; then exit 0; fi
-rm -f "$t"; echo "cannot write $d/$1" >&2; exit 71
-"""
-)
-
-_REMOVE_FILE = (
-    _READ_PROLOGUE
-    + r"""rm -f -- "$d/$1"
-"""
-)
-
-_READ_AUDIT = (
-    _READ_PROLOGUE
-    + r"""cat "$d/audit.jsonl" 2>/dev/null; exit 0
-"""
-)
-
-_LEAVE = (
-    _PROLOGUE
-    + r"""
-rm -f "$d/presence/$1.json"
-[ -n "${2-}" ] && grep -qF "\"lock_id\":\"$2\"" "$d/lock" 2>/dev/null && rm -f "$d/lock" && echo released
-exit 0
-"""
-)
-
-# $1 the first line to print (1-based): resume where the last stream stopped.
-_FOLLOW_AUDIT = r"""
-set -u
-d=$1
-case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; esac
-mkdir -p "$d" && : >> "$d/audit.jsonl" || exit 70
-exec tail -n "+$2" -F "$d/audit.jsonl"
-"""
-
-
-# ---- the console side --------------------------------------------------------------------------------
 
 
 @dataclass
@@ -375,7 +195,7 @@ class HostStateDir:
 
     async def _sync_clock(self) -> None:
         if self._offset is None:
-            await self._run(_READ_PROLOGUE, what="read the clock")
+            await self._run(hs.READ_PROLOGUE, what="read the clock")
 
     # ---- presence ------------------------------------------------------------------------------------
 
@@ -407,12 +227,12 @@ class HostStateDir:
             args = [self.me.console_id, self._presence().model_dump_json()]
             if lock is not None:
                 args.append(lock.info.lock_id)
-            _, lines = await self._run(_HEARTBEAT, *args, what="write the heartbeat")
+            _, lines = await self._run(hs.HEARTBEAT, *args, what="write the heartbeat")
         if lock is not None and "lock lost" in lines and self._lock is lock:
             lock.lost = True
 
     async def snapshot(self) -> StateSnapshot:
-        now, lines = await self._run(_READ_STATE, what="read presence and the lock")
+        now, lines = await self._run(hs.READ_STATE, what="read presence and the lock")
         lock_line: str | None = None
         pending_line: str | None = None
         presence: dict[str, str] = {}
@@ -471,16 +291,16 @@ class HostStateDir:
     # ---- files of other features (the commit-confirmed rollback's record and script) -----------------
 
     async def absolute_path(self) -> str:
-        _, lines = await self._run(_WHERE, what="find the state directory")
+        _, lines = await self._run(hs.WHERE, what="find the state directory")
         return next((line[4:] for line in lines if line.startswith("dir ")), self.path)
 
     async def put_file(self, name: str, text: str, mode: str = "600") -> str:
         """Write `name` in the state directory atomically; its absolute path on the host."""
-        await self._run(_PUT_FILE, name, text, mode, what=f"write {name}")
+        await self._run(hs.PUT_FILE, name, text, mode, what=f"write {name}")
         return f"{await self.absolute_path()}/{name}"
 
     async def remove_file(self, name: str) -> None:
-        await self._run(_REMOVE_FILE, name, what=f"remove {name}")
+        await self._run(hs.REMOVE_FILE, name, what=f"remove {name}")
 
     async def presence(self) -> list[Presence]:
         """The consoles on this host now, oldest first; stale heartbeats are ignored and removed."""
@@ -488,7 +308,7 @@ class HostStateDir:
         live, stale, _, _ = self._judge(snap)
         if stale:
             args = [x for item in stale.items() for x in item]
-            await self._run(_REMOVE_IF_UNCHANGED, *args, what="remove stale heartbeats")
+            await self._run(hs.REMOVE_IF_UNCHANGED, *args, what="remove stale heartbeats")
         return live
 
     async def watch(self, poll_s: float = 2.0) -> AsyncIterator[PairingView]:
@@ -520,7 +340,7 @@ class HostStateDir:
             self._left = True
             lock = self._lock
             _, lines = await self._run(
-                _LEAVE, self.me.console_id, lock.info.lock_id if lock else "", what="remove the heartbeat"
+                hs.LEAVE, self.me.console_id, lock.info.lock_id if lock else "", what="remove the heartbeat"
             )
         if lock is not None and "released" in lines:
             lock.released = True
@@ -538,7 +358,7 @@ class HostStateDir:
             await self._sync_clock()
             info = LockInfo(holder=self.me, intent=intent, taken_at=self.now(), lock_id=uuid.uuid4().hex)
             now, lines = await self._run(
-                _ACQUIRE,
+                hs.ACQUIRE,
                 self.me.console_id,
                 self._presence().model_dump_json(),
                 info.model_dump_json(),
@@ -569,7 +389,7 @@ class HostStateDir:
         lock = lock or self._lock
         if lock is None or lock.info.holder.console_id != self.me.console_id:
             return False
-        _, lines = await self._run(_RELEASE, lock.info.lock_id, what="release the lock")
+        _, lines = await self._run(hs.RELEASE, lock.info.lock_id, what="release the lock")
         lock.released = "released" in lines
         if self._lock is lock:
             self._lock = None
@@ -599,7 +419,7 @@ class HostStateDir:
         )
         entry = self.audit_entry("lock_break", outcome="ok", summary=summary)
         _, lines = await self._run(
-            _BREAK,
+            hs.BREAK,
             lock.lock_id,
             lock.holder.console_id,
             holder_line,
@@ -645,11 +465,11 @@ class HostStateDir:
 
     async def append_audit(self, entry: AuditEntry) -> None:
         await self._sync_clock()
-        await self._run(_APPEND, entry.to_jsonl(), what="append to audit.jsonl")
+        await self._run(hs.APPEND, entry.to_jsonl(), what="append to audit.jsonl")
 
     async def read_audit_log(self) -> AuditLog:
         """The whole trail, oldest first, with the count of unreadable lines skipped."""
-        _, lines = await self._run(_READ_AUDIT, what="read audit.jsonl")
+        _, lines = await self._run(hs.READ_AUDIT, what="read audit.jsonl")
         return parse_audit(lines)
 
     async def read_audit_records(self) -> tuple[AuditLog, list[AuditRecord], PairingView | None]:
@@ -671,13 +491,13 @@ class HostStateDir:
         dropped connection resumes after the last line seen; the iterator ends when the transport is
         closed."""
         if after_line is None:
-            _, lines = await self._run(_READ_AUDIT, what="read audit.jsonl")
+            _, lines = await self._run(hs.READ_AUDIT, what="read audit.jsonl")
             after_line = len(lines)
         seen = after_line
         while True:
             try:
                 async with self.transport.stream(
-                    ["sh", "-c", _FOLLOW_AUDIT, "k26-console-follow", self.path, str(seen + 1)],
+                    ["sh", "-c", hs.FOLLOW_AUDIT, "k26-console-follow", self.path, str(seen + 1)],
                     timeout=self.timeout,
                 ) as stream:
                     got = False

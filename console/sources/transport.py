@@ -17,6 +17,10 @@
   name or a cursor is ever read by the remote shell as syntax.
 - `LocalForward` listens on 127.0.0.1 with a port that stays the same across reconnects, and opens a
   fresh SSH channel to the far side for each client connection.
+
+The connection and its supervisor are here; the pieces they use have modules of their own, re-exported
+here: the backoff (sources/backoff), a command's result and errors (sources/remote_command), the host
+keys trusted and the refusal (sources/hostkeys), streams and port forwards (sources/ssh_channels).
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ import errno
 import logging
 import os
 import random
-import shlex
 import socket
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -36,12 +39,13 @@ from pathlib import Path
 from typing import Any
 
 import asyncssh
-from asyncssh.config import SSHClientConfig
-from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.snapshot import ConnectionStatus, ConnState
-from console.core.text import split_lines
+from console.sources.backoff import Backoff
+from console.sources.hostkeys import HostKeyRefused, RecordingClient, Trust, refusal, trusted_keys
 from console.sources.hosts import HostConfig
+from console.sources.remote_command import CommandResult, SetupError, TransportError, quote
+from console.sources.ssh_channels import LocalForward, RemoteStream
 
 __all__ = [
     "Backoff",
@@ -57,140 +61,17 @@ __all__ = [
 ]
 
 
-class Backoff(BaseModel):
-    """Exponential backoff with jitter; `max_attempts=None` retries for as long as the console runs."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    initial_s: float = Field(default=0.5, gt=0)
-    factor: float = Field(default=2.0, ge=1)
-    max_s: float = Field(default=30.0, gt=0)
-    jitter: float = Field(default=0.3, ge=0, le=1)
-    """Each delay is drawn from [d·(1-jitter), d]: consoles that lost a host together do not return in step."""
-    max_attempts: int | None = Field(default=None, ge=1)
-    stable_s: float = Field(default=5.0, ge=0)
-    """A connection that lived shorter than this counts as a failed attempt when it drops, so a host
-    that accepts and then closes at once is not hammered."""
-
-    def delay(self, failures: int, rng: random.Random | None = None) -> float:
-        """The wait before the next attempt after `failures` consecutive failures; after a drop of a
-        healthy connection (`failures == 0`) only a short jittered pause."""
-        draw = (rng or random).random()
-        if failures <= 0:
-            return self.initial_s * self.jitter * draw
-        base = min(self.max_s, self.initial_s * self.factor ** (failures - 1))
-        return base * (1 - self.jitter * draw)
-
-
-class TransportError(Exception):
-    """The host cannot be reached or a command could not run; `str()` is one sentence."""
-
-
-class _SetupError(TransportError):
-    """The host's settings cannot work (a missing key file): retrying would not help."""
-
-
-class HostKeyRefused(TransportError):
-    def __init__(
-        self,
-        sentence: str,
-        fingerprint: str | None,
-        changed: bool,
-        *,
-        key_type: str | None = None,
-        known_hosts_line: str | None = None,
-    ) -> None:
-        super().__init__(sentence)
-        self.fingerprint = fingerprint
-        self.changed = changed
-        self.key_type = key_type
-        self.known_hosts_line = known_hosts_line
-        """The line to add to a known_hosts file once the fingerprint is checked on the host."""
-
-
-class CommandResult(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    argv: tuple[str, ...]
-    exit_status: int | None
-    """None when the command died of a signal or the channel closed before it said."""
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_status == 0
-
-    def first_error_line(self) -> str:
-        for line in split_lines(self.stderr + "\n" + self.stdout):
-            if line.strip():
-                return line.strip()
-        return f"exit status {self.exit_status}"
-
-
-def quote(argv: Sequence[str]) -> str:
-    if not argv:
-        raise ValueError("a remote command needs at least a program name")
-    return shlex.join(str(a) for a in argv)
-
-
 _log = logging.getLogger(__name__)
 
 # Expanded at each connect (HOME decides), like ssh(1).
-_DEFAULT_KNOWN_HOSTS = Path("~", ".ssh", "known_hosts")
-_GLOBAL_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
 _DEFAULT_SSH_CONFIG = Path("~", ".ssh", "config")
-
-# The short key type ssh-keyscan -t and the host's key file names use.
-_KEY_KIND = {"ssh-ed25519": "ed25519", "ssh-rsa": "rsa", "ssh-dss": "dsa"}
-
-
-def _key_kind(algorithm: str) -> str | None:
-    if algorithm.startswith("ecdsa-sha2-"):
-        return "ecdsa"
-    return _KEY_KIND.get(algorithm)
-
-
-def _config_paths(value: object) -> list[Path]:
-    """The file names an ssh config option lists (asyncssh types them as `object`)."""
-    if not isinstance(value, list | tuple):
-        return []
-    return [Path(str(p)).expanduser() for p in value]
-
-
-@dataclass(frozen=True)
-class _Trust:
-    """The host keys the console trusts for one connect, decided before asyncssh sees the ssh config."""
-
-    known: asyncssh.SSHKnownHosts | None
-    """All trusted entries; None only for `insecure_skip_host_key_check = true`."""
-    files: tuple[tuple[Path, asyncssh.SSHKnownHosts], ...]
-    """Each file read, with its own entries (to name the one holding an entry that no longer matches)."""
-    add_to: Path | None
-    """Where a checked key belongs: the hosts file's known_hosts, else the user's own file."""
 
 
 @dataclass(frozen=True)
 class _Plan:
     options: asyncssh.SSHClientConnectionOptions
     config: list[str]
-    trust: _Trust
-
-
-class _Client(asyncssh.SSHClient):
-    """Records the key a server presented when it was not trusted, to name its fingerprint, and the
-    reason a connection ended. Returning False keeps asyncssh's refusal: nothing is accepted here."""
-
-    def __init__(self) -> None:
-        self.rejected: tuple[str, str, int, asyncssh.SSHKey] | None = None
-        self.lost: Exception | None = None
-
-    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
-        self.rejected = (host, addr, port, key)
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = exc
+    trust: Trust
 
 
 def _describe_error(exc: BaseException, where: str, timeout: float) -> str:
@@ -339,44 +220,6 @@ class Transport:
         default = _DEFAULT_SSH_CONFIG.expanduser()
         return [str(default)] if os.access(default, os.R_OK) else []
 
-    def _trust(self, config: SSHClientConfig) -> _Trust:
-        """The keys to trust. Never taken from asyncssh's own reading of the ssh config, where
-        `UserKnownHostsFile none` means "accept any key"; `StrictHostKeyChecking` is not read at all."""
-        host = self.host
-        if host.insecure_skip_host_key_check:
-            return _Trust(known=None, files=(), add_to=None)
-        user_default = _DEFAULT_KNOWN_HOSTS.expanduser()
-        if host.known_hosts is not None:
-            candidates = [host.known_hosts]
-            add_to = host.known_hosts
-        else:
-            # The user's own files: those the ssh config names (none for "none"; /dev/null is no file),
-            # ~/.ssh/known_hosts, and the system-wide ones, as ssh(1) reads them.
-            named = _config_paths(config.get("UserKnownHostsFile"))
-            system = _config_paths(config.get("GlobalKnownHostsFile"))
-            candidates = list(dict.fromkeys([*named, user_default, *system, _GLOBAL_KNOWN_HOSTS]))
-            add_to = next((p for p in named if p.is_file()), user_default)
-        known = asyncssh.SSHKnownHosts()
-        files: list[tuple[Path, asyncssh.SSHKnownHosts]] = []
-        for path in candidates:
-            if not path.is_file():
-                continue
-            try:
-                text = path.read_text(encoding="utf-8", errors="replace")
-            except OSError as exc:
-                raise _SetupError(
-                    f"the known_hosts file {path} cannot be read: {exc.strerror or exc}"
-                ) from None
-            try:
-                own = asyncssh.SSHKnownHosts(text)
-                known.load(text)
-            except ValueError as exc:
-                raise _SetupError(
-                    f"the known_hosts file {path} has a line the console cannot read: {exc}"
-                ) from None
-            files.append((path, own))
-        return _Trust(known=known, files=tuple(files), add_to=add_to)
-
     def _plan(self) -> _Plan:
         host = self.host
         config = self._config_paths()
@@ -394,82 +237,30 @@ class Transport:
             kwargs["username"] = host.ssh_user
         for label, path in (("identity file", host.identity_file), ("known_hosts file", host.known_hosts)):
             if path is not None and not path.is_file():
-                raise _SetupError(f"the {label} {path} named for {host.name} does not exist")
+                raise SetupError(f"the {label} {path} named for {host.name} does not exist")
         if host.identity_file is not None:
             kwargs["client_keys"] = [str(host.identity_file)]
         try:
             options = asyncssh.SSHClientConnectionOptions(**kwargs)
-            trust = self._trust(options.config)
+            trust = trusted_keys(self.host, options.config)
             # An explicit known_hosts wins over anything the ssh config says, here and when connect()
             # rebuilds the options. The SSHKnownHosts object is always truthy: asyncssh would swap an
             # empty value for ~/.ssh/known_hosts; None (the insecure setting only) turns checking off.
             options = asyncssh.SSHClientConnectionOptions(options, known_hosts=trust.known)
         except (OSError, ValueError, asyncssh.Error) as exc:
-            raise _SetupError(f"the SSH settings for {host.name} cannot be used: {exc}") from None
+            raise SetupError(f"the SSH settings for {host.name} cannot be used: {exc}") from None
         return _Plan(options=options, config=config, trust=trust)
 
-    def _refusal(self, client: _Client, trust: _Trust) -> HostKeyRefused:
-        if client.rejected is None or trust.known is None:
-            # A revoked key or a host certificate that does not validate: asyncssh refused it before
-            # asking us, so there is no key of ours to name.
-            return HostKeyRefused(
-                f"the host key of {self.host.name} ({self._where()}) could not be verified, "
-                "so the console refuses to connect",
-                None,
-                changed=False,
-            )
-        host, addr, port, key = client.rejected
-        fingerprint = key.get_fingerprint("sha256")
-        algorithm, blob = key.export_public_key("openssh").decode().split()[:2]
-        kind = _key_kind(algorithm)
-        presented = f"{algorithm} {fingerprint}"
-        pattern = host if port == 22 else f"[{host}]:{port}"
-        line = f"{pattern} {algorithm} {blob}"
-        match_port = None if port == 22 else port
-        holders = [path for path, entries in trust.files if entries.match(host, addr, match_port)[0]]
-        label = ", ".join(str(path) for path, _ in trust.files) or "any known_hosts file (there is none)"
-        where = f"{self.host.name} ({addr} port {port})"
-        on_host = (
-            f"ssh-keygen -lf /etc/ssh/ssh_host_{kind}_key.pub" if kind else "ssh-keygen -lf on its host key"
-        )
-        keyscan = shlex.join(
-            ["ssh-keyscan", *(["-p", str(port)] if port != 22 else []), *(["-t", kind] if kind else []), host]
-        )
-        add = (
-            f"add this line to {trust.add_to}: {line} (the line {keyscan} prints; "
-            "add it only once the fingerprint is checked)"
-        )
-        if holders:
-            remove = "; ".join(shlex.join(["ssh-keygen", "-R", pattern, "-f", str(p)]) for p in holders)
-            return HostKeyRefused(
-                f"the host key of {where} has CHANGED: it presents {presented}, which does not match "
-                f"{', '.join(map(str, holders))}, so the console refuses to connect; if the change is "
-                f"expected, check the new fingerprint on the host ({on_host}), remove the old entry "
-                f"({remove}) and {add}",
-                fingerprint,
-                changed=True,
-                key_type=algorithm,
-                known_hosts_line=line,
-            )
-        return HostKeyRefused(
-            f"the host key of {where} is unknown: it presents {presented}, which is not in {label}, so "
-            f"the console refuses to connect; check that fingerprint on the host ({on_host}), then {add}",
-            fingerprint,
-            changed=False,
-            key_type=algorithm,
-            known_hosts_line=line,
-        )
-
-    async def _connect(self) -> tuple[asyncssh.SSHClientConnection, _Client]:
+    async def _connect(self) -> tuple[asyncssh.SSHClientConnection, RecordingClient]:
         # Off the event loop: building the options reads the ssh config, key and known_hosts files.
         plan = await asyncio.to_thread(self._plan)
-        client = _Client()
+        client = RecordingClient()
         try:
             conn = await asyncssh.connect(
                 self.host.ssh_host, options=plan.options, config=plan.config, client_factory=lambda: client
             )
         except asyncssh.HostKeyNotVerifiable:
-            raise self._refusal(client, plan.trust) from None
+            raise refusal(self.host, client, plan.trust) from None
         return conn, client
 
     def _fail(self, failure: TransportError, **fields: Any) -> None:
@@ -515,7 +306,7 @@ class Transport:
             except HostKeyRefused as exc:
                 self._fail(exc, fingerprint=exc.fingerprint, attempt=failures + 1)
                 return
-            except _SetupError as exc:
+            except SetupError as exc:
                 self._fail(exc, attempt=failures + 1)
                 return
             except asyncio.CancelledError:
@@ -628,132 +419,3 @@ class Transport:
             yield RemoteStream(process, tuple(argv), self.host.name)
         finally:
             process.close()
-
-
-class RemoteStream:
-    """The stdout of a streaming command, line by line, as bytes (no decoding cost, no decode errors)."""
-
-    def __init__(self, process: asyncssh.SSHClientProcess[bytes], argv: tuple[str, ...], host: str) -> None:
-        self._process = process
-        self.argv = argv
-        self._host = host
-
-    async def readline(self) -> bytes:
-        """One line with its newline; b"" at the end. A lost connection raises `TransportError`."""
-        try:
-            return await self._process.stdout.readline()
-        except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"{self._host}: the stream of {self.argv[0]} broke ({exc})") from None
-
-    async def lines(self) -> AsyncIterator[bytes]:
-        while True:
-            line = await self.readline()
-            if not line:
-                return
-            if not line.endswith(b"\n"):
-                # A partial last line means the channel ended mid-line (a drop): it is not data.
-                return
-            yield line
-
-    async def stderr_text(self, limit: int = 4096) -> str:
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(1.0):
-                data = await self._process.stderr.read(limit)
-            return data.decode("utf-8", "replace")
-        return ""
-
-    @property
-    def exit_status(self) -> int | None:
-        return self._process.exit_status
-
-    async def wait(self, timeout: float | None = None) -> int | None:
-        with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
-            async with asyncio.timeout(timeout):
-                await self._process.wait_closed()
-        return self._process.exit_status
-
-    def write(self, data: bytes) -> None:
-        self._process.stdin.write(data)
-
-
-class LocalForward:
-    """127.0.0.1:PORT here → DEST_HOST:DEST_PORT as seen from the remote host, through the transport.
-
-    The listening port stays the same across reconnects: each accepted client opens its own
-    direct-tcpip channel on whatever connection is current, so an httpx client built once keeps
-    working after the SSH connection comes back.
-    """
-
-    def __init__(
-        self, transport: Transport, dest_host: str, dest_port: int, *, open_timeout: float = 10.0
-    ) -> None:
-        self.transport = transport
-        self.dest_host = dest_host
-        self.dest_port = dest_port
-        self.open_timeout = open_timeout
-        self._server: asyncio.Server | None = None
-        self._writers: set[Any] = set()
-        self.port: int = 0
-
-    async def start(self, listen_port: int = 0) -> int:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", listen_port)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self.port
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # A handler task of asyncio.start_server must not end in CancelledError (asyncio logs it as an
-        # unhandled exception), so close() ends the pipes by closing their writers instead.
-        self._writers.add(writer)
-        remote_writer: Any = None
-        try:
-            conn = await self.transport.wait_up(self.open_timeout)
-            remote_reader, remote_writer = await conn.open_connection(self.dest_host, self.dest_port)
-            self._writers.add(remote_writer)
-
-            async def pump(src: Any, dst: Any) -> None:
-                try:
-                    while data := await src.read(65536):
-                        dst.write(data)
-                        await dst.drain()
-                except (asyncssh.Error, OSError, ConnectionError):
-                    pass
-                finally:
-                    with contextlib.suppress(Exception):
-                        dst.write_eof()
-
-            await asyncio.gather(pump(reader, remote_writer), pump(remote_reader, writer))
-        except (TransportError, asyncssh.Error, OSError):
-            # The client sees a closed connection, as it would if the port were down.
-            pass
-        except asyncio.CancelledError:
-            return
-        finally:
-            for w in (remote_writer, writer):
-                if w is not None:
-                    self._writers.discard(w)
-                    with contextlib.suppress(Exception):
-                        w.close()
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for w in list(self._writers):
-            with contextlib.suppress(Exception):
-                w.close()
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(2):
-                    await self._server.wait_closed()
-        self._server = None
-
-    async def __aenter__(self) -> LocalForward:
-        if self._server is None:
-            await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()

@@ -1,0 +1,200 @@
+"""The `sh` scripts that run on the host for sources/hoststate, one per operation (the design, and
+why each one is safe against racing consoles, is in that module's docstring).
+
+$1 is always the state directory; every script prints `now <host clock>` first.
+"""
+
+__all__ = [
+    "ACQUIRE",
+    "APPEND",
+    "BREAK",
+    "FOLLOW_AUDIT",
+    "HEARTBEAT",
+    "LEAVE",
+    "PROLOGUE",
+    "PUT_FILE",
+    "READ_AUDIT",
+    "READ_PROLOGUE",
+    "READ_STATE",
+    "RELEASE",
+    "REMOVE_FILE",
+    "REMOVE_IF_UNCHANGED",
+    "WHERE",
+    "WRITE_PRESENCE",
+]
+
+READ_PROLOGUE = r"""
+set -u
+d=$1; shift
+case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; esac
+printf 'now %s\n' "$(date +%s.%N 2>/dev/null || date +%s)"
+"""
+# Scripts that write make the directory first; readers leave a host they only look at untouched.
+PROLOGUE = (
+    READ_PROLOGUE
+    + r"""mkdir -p "$d/presence" || exit 70
+"""
+)
+
+# $1 console id, $2 presence JSON: write the heartbeat atomically.
+WRITE_PRESENCE = r"""
+put_presence() {
+  t=$d/presence/.$1.json.$$
+  if printf '%s\n' "$2" > "$t" && mv -f "$t" "$d/presence/$1.json"; then return 0; fi
+  rm -f "$t"; echo "cannot write $d/presence/$1.json" >&2; exit 71
+}
+"""
+
+HEARTBEAT = (
+    PROLOGUE
+    + WRITE_PRESENCE
+    + r"""
+put_presence "$1" "$2"
+if [ -n "${3-}" ]; then
+  if grep -qF "\"lock_id\":\"$3\"" "$d/lock" 2>/dev/null; then echo "lock ours"; else echo "lock lost"; fi
+fi
+"""
+)
+
+# The lock and every heartbeat, one line each (`head -n 1`: a foreign file cannot spill into the next).
+READ_STATE = (
+    READ_PROLOGUE
+    + r"""
+if [ -f "$d/lock" ]; then printf 'lock '; head -n 1 "$d/lock" 2>/dev/null; echo; fi
+if [ -f "$d/pending-rollback.json" ]; then printf 'pending '; head -n 1 "$d/pending-rollback.json" 2>/dev/null; echo; fi
+for f in "$d"/presence/*.json; do
+  [ -f "$f" ] || continue
+  printf 'presence %s ' "${f##*/}"; head -n 1 "$f" 2>/dev/null; echo
+done
+"""
+)
+
+# pairs of (file name, line seen): removed only when still unchanged (a revived console keeps its file).
+REMOVE_IF_UNCHANGED = (
+    PROLOGUE
+    + r"""
+while [ $# -ge 2 ]; do
+  f=$d/presence/$1
+  if [ "$(head -n 1 "$f" 2>/dev/null)" = "$2" ]; then rm -f "$f" && echo "removed $1"; fi
+  shift 2
+done
+"""
+)
+
+# $1 console id, $2 presence JSON, $3 lock JSON.
+ACQUIRE = (
+    PROLOGUE
+    + WRITE_PRESENCE
+    + r"""
+put_presence "$1" "$2"
+t=$d/.lock.$1.$$
+printf '%s\n' "$3" > "$t" || { rm -f "$t"; echo "cannot write $t" >&2; exit 71; }
+held=
+i=0
+while [ $i -lt 20 ]; do
+  if ln "$t" "$d/lock" 2>/dev/null; then rm -f "$t"; echo acquired; exit 0; fi
+  [ -f "$d/lock" ] || [ -L "$d/lock" ] || { i=$((i + 1)); continue; }
+  held=$(head -n 1 "$d/lock" 2>/dev/null) && [ -n "$held" ] && break
+  i=$((i + 1))
+done
+rm -f "$t"
+[ -n "$held" ] || { echo "cannot create $d/lock" >&2; exit 72; }
+printf 'held %s\n' "$held"
+cid=$(printf '%s\n' "$held" | sed -n 's/.*"console_id":"\([A-Za-z0-9_-]*\)".*/\1/p')
+if [ -n "$cid" ] && [ -f "$d/presence/$cid.json" ]; then
+  printf 'holder '; head -n 1 "$d/presence/$cid.json" 2>/dev/null; echo
+fi
+"""
+)
+
+# $1 lock id.
+RELEASE = (
+    PROLOGUE
+    + r"""
+if grep -qF "\"lock_id\":\"$1\"" "$d/lock" 2>/dev/null; then rm -f "$d/lock" && echo released
+else echo "not ours"; fi
+"""
+)
+
+# $1 lock id seen, $2 holder console id, $3 holder heartbeat line seen ("" when none), $4 audit line.
+BREAK = (
+    PROLOGUE
+    + r"""
+l=$(head -n 1 "$d/lock" 2>/dev/null) || l=
+case $l in *"\"lock_id\":\"$1\""*) ;; *) echo "changed lock"; exit 0 ;; esac
+p=$(head -n 1 "$d/presence/$2.json" 2>/dev/null) || p=
+[ "$p" = "$3" ] || { echo "changed holder"; exit 0; }
+m=$d/.broken.$1.$$
+mv "$d/lock" "$m" 2>/dev/null || { echo "changed lock"; exit 0; }
+if grep -qF "\"lock_id\":\"$1\"" "$m"; then
+  rm -f "$m" "$d/presence/$2.json"
+  a=$d/audit.jsonl
+  if [ -s "$a" ] && [ -n "$(tail -c 1 "$a")" ]; then printf '\n%s\n' "$4" >> "$a"; else printf '%s\n' "$4" >> "$a"; fi
+  echo broken
+else
+  ln "$m" "$d/lock" 2>/dev/null; rm -f "$m"; echo "changed lock"
+fi
+"""
+)
+
+# $1 the line. A torn last line (a writer that died mid-line) gets its newline first, so the new entry
+# is not glued to it.
+APPEND = (
+    PROLOGUE
+    + r"""
+a=$d/audit.jsonl
+# The check below reads the file's last byte, and it can see another console's append half-written (a
+# file's size grows page by page): it would then add a needless blank line. flock (util-linux) makes
+# appends take turns where the host has it; without it a blank line is the worst case, and readers skip it.
+if command -v flock >/dev/null 2>&1; then { exec 9>>"$a" && flock -w 10 9; } || exit 71; fi
+if [ -s "$a" ] && [ -n "$(tail -c 1 "$a")" ]; then printf '\n%s\n' "$1" >> "$a"; else printf '%s\n' "$1" >> "$a"; fi || exit 71
+"""
+)
+
+# The state dir's absolute path on the host ("~" expanded as the SSH user's): for what runs elsewhere
+# (the commit-confirmed rollback runs as a systemd service, with no such home).
+WHERE = (
+    READ_PROLOGUE
+    + r"""printf 'dir %s\n' "$d"
+"""
+)
+
+# $1 a file name in the state dir, $2 its text, $3 its mode: written atomically.
+PUT_FILE = (
+    PROLOGUE
+    + r"""
+t=$d/.$1.$$
+if printf '%s\n' "$2" > "$t" && chmod "$3" "$t" && mv -f "$t" "$d/$1"; then exit 0; fi
+rm -f "$t"; echo "cannot write $d/$1" >&2; exit 71
+"""
+)
+
+REMOVE_FILE = (
+    READ_PROLOGUE
+    + r"""rm -f -- "$d/$1"
+"""
+)
+
+READ_AUDIT = (
+    READ_PROLOGUE
+    + r"""cat "$d/audit.jsonl" 2>/dev/null; exit 0
+"""
+)
+
+LEAVE = (
+    PROLOGUE
+    + r"""
+rm -f "$d/presence/$1.json"
+[ -n "${2-}" ] && grep -qF "\"lock_id\":\"$2\"" "$d/lock" 2>/dev/null && rm -f "$d/lock" && echo released
+exit 0
+"""
+)
+
+# $1 the first line to print (1-based): resume where the last stream stopped.
+FOLLOW_AUDIT = r"""
+set -u
+d=$1
+case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; esac
+mkdir -p "$d" && : >> "$d/audit.jsonl" || exit 70
+exec tail -n "+$2" -F "$d/audit.jsonl"
+"""
