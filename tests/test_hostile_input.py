@@ -511,10 +511,19 @@ def test_parse_one_huge_line_is_cut_with_a_note_in_bounded_memory(tmp_path: Path
 
 def test_open_without_a_terminal_says_so(tmp_path: Path) -> None:
     hosts = tmp_path / "hosts.toml"
-    hosts.write_text("")
-    res = cli("open", "gpu1.invalid", "--hosts", str(hosts), stdin=subprocess.DEVNULL, timeout=30)
+    hosts.write_text('[hosts.gpu1]\nssh = "127.0.0.1"\nport = 1\n')
+    res = cli("open", "gpu1", "--hosts", str(hosts), stdin=subprocess.DEVNULL, timeout=30)
     assert res.returncode == 2 and res.stdout == ""
     assert "needs a terminal" in one_sentence(res.stderr)
+
+
+def test_open_on_a_host_nothing_knows_is_refused_with_the_known_hosts(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts.gpu1]\nssh = "127.0.0.1"\nport = 1\n')
+    res = cli("open", "gpu-typo.invalid", "--hosts", str(hosts), stdin=subprocess.DEVNULL, timeout=30)
+    assert res.returncode == 2 and res.stdout == ""
+    line = one_sentence(res.stderr)
+    assert "'gpu-typo.invalid' is not a host in" in line and "known hosts: gpu1" in line
 
 
 def test_demo_without_a_terminal_says_so_and_starts_nothing(tmp_path: Path) -> None:

@@ -85,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{terminal_safe(repr(args.host))} is not a host name.")
     try:
         hosts = load_hosts(args.hosts)
+        if args.host:
+            from console.cli.hostcheck import unknown_host
+
+            refused = unknown_host(args.host, hosts)
+            if refused is not None:  # a name nothing knows would retry for ever behind a full screen
+                raise UsageError(refused)
         configs = [resolve_host(args.host, hosts)] if args.host else list(hosts.hosts.values())
     except HostsError as exc:
         raise UsageError(str(exc)) from None
