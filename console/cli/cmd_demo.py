@@ -91,7 +91,6 @@ def run(args: argparse.Namespace) -> int:
             name="twin",
             simulated=True,
             sandbox=True,
-            learn=True,
             prepare=prepare,
             after_start=start_service,
             session_options={"gpu_interval_s": 1.0},
