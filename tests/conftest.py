@@ -1,16 +1,76 @@
+"""What every test gets, however the suite is started (foreground, `&`, nohup, CI, `-n 4`):
+
+- Signals that work: a shell starts a background job with SIGINT (and nohup with SIGHUP) ignored, and an
+  ignored signal stays ignored across fork and exec, so a test's `k26-console` child would ignore the
+  SIGINT the test sends it. The suite's process catches them with a handler that does nothing instead:
+  to the suite the signal is still ignored, but a caught signal is reset to its default at exec, so every
+  child starts as it would from a terminal.
+- Its own config and state: XDG_CONFIG_HOME, XDG_STATE_HOME, XDG_CACHE_HOME and XDG_DATA_HOME point into a
+  directory of this process (each xdist worker has its own), never the operator's real
+  ~/.config/k26-console/hosts.toml, which a test that forgot `operator_env` would otherwise read, and
+  which parallel workers would write at once.
+- The `serial` marker for tests that measure time or CPU: `scripts/test` runs them after the parallel pass,
+  alone (see there).
+"""
+
 from __future__ import annotations
 
 import asyncio
 import inspect
 import io
+import os
+import shutil
+import signal
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 CORPUS = SHARED / "corpus"
+
+# The signals a test sends its children; a launcher may have set them ignored (`&`: INT and QUIT, nohup: HUP).
+CHILD_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT)
+XDG_VARS = ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME")
+_xdg_root: Path | None = None
+
+
+def _still_ignored(signum: int, frame: FrameType | None) -> None:
+    """The suite goes on ignoring the signal; only its children get the default back (at exec)."""
+
+
+def children_start_with_default_signals() -> None:
+    for sig in CHILD_SIGNALS:
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            signal.signal(sig, _still_ignored)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _xdg_root
+    config.addinivalue_line(
+        "markers",
+        "serial: measures wall time or CPU; scripts/test runs it in a pass of its own, after the parallel one",
+    )
+    children_start_with_default_signals()
+    _xdg_root = Path(tempfile.mkdtemp(prefix="k26-tests-xdg-"))
+    for var in XDG_VARS:
+        path = _xdg_root / var.removeprefix("XDG_").removesuffix("_HOME").lower()
+        path.mkdir()
+        os.environ[var] = str(path)
+
+
+def xdg_root() -> Path:
+    """The directory this process's XDG_* variables point into."""
+    assert _xdg_root is not None, "pytest_configure has not run"
+    return _xdg_root
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _xdg_root is not None:
+        shutil.rmtree(_xdg_root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
