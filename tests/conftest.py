@@ -9,8 +9,8 @@
   directory of this process (each xdist worker has its own), never the operator's real
   ~/.config/k26-console/hosts.toml, which a test that forgot `operator_env` would otherwise read, and
   which parallel workers would write at once.
-- The `serial` marker for tests that measure time or CPU: `scripts/test` runs them after the parallel pass,
-  alone (see there).
+- An xdist group per module (see `xdist_group_of`), and the `serial` marker (in pyproject.toml) for tests
+  that measure time or CPU: `scripts/test` runs those alone, after the parallel pass (see there).
 """
 
 from __future__ import annotations
@@ -50,10 +50,6 @@ def children_start_with_default_signals() -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     global _xdg_root
-    config.addinivalue_line(
-        "markers",
-        "serial: measures wall time or CPU; scripts/test runs it in a pass of its own, after the parallel one",
-    )
     children_start_with_default_signals()
     _xdg_root = Path(tempfile.mkdtemp(prefix="k26-tests-xdg-"))
     for var in XDG_VARS:
@@ -105,11 +101,33 @@ def no_colour_name_misses(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 LEFTOVER_GRACE_S = 20.0
 
 
+# tryfirst: before xdist's worker reads the xdist_group marks into the node ids.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # First in the list: set up before the test's other fixtures, so torn down after them.
     for item in items:
+        # First in the list: set up before the test's other fixtures, so torn down after them.
         if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.function):
             item.fixturenames.insert(0, "leftover_tasks_end")
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
+
+
+def xdist_group_of(item: pytest.Item) -> str:
+    """The xdist work unit of a test (`scripts/test` runs `--dist loadgroup`): its module, so a module's
+    twin, sshd or tmux fixture starts once, in one worker; split by the parameter of a module-scoped
+    parametrized fixture (the simulated and the real systemd twin of one module go to two workers).
+    A test's own `xdist_group` mark wins. Without xdist the mark does nothing."""
+    group = item.nodeid.split("::", 1)[0]
+    callspec = getattr(item, "callspec", None)
+    info = getattr(item, "_fixtureinfo", None)
+    if callspec is None or info is None:
+        return group
+    for name in sorted(callspec.params):
+        defs = info.name2fixturedefs.get(name)
+        if defs and defs[-1].scope in ("module", "package", "session"):
+            # No "[", "]" or "@": xdist finds the group after the last "@" of the node id.
+            group += f":{name}={callspec.indices[name]}"
+    return group
 
 
 @pytest.fixture
