@@ -42,10 +42,18 @@ def _still_ignored(signum: int, frame: FrameType | None) -> None:
     """The suite goes on ignoring the signal; only its children get the default back (at exec)."""
 
 
+IGNORED_ENV = "K26_TESTS_IGNORED_SIGNALS"
+
+
 def children_start_with_default_signals() -> None:
-    for sig in CHILD_SIGNALS:
-        if signal.getsignal(sig) is signal.SIG_IGN:
-            signal.signal(sig, _still_ignored)
+    """What the suite was started ignoring it goes on ignoring, through a handler (reset at exec). The list
+    travels in the environment to xdist's workers, which are children too: a Ctrl-C meant for the shell
+    that backgrounded the suite must not stop them either."""
+    inherited = {int(n) for n in os.environ.get(IGNORED_ENV, "").split(",") if n}
+    ignored = [s for s in CHILD_SIGNALS if signal.getsignal(s) is signal.SIG_IGN or s in inherited]
+    for sig in ignored:
+        signal.signal(sig, _still_ignored)
+    os.environ[IGNORED_ENV] = ",".join(str(int(s)) for s in ignored)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -84,14 +84,20 @@ def test_children_get_the_signals_a_background_suite_ignores(tmp_path: Path) -> 
     assert bare.stdout.count("TimeoutExpired") >= 2, bare.stdout
     ours = _run_probe(tmp_path / "fixed", 30.0, "-p", "tests.conftest")
     assert ours.returncode == 0 and "2 passed" in ours.stdout, ours.stdout + ours.stderr
+    # The same in an xdist worker (a child of the suite's process, as scripts/test runs them).
+    worker = _run_probe(tmp_path / "worker", 30.0, "-p", "tests.conftest", "-p", "xdist.plugin", "-n", "1")
+    assert worker.returncode == 0 and "2 passed" in worker.stdout, worker.stdout + worker.stderr
 
 
 def test_the_suite_itself_still_ignores_what_it_was_started_ignoring() -> None:
     """The conftest replaces SIG_IGN by a handler that does nothing: to the suite the signal is still
     ignored (a Ctrl-C in the shell that backgrounded it does not stop it), and no signal is left at
     SIG_IGN for a child to inherit."""
+    started_ignoring = {int(n) for n in os.environ[conftest.IGNORED_ENV].split(",") if n}
     for sig in CHILD_SIGNALS:
-        assert signal.getsignal(sig) is not signal.SIG_IGN, sig
+        handler = signal.getsignal(sig)
+        assert handler is not signal.SIG_IGN, sig
+        assert (handler is conftest._still_ignored) == (sig in started_ignoring), (sig, handler)
 
 
 def test_the_operators_config_and_state_are_out_of_reach() -> None:
