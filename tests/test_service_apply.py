@@ -25,6 +25,7 @@ from console.sources.journal import read_unit_journal
 from console.sources.service import ApplyProgress, ServiceController, ServiceError, history_path
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
+from tests.support.cli import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 TIME_SCALE = 0.002
@@ -49,6 +50,11 @@ def twin(module_twin: TwinHost) -> TwinHost:
         shutil.rmtree(dropins)
         module_twin.systemctl("daemon-reload")
         module_twin.systemctl("restart", module_twin.unit)
+    # At rest: an apply verifies on the server's ready line, while the unit may still be "activating"
+    # (its ExecStartPost= health wait), and a test compares the unit's state before and after.
+    assert wait_until(
+        lambda: module_twin.systemctl("is-active", module_twin.unit, check=False).stdout == "active\n", 60
+    ), module_twin.systemctl("status", module_twin.unit, check=False).stdout
     return module_twin
 
 
