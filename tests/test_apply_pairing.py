@@ -15,10 +15,12 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from console.core.pairing import LockInfo, Presence
 from console.twin.host import TwinHost
 from tests.support.cli import CLI, REPO, operator_env
 
@@ -74,6 +76,21 @@ def _apply_now(
         env=operator_env(home),
         stdin=subprocess.DEVNULL,
     )
+
+
+def _holder_is_stale(twin: TwinHost) -> bool:
+    """Whether the twin's lock is held by a console whose heartbeat is stale (or gone), by the rule the
+    consoles apply; read on the twin's filesystem (this machine's clock is the host's)."""
+    state = twin.layout.home_dir / ".k26-console"
+    try:
+        lock = LockInfo.model_validate_json((state / "lock").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return False
+    try:
+        beat = (state / "presence" / f"{lock.holder.console_id}.json").read_text().split("\n", 1)[0]
+    except FileNotFoundError:
+        return True
+    return Presence.model_validate_json(beat).stale(datetime.now(UTC))
 
 
 def _audit(twin: TwinHost, home: Path) -> list[dict[str, object]]:
@@ -136,7 +153,11 @@ def test_a_killed_apply_leaves_a_stale_lock_that_is_broken_only_on_purpose(
     assert res.returncode == 3, (res.stdout, res.stderr)
     assert "apply pair-killed" in res.stderr
 
-    time.sleep(7.0)  # three missed heartbeats of 2 s: stale
+    # Three missed heartbeats of 2 s make it stale: wait for that, judged by the console's own rule.
+    deadline = time.monotonic() + 30
+    while not _holder_is_stale(twin):
+        assert time.monotonic() < deadline, "the killed apply's lock never went stale"
+        time.sleep(0.2)
     res = _apply_now(twin, tmp_path, profile, "--yes", timeout=60)
     assert res.returncode == 3 and "--break-stale-lock" in res.stderr, res.stderr
 

@@ -64,12 +64,14 @@ def _exec_start(twin: TwinHost) -> str:
 
 
 def test_verified_apply_leaves_no_timer_armed(twin: TwinHost, tmp_path: Path) -> None:
+    # --break-stale-lock as every apply here: a killed apply of an earlier test (any order) leaves its lock.
     res = run_cli(
         tmp_path,
         "apply",
         "twin",
         "ctx-200k",
         "--yes",
+        "--break-stale-lock",
         "--hosts",
         str(twin.hosts_toml),
         "--confirm-within",

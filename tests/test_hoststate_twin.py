@@ -78,12 +78,12 @@ async def test_consoles_see_each_other_and_stale_heartbeats_are_dropped(
         files = sorted(p.name for p in (_dir(twin, config) / "presence").iterdir())
         assert files == ["alice1.json", "bob2.json"]
 
-        # Alice's console stops beating (killed); Bob keeps beating.
-        deadline = time.monotonic() + 4 * BEAT
-        while time.monotonic() < deadline:
+        # Alice's console stops beating (killed); Bob keeps beating until Alice's beat is stale (3 beats).
+        deadline = time.monotonic() + 20 * BEAT
+        while [p.who for p in (await b.view()).presence] != ["bob@jump2"]:
+            assert time.monotonic() < deadline, "alice's silent console never went stale"
             await b.heartbeat()
             await asyncio.sleep(BEAT)
-        assert [p.who for p in (await b.view()).presence] == ["bob@jump2"]
         assert (_dir(twin, config) / "presence" / "alice1.json").exists()  # view() only ignores
         assert [p.who for p in await b.presence()] == ["bob@jump2"]
         assert not (_dir(twin, config) / "presence" / "alice1.json").exists()  # presence() cleans
@@ -223,7 +223,10 @@ async def test_locked_releases_on_error_and_on_cancel_and_notices_a_broken_lock(
 
         # A console that stopped beating has its lock broken; its next beat finds the lock lost.
         lock: Lock = await a.acquire("apply ctx-200k")
-        await asyncio.sleep(4 * BEAT)
+        deadline = time.monotonic() + 20 * BEAT
+        while not (await b.view()).lock_stale:
+            assert time.monotonic() < deadline, "the silent holder's lock never went stale"
+            await asyncio.sleep(BEAT / 5)
         await b.break_lock(confirm=True)
         assert not lock.lost
         await a.heartbeat()

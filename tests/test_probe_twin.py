@@ -110,6 +110,7 @@ def healthy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
         twin.stop_sync()
 
 
+@pytest.mark.serial  # decode speed and the verdict come from timing: measured with no other test running
 async def test_incident_185k_is_slow_attention_and_the_server_agrees(incident: TwinHost) -> None:
     before_lines = len(decode_batches(incident))
     seen: list[ProbeProgress] = []
@@ -178,6 +179,7 @@ async def test_cancel_closes_the_stream_and_the_server_aborts_the_request(incide
     assert scrape(incident).num_running_reqs == 0
 
 
+@pytest.mark.serial  # decode speed and the verdict come from timing: measured with no other test running
 async def test_healthy_185k_is_not_attention_bound(healthy: TwinHost) -> None:
     async with open_prober(host_of(healthy)) as prober:
         result = await prober.probe(185_000, 24)

@@ -2,8 +2,8 @@
 an SSH connection dropped mid-restart, sudo.
 
 One twin (the incident's scenario: 8x RTX PRO 6000 at --mem-fraction-static 0.85, 101,134 tokens) serves
-the module at a tiny time scale; the tests run in file order and each one reads the host's state it starts
-from, so a later test rolls back to what an earlier one applied.
+the module at a tiny time scale. Each test gets it as a fresh twin is (no drop-in, the shipped flags
+running) and a working directory of its own, so the tests pass alone and in any order.
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ from console.sources.profile_store import ProfileStore
 from console.sources.service import ApplyProgress, ServiceController, ServiceError, history_path
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
+from tests.support.cli import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 TIME_SCALE = 0.002
 
 
 @pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
+def module_twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
     host = TwinHost(tmp_path_factory.mktemp("apply-twin") / "state", time_scale=TIME_SCALE)
     host.start_sync()
     try:
@@ -40,9 +41,27 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
         host.stop_sync()
 
 
-@pytest.fixture(scope="module")
-def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("apply-work")
+@pytest.fixture
+def twin(module_twin: TwinHost) -> TwinHost:
+    """The module's twin put back as it started, whatever an earlier test applied: no drop-in, the unit
+    restarted on its shipped flags (the restart returns once /health answers)."""
+    dropins = module_twin.layout.unit_dir / f"{module_twin.unit}.d"
+    if dropins.exists():
+        shutil.rmtree(dropins)
+        module_twin.systemctl("daemon-reload")
+        module_twin.systemctl("restart", module_twin.unit)
+    # At rest: an apply verifies on the server's ready line, while the unit may still be "activating"
+    # (its ExecStartPost= health wait), and a test compares the unit's state before and after.
+    assert wait_until(
+        lambda: module_twin.systemctl("is-active", module_twin.unit, check=False).stdout == "active\n", 60
+    ), module_twin.systemctl("status", module_twin.unit, check=False).stdout
+    return module_twin
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    """The test's own profile stores and console state (its restart history)."""
+    return tmp_path
 
 
 def _host(twin: TwinHost, **changes: object) -> HostConfig:
@@ -149,6 +168,10 @@ async def test_no_headroom_is_refused_then_forced_into_oom_and_rolled_back(
     profile = store.load("tight")
     async with Transport(_host(twin)) as transport:
         ctl = ServiceController(_host(twin), transport, state_dir=work / "state")
+        # A verified ctx-200k first: a drop-in to roll back to, and a restart in this host's history for
+        # the rollback's ETA.
+        ctx200k = _store(work, "ctx-200k")
+        assert (await ctl.apply(ctx200k.load("ctx-200k"), store=ctx200k)).ok
         before_argv = await ctl.running_argv()
         before = _host_state(twin)
 

@@ -234,6 +234,7 @@ def test_nvidia_smi_loop_gives_a_sample_per_tick_and_ends_with_its_channel(fake_
     assert status != 0
 
 
+@pytest.mark.serial  # the gap between ticks is timed: measured with no other test running
 def test_nvidia_smi_loop_keeps_the_interval_when_the_queries_are_slow(fake_smi: Path) -> None:
     """Queries of 0.3 s each at a 0.7 s interval: a tick every ~0.7 s, not 0.7 s of sleep after 0.6 s of
     work (1.3 s), so a busy host's samples keep the schedule the operator asked for."""
@@ -255,6 +256,7 @@ def test_nvidia_smi_loop_keeps_the_interval_when_the_queries_are_slow(fake_smi: 
     assert 0.6 < gap < 1.05, gap
 
 
+@pytest.mark.serial  # the loop's duration is timed: measured with no other test running
 def test_nvidia_smi_loop_ticks_each_second_where_sleep_takes_whole_seconds_only(fake_smi: Path) -> None:
     """POSIX `sleep` needs only whole seconds; on a host whose `sleep` refuses 0.25 the loop keeps
     sampling, once a second, instead of ending at its first turn."""
@@ -310,6 +312,7 @@ def test_nvidia_smi_blocks_need_both_queries_and_stay_bounded() -> None:
             blocks.feed(b"0, 1, 2, 3, 4, 5\n")
 
 
+@pytest.mark.serial  # three ticks are timed: measured with no other test running
 async def test_agent_script_runs_on_a_real_python_with_the_standin(standin_dir: Path) -> None:
     """The script as sent over SSH, run by a real python3: one JSON sample per tick, then it exits
     when its stdin closes (the channel closing)."""
@@ -404,6 +407,7 @@ async def test_no_nvml_and_no_nvidia_smi_is_a_state(
     assert first.detail == "nvidia-smi is not installed on the host."
 
 
+@pytest.mark.serial  # the gaps between ticks are timed: measured with no other test running
 async def test_poller_ticks_on_schedule(standin_dir: Path) -> None:
     poller = GpuPoller(None, interval_s=0.1, nvml=_load(standin_dir / "pynvml.py"))
     assert poller.interval_s == 0.25  # the minimum

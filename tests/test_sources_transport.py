@@ -12,7 +12,7 @@ import contextlib
 import os
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +87,7 @@ async def transport(host: HostConfig, **kwargs: object) -> AsyncIterator[Transpo
         await t.close()
 
 
+@pytest.mark.serial  # the connect is timed: measured with no other test running
 async def test_connects_runs_quoted_commands_and_streams(endpoint: Endpoint) -> None:
     async with transport(endpoint.host) as t:
         started = time.monotonic()
@@ -212,7 +213,8 @@ async def test_refused_port_retries_with_backoff_then_fails() -> None:
             watcher = asyncio.ensure_future(record())
             with pytest.raises(TransportError, match="refused the connection"):
                 await t.wait_up(5)
-            await asyncio.sleep(0)
+            # wait_up returns on the FAILED status; the watcher records it on one of its next turns.
+            await _until(lambda: any(s.state is ConnState.FAILED for s in seen))
             watcher.cancel()
     states = [(s.state, s.attempt, s.retry_in_s) for s in seen]
     assert states[:6] == [
@@ -229,6 +231,7 @@ async def test_refused_port_retries_with_backoff_then_fails() -> None:
     )
 
 
+@pytest.mark.serial  # the reconnect is timed: measured with no other test running
 async def test_drop_and_reconnect_go_through_visible_states(endpoint: Endpoint) -> None:
     async with transport(endpoint.host, backoff=Backoff(initial_s=0.2, stable_s=0)) as t:
         await t.wait_up(5)
@@ -259,7 +262,9 @@ async def test_server_side_loss_is_noticed_and_repaired(endpoint: Endpoint) -> N
         await t.wait_up(5)
         for conn in list(endpoint.server._live):
             conn.abort()
-        await asyncio.sleep(0.05)
+        # Noticed when the client reads the end of the connection: until then wait_up would hand out
+        # the old one.
+        await _until(lambda: t.status.drops == 1)
         await t.wait_up(5)
         assert t.status.drops == 1
         assert (await t.run(["true"])).ok
@@ -283,7 +288,7 @@ async def test_local_forward_keeps_its_port_across_reconnects(endpoint: Endpoint
             assert (await client.get(f"{forward.url}/health")).text == "ok"
             port = forward.port
             t.drop()
-            await asyncio.sleep(0.05)
+            await _until(lambda: t.status.drops == 1)  # the request goes through the next connection
             response = await client.get(f"{forward.url}/health")
             assert response.text == "ok" and forward.port == port
     finally:
@@ -298,3 +303,10 @@ def test_backoff_grows_with_jitter_and_is_capped() -> None:
         assert all(base * 0.7 <= d <= base for d in draws)
         assert max(draws) - min(draws) > base * 0.2  # jitter actually spreads them
     assert all(0 <= backoff.delay(0, rng) <= 0.15 for _ in range(100))
+
+
+async def _until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Poll `cond` on the loop until it holds; fail at the deadline."""
+    async with asyncio.timeout(timeout_s):
+        while not cond():
+            await asyncio.sleep(0.01)

@@ -199,6 +199,8 @@ async def session_host(tmp_path: Path) -> AsyncIterator[Host]:
         yield host
 
 
+@pytest.mark.serial  # its 20 kills must land while one restart prints: starved by parallel tests, they
+# outlast the restart (a 15 s wait for a moving stream timed out in a 4-worker run)
 async def test_twenty_connection_kills_during_a_restart_lose_and_repeat_nothing(session_host: Host) -> None:
     host = session_host
     session = HostSession(
@@ -246,7 +248,12 @@ async def test_twenty_connection_kills_during_a_restart_lose_and_repeat_nothing(
             if len(expected) >= RESTART_LINES + 14 and session.snapshot.follower.entries == len(expected):
                 break
             await asyncio.sleep(0.2)
-        await asyncio.sleep(session.idle_flush_s + 0.3)  # the parser releases a held traceback when idle
+        # The parser holds a traceback until the journal has been idle for idle_flush_s, then releases
+        # it: wait until the session holds every line (a line lost for good fails below, at the deadline).
+        journal_lines = Counter(str(e["MESSAGE"]) for e in expected)
+        deadline = time.monotonic() + session.idle_flush_s + 15
+        while journal_lines - Counter(_lines(session.snapshot)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
         snap = session.snapshot
         # A console stays open for days across drops: each reconnect replaces its tasks, never adds.
         tasks_after = len(asyncio.all_tasks())
@@ -327,6 +334,7 @@ def _loops_on_host(host: Host) -> list[str]:
     return processes_of(host.twin.layout.root, cmdline_has="@@k26-nvidia-smi")
 
 
+@pytest.mark.serial  # the live hosts' sampling gaps are timed: measured with no other test running
 async def test_three_hosts_one_hangs_the_others_stay_on_time(tmp_path: Path) -> None:
     tick = 0.5
     with contextlib.ExitStack() as stack:
@@ -363,7 +371,17 @@ async def test_three_hosts_one_hangs_the_others_stay_on_time(tmp_path: Path) -> 
                         stamps[session.host.name].append(time.monotonic())
 
             watchers = [asyncio.ensure_future(watch(s)) for s in sessions]
-            await asyncio.sleep(5.0)
+
+            # Watch until each live host has sampled ten times (~5 s at this tick) and the hung one's
+            # snapshot says so.
+            def watched_enough() -> bool:
+                hung_gpus = sessions[1].snapshot.gpus
+                live = min(len(stamps["gpu-2"]), len(stamps["gpu-4"]))
+                return live >= 10 and hung_gpus is not None and hung_gpus.state is SamplerState.ERROR
+
+            deadline = time.monotonic() + 20
+            while not watched_enough() and time.monotonic() < deadline:
+                await asyncio.sleep(tick / 5)
             for w in watchers:
                 w.cancel()
             hung_snap = sessions[1].snapshot

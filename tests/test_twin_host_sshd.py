@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import asyncssh
 import pytest
 
 from console.twin.host import DEFAULT_UNIT, TwinHost
+from tests.support.procs import processes_of
 from tests.support.sshd import SshdHandle, sshd_unavailable_reason, start_sshd
 
 pytestmark = [
@@ -78,6 +80,12 @@ async def test_stand_ins_first_on_path_and_follow_ends_with_the_channel(
     served: tuple[TwinHost, SshdHandle],
 ) -> None:
     twin, sshd = served
+
+    # The follower this test starts: a journalctl that carries this twin's state directory (in its
+    # command line or its K26_TWIN_ROOT); another console's journalctl on the machine is not counted.
+    def followers() -> list[str]:
+        return processes_of(twin.layout.root, cmdline_has="journalctl")
+
     async with await connect(sshd) as conn:
         res = await conn.run("command -v systemctl nvidia-smi journalctl; echo $HOME", check=False)
         assert str(res.stdout).split() == [
@@ -91,13 +99,13 @@ async def test_stand_ins_first_on_path_and_follow_ends_with_the_channel(
         assert int(total) == 97887 and 0 < int(used) < int(total)
         follow = await conn.create_process(f"journalctl -u {DEFAULT_UNIT} -o json -f -n 1")
         assert json.loads(await asyncio.wait_for(follow.stdout.readline(), 10))["_SYSTEMD_UNIT"]
+        assert followers(), "the follower is not found while it runs: the check below would prove nothing"
         follow.close()
-    pattern = f"journalctl --directory={twin.layout.journal_dir}"
-    for _ in range(200):
-        if subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode != 0:
-            break
+
+    deadline = time.monotonic() + 5
+    while followers() and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
-    assert subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode != 0
+    assert not followers()
 
 
 def test_openssh_client_reaches_the_twin(served: tuple[TwinHost, SshdHandle]) -> None:

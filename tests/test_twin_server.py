@@ -688,6 +688,7 @@ def test_gpus_json_idle_after_a_failed_start(tmp_path: Path) -> None:
     assert all(g["processes"] == [] and g["memory_used_mib"] == 0 for g in snap["gpus"])
 
 
+@pytest.mark.serial  # the exit is timed: measured with no other test running
 def test_sigterm_during_startup_exits_zero_quickly(tmp_path: Path) -> None:
     twin = TwinProc(
         [*KIMI, "--mem-fraction-static", "0.85"],

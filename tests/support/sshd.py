@@ -136,15 +136,80 @@ def start_sshd(
     `host_key` / `client_key` are private key paths (generated into config_dir when None; the client's
     public key is `<client_key>.pub`). `session_env` is the environment sessions get (PATH, HOME, ...).
     Raises RuntimeError with sshd's log when it does not come up.
+
+    A free port is only free when it is picked: another test (an xdist worker, another engineer's suite)
+    may bind it before sshd does. sshd then cannot bind and exits; with `port=None` another free port is
+    tried (up to `PORT_TRIES` in all). Up means this sshd's own process holds the listening socket, not
+    merely that something answers on the port.
     """
     reason = sshd_unavailable_reason()
     if reason:
         raise RuntimeError(reason)
+    tries = 1 if port else PORT_TRIES
+    for attempt in range(1, tries + 1):
+        try:
+            return _start_sshd_once(
+                config_dir,
+                listen=listen,
+                port=port or free_port(listen),
+                host_key=host_key,
+                client_key=client_key,
+                session_env=session_env,
+                user=user,
+                timeout=timeout,
+            )
+        except _PortTaken:
+            if attempt == tries:
+                raise
+    raise AssertionError("unreachable")
+
+
+PORT_TRIES = 5
+
+
+class _PortTaken(RuntimeError):
+    """sshd could not bind its port: something else took it first."""
+
+
+def listening_inodes(host: str, port: int) -> set[str]:
+    """The socket inodes listening on IPv4 `host`:`port`, from /proc/net/tcp (machine-wide, by address)."""
+    want = f"{socket.inet_aton(host)[::-1].hex().upper()}:{port:04X}"
+    found = set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[1] == want and fields[3] == "0A":  # st 0A: LISTEN
+                found.add(fields[9])
+    return found
+
+
+def holds_socket(pid: int, inodes: set[str]) -> bool:
+    """Whether process `pid` has one of these socket inodes open."""
+    fd_dir = Path(f"/proc/{pid}/fd")
+    with contextlib.suppress(OSError):
+        for fd in fd_dir.iterdir():
+            with contextlib.suppress(OSError):
+                link = os.readlink(fd)
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    return True
+    return False
+
+
+def _start_sshd_once(
+    config_dir: Path,
+    *,
+    listen: str,
+    port: int,
+    host_key: Path | None,
+    client_key: Path | None,
+    session_env: Mapping[str, str] | None,
+    user: str | None,
+    timeout: float,
+) -> SshdHandle:
     config_dir = config_dir.resolve()
     config_dir.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
     user = user or getpass.getuser()
-    port = port or free_port(listen)
     if host_key is None:
         host_key = config_dir / "ssh_host_ed25519_key"
         _keygen(host_key, "k26-test-sshd-host")
@@ -211,11 +276,13 @@ def start_sshd(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"sshd exited with {proc.returncode}: {handle.log().strip()}")
-        with socket.socket() as s:
-            s.settimeout(0.2)
-            if s.connect_ex((listen, port)) == 0:
-                return handle
-        time.sleep(0.01)
+            log = handle.log().strip()
+            if "Address already in use" in log:
+                raise _PortTaken(f"sshd could not bind {listen}:{port}: {log}")
+            raise RuntimeError(f"sshd exited with {proc.returncode}: {log}")
+        # Ours, not whatever else listens there: sshd's own process holds the listening socket.
+        if holds_socket(proc.pid, listening_inodes(listen, port)):
+            return handle
+        time.sleep(0.01)  # a poll interval within the deadline, not a wait in itself
     handle.stop()
     raise RuntimeError(f"sshd did not listen on {listen}:{port} within {timeout} s: {handle.log().strip()}")
