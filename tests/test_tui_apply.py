@@ -1,7 +1,9 @@
 """The console's restart flow against a twin over SSH (issue 7): from the profiles screen, ctx-200k takes
 the incident's host from --mem-fraction-static 0.85 (101,134 tokens) to a verified 200k context in one
 restart; a profile the planner refuses, forced, ends in a CUDA OOM that is pinned in the feed, and R rolls
-back to a verified server. One twin serves the module at a tiny time scale; the tests run in file order.
+back to a verified server. Each test states the host it needs: the first its own twin at the incident's
+first flags, the others the module's twin once ctx-200k has been applied to it (by the command line), so
+they pass alone and in any order.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from console.tui.profiles import ProfilesScreen
 from console.tui.screens import ApplyConfirmScreen, ConfirmScreen
 from console.tui.view import display_boot
 from console.twin.host import TwinHost
+from tests.support.cli import run_cli
 from tests.tui_support import plain
 
 TIME_SCALE = 0.002
@@ -37,6 +40,26 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
         yield host
     finally:
         host.stop_sync()
+
+
+@pytest.fixture
+def fresh_twin(tmp_path: Path) -> Iterator[TwinHost]:
+    """A twin of its own, at the incident's first flags (0.85: 101,134 tokens)."""
+    host = TwinHost(tmp_path / "fresh-twin", time_scale=TIME_SCALE)
+    host.start_sync()
+    try:
+        yield host
+    finally:
+        host.stop_sync()
+
+
+@pytest.fixture(scope="module")
+def twin_at_200k(twin: TwinHost, tmp_path_factory: pytest.TempPathFactory) -> TwinHost:
+    """The module's twin running ctx-200k as `apply` writes it (applied once, from the command line)."""
+    home = tmp_path_factory.mktemp("apply-200k")
+    res = run_cli(home, "apply", twin.name, "ctx-200k", "--yes", "--hosts", str(twin.hosts_toml), timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return twin
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +101,8 @@ def ready_pool(dash: HostDashboard) -> int | None:
     return boot.pool.tokens if boot is not None and boot.ready and not boot.ended else None
 
 
-async def test_profiles_screen_takes_the_host_to_a_verified_200k(twin, store, tmp_path) -> None:
+async def test_profiles_screen_takes_the_host_to_a_verified_200k(fresh_twin, store, tmp_path) -> None:
+    twin = fresh_twin
     app = console(twin, store, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         dash = app.dashboards[twin.name]
@@ -130,7 +154,8 @@ async def test_profiles_screen_takes_the_host_to_a_verified_200k(twin, store, tm
         assert "# T(0.93) = 205,444" in saved
 
 
-async def test_a_refused_profile_forced_fails_pinned_and_rolls_back(twin, store, tmp_path) -> None:
+async def test_a_refused_profile_forced_fails_pinned_and_rolls_back(twin_at_200k, store, tmp_path) -> None:
+    twin = twin_at_200k
     app = console(twin, store, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         dash = app.dashboards[twin.name]
@@ -189,11 +214,12 @@ async def test_read_only_console_refuses_apply_on_a_live_host(twin, store, tmp_p
 
 
 async def test_a_probe_is_kept_in_a_profile_only_when_that_profile_runs(
-    twin, store, tmp_path, monkeypatch: pytest.MonkeyPatch
+    twin_at_200k, store, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The console's --profile is a goal, not what the server runs: a probe's tok/s go into a profile's
     `[verified]` only when the unit runs that profile as apply writes it; otherwise to the history alone,
-    and the probe screen says so. (The twin runs ctx-200k here, verified and rolled back to above.)"""
+    and the probe screen says so. (The twin runs ctx-200k here, applied by the fixture.)"""
+    twin = twin_at_200k
     from console.sources.probe import load_history
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))

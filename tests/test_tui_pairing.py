@@ -157,6 +157,7 @@ async def watch_phases(dash: HostDashboard, boots_before: int, seen: set[str]) -
         await asyncio.sleep(0.02)
 
 
+@pytest.mark.serial  # samples the phases every 20-50 ms: under a parallel pass it misses them
 async def test_b_watches_a_apply_live_and_is_refused_by_name(twin, store, tmp_path) -> None:
     a, b = console(twin, store, tmp_path / "a", ALICE), console(twin, store, tmp_path / "b", BOB)
     told_b = Told(b)

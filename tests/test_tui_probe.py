@@ -122,7 +122,7 @@ def test_depth_chart_draws_every_curve_with_its_marker() -> None:
 
 
 @pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+def module_twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     twin = start_twin(
         tmp_path_factory.mktemp("tui-probe"), "tuiprobe", "healthy", {"--mem-fraction-static": "0.94"}
     )
@@ -130,6 +130,27 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
         yield twin
     finally:
         twin.stop_sync()
+
+
+@pytest.fixture
+def twin(module_twin):  # type: ignore[no-untyped-def]
+    """The module's twin with its server up: a test that stops it (the dying-server one) leaves it
+    stopped, and the next test, in whatever order, starts it again first."""
+    import httpx
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(module_twin.sglang_url + "/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    if not healthy():
+        module_twin.systemctl("start", module_twin.unit, check=False)
+        deadline = time.monotonic() + 60
+        while not healthy():
+            assert time.monotonic() < deadline, "the twin's server did not come back"
+            time.sleep(0.1)  # polling the condition, with the deadline above
+    return module_twin
 
 
 class ScreenApp(App[None]):
