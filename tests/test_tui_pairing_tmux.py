@@ -100,10 +100,13 @@ def _trail(twin: TwinHost, home: Path) -> list[dict[str, object]]:
 
 
 def _palette(sock: str, pane: str, command: str) -> None:
+    """Run a palette command as a person does: open the palette, type, and press Enter once the command
+    is listed (typed in the input and shown as a hit: twice on the screen)."""
+    before = _screen(sock, pane).count(command)
     _tmux(sock, "send-keys", "-t", pane, "C-p")
-    time.sleep(0.6)
+    _wait_for(sock, pane, lambda s: "Search for commands" in s, 20, "the command palette")
     _tmux(sock, "send-keys", "-t", pane, "-l", command)
-    time.sleep(0.8)
+    _wait_for(sock, pane, lambda s: s.count(command) >= before + 2, 20, f"{command!r} listed")
     _tmux(sock, "send-keys", "-t", pane, "Enter")
 
 
@@ -146,8 +149,8 @@ def test_two_consoles_side_by_side_one_killed_mid_restart(twin: TwinHost, tmp_pa
         screen = _wait_for(sock, b, lambda s: "Break the stale lock on twin?" in s, 20, "the confirmation")
         assert "alice@" in screen and "apply ctx-200k" in screen
         _tmux(sock, "send-keys", "-t", b, "n")
-        time.sleep(1.5)
-        assert "STALE lock alice@" in _screen(sock, b)
+        screen = _wait_for(sock, b, lambda s: "Break the stale lock on twin?" not in s, 20, "the answer")
+        assert "STALE lock alice@" in screen
         _palette(sock, b, "Break the stale lock on twin")
         _wait_for(sock, b, lambda s: "Break the stale lock on twin?" in s, 20, "the confirmation again")
         _tmux(sock, "send-keys", "-t", b, "y")
