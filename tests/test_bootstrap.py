@@ -23,6 +23,8 @@ def _bootstrap(tmp_path: Path, apt_get: str) -> tuple[subprocess.CompletedProces
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     shutil.copy2(REPO / "scripts" / "bootstrap", repo / "scripts" / "bootstrap")
+    # --dev also caches the twin's SGLang wheel: a stand-in here, nothing is downloaded.
+    _stand_in(repo / "scripts" / "fetch-sglang-wheel", "exit 0\n")
     (repo / ".venv" / "bin").mkdir(parents=True)
     _stand_in(repo / ".venv" / "bin" / "python", "exit 0\n")
     bin_dir = tmp_path / "bin"
