@@ -1,0 +1,309 @@
+"""`k26-console export`: the Prometheus exporter against the twin, checked by promtool and scraped by a
+real Prometheus server (Debian's `prometheus`, started by the test on loopback and stopped by its PID).
+
+Also: the families built from a real journal (the corpus) carry the fold's pool and pass promtool, a
+host that drops keeps its values with `k26_up` 0 and comes back, and bad input is one sentence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from console.core.export import HostExtras, host_figures, phase_durations
+from console.core.parser import parse_lines
+from console.core.snapshot import ConnectionStatus, ConnState, HostSnapshot
+from console.core.state import HostState
+from console.sources.exporter import ExportCollector, families
+from console.twin.host import TwinHost, free_port
+from tests.support.cli import CLI, REPO, operator_env, run_cli, started_twin, wait_until
+
+SHARED = REPO.parent / "shared"
+PROMTOOL = shutil.which("promtool")
+PROMETHEUS = shutil.which("prometheus")
+
+
+def _corpus_journal() -> Path:
+    corpus = SHARED / "corpus"
+    if not corpus.is_dir():
+        pytest.skip(f"the reference corpus is not at {corpus}")
+    for path in sorted(corpus.rglob("*")):
+        if path.is_file() and path.suffix in (".log", ".txt", ".jsonl", ".json"):
+            text = path.read_text(errors="replace")
+            if "max_total_num_tokens=" in text:
+                return path
+    pytest.skip("no journal with a pool summary in the corpus")
+
+
+def promtool_check(text: str) -> None:
+    if PROMTOOL is None:
+        pytest.skip("promtool is not installed (Debian package prometheus; scripts/bootstrap --dev)")
+    res = subprocess.run(
+        [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), s.value))
+    return out
+
+
+def test_families_from_a_real_journal_carry_its_pool_and_pass_promtool() -> None:
+    path = _corpus_journal()
+    state = HostState().apply_all(parse_lines(path.read_text(errors="replace").split("\n")))
+    latest = state.latest
+    assert latest is not None and latest.pool.tokens is not None
+    snap = HostSnapshot(
+        host="gpu-a",
+        state=state,
+        connection=ConnectionStatus(host="gpu-a", state=ConnState.UP, since=0.0),
+    )
+    extras = HostExtras(
+        profile="ctx-200k", target_context=200_000, lock_holder="ana@jump", lock_intent="apply"
+    )
+    figures = host_figures(snap, extras, unit="sglang.service")
+    registry = CollectorRegistry(auto_describe=False)
+
+    class Fixed(ExportCollector):
+        def collect(self):  # type: ignore[no-untyped-def]
+            return iter(families([figures]))
+
+    registry.register(Fixed())
+    text = generate_latest(registry).decode()
+    promtool_check(text)
+    got = samples(text)
+    (labels, pool), *_ = got["k26_kv_pool_tokens"]
+    assert pool == latest.pool.tokens
+    assert labels == {
+        "host": "gpu-a",
+        "unit": "sglang.service",
+        "model": figures.model,
+        "profile": "ctx-200k",
+    }
+    assert got["k26_up"][0][1] == 1.0
+    assert got["k26_target_context_tokens"][0][1] == 200_000
+    assert ({**labels, "holder": "ana@jump", "intent": "apply"}, 1.0) in got["k26_lock_held"]
+    phases = [lab["phase"] for lab, v in got["k26_boot_phase"] if v == 1.0]
+    assert phases == [latest.phase]
+    # the histogram counts every boot that showed a phase's start and the next one's
+    durations = phase_durations(latest)
+    for phase, seconds in durations.items():
+        count = [v for lab, v in got["k26_startup_phase_duration_seconds_count"] if lab["phase"] == phase]
+        assert count and count[0] >= 1, (phase, seconds)
+
+
+def test_a_host_removed_from_the_collector_takes_its_series_with_it() -> None:
+    state = HostState()
+    snaps = {
+        name: HostSnapshot(
+            host=name, state=state, connection=ConnectionStatus(host=name, state=ConnState.UP, since=0)
+        )
+        for name in ("a", "b")
+    }
+
+    class Stub:
+        def __init__(self, name: str) -> None:
+            self.host = type("H", (), {"name": name})()
+            self.name = name
+
+        def figures(self):  # type: ignore[no-untyped-def]
+            return host_figures(snaps[self.name], None, unit="u.service")
+
+    collector = ExportCollector([Stub("a"), Stub("b")])  # type: ignore[list-item]
+    hosts = {lab["host"] for lab, _ in samples(_text(collector))["k26_up"]}
+    assert hosts == {"a", "b"}
+    collector.remove("a")
+    text = _text(collector)
+    assert {lab["host"] for lab, _ in samples(text)["k26_up"]} == {"b"}
+    assert 'host="a"' not in text
+
+
+def _text(collector: ExportCollector) -> str:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return generate_latest(registry).decode()
+
+
+def test_bad_listen_and_unknown_host_are_one_sentence(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts.a]\nssh = "127.0.0.1"\n')
+    for args, words in (
+        (["--listen", "nowhere"], "--listen wants ADDRESS:PORT"),
+        (["--listen", "127.0.0.1:99999"], "--listen wants ADDRESS:PORT"),
+        (["--listen", "example.org:9426"], "--listen wants an IP address"),
+        (["--poll", "0"], "--poll wants"),
+    ):
+        res = run_cli(tmp_path, "export", "a", "--hosts", str(hosts), *args, timeout=60)
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.startswith("k26-console: ") and words in res.stderr
+        assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# Against the twin: promtool, a real Prometheus, a host that goes away
+# --------------------------------------------------------------------------------------------------
+
+
+def _get(url: str, timeout: float = 5.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as res:
+        return str(res.read().decode())
+
+
+def _metrics(port: int) -> str | None:
+    try:
+        return _get(f"http://127.0.0.1:{port}/metrics")
+    except OSError:
+        return None
+
+
+def _value(text: str | None, name: str, host: str = "twin") -> float | None:
+    if text is None:
+        return None
+    for lab, v in samples(text).get(name, []):
+        if lab.get("host") == host:
+            return v
+    return None
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
+    with started_twin(tmp_path_factory.mktemp("export") / "state") as host:
+        yield host
+
+
+def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        cmd,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def exporter(twin: TwinHost, tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    port = free_port()
+    proc = _start(
+        [
+            *CLI,
+            "export",
+            "twin",
+            "--hosts",
+            str(twin.hosts_toml),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--poll",
+            "1",
+        ],
+        tmp_path / "export.log",
+        env=operator_env(tmp_path),
+    )
+    try:
+        yield port, proc
+    finally:
+        _stop(proc)
+        assert proc.returncode == 0, (tmp_path / "export.log").read_text()
+
+
+def _twin_pool(twin: TwinHost) -> int:
+    from console.cli.cmd_verify import _remote_boots
+
+    boots, _ = _remote_boots("twin", str(twin.hosts_toml))
+    tokens = boots[-1].pool.tokens
+    assert tokens is not None
+    return tokens
+
+
+def test_export_serves_the_twin_to_promtool_and_a_real_prometheus(
+    twin: TwinHost, exporter: tuple[int, subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    if PROMETHEUS is None or PROMTOOL is None:
+        pytest.skip(
+            "prometheus/promtool are not installed (Debian package prometheus; scripts/bootstrap --dev)"
+        )
+    port, _proc = exporter
+    pool = _twin_pool(twin)
+    assert wait_until(lambda: _value(_metrics(port), "k26_kv_pool_tokens") == pool, 60), _metrics(port)
+    text = _metrics(port)
+    assert text is not None
+    promtool_check(text)
+    assert _value(text, "k26_up") == 1.0
+    assert _value(text, "k26_boot_phase") is not None
+
+    prom_port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n  - job_name: k26\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{port}']\n"
+    )
+    prom = _start(
+        [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+        tmp_path / "prometheus.log",
+    )
+    try:
+        query = urllib.parse.urlencode({"query": 'k26_kv_pool_tokens{host="twin"}'})
+
+        def answered() -> float | None:
+            try:
+                doc = json.loads(_get(f"http://127.0.0.1:{prom_port}/api/v1/query?{query}"))
+            except (OSError, ValueError):
+                return None
+            result = doc.get("data", {}).get("result", [])
+            return float(result[0]["value"][1]) if result else None
+
+        assert wait_until(lambda: answered() == pool, 60, 0.5), (tmp_path / "prometheus.log").read_text()[
+            -2000:
+        ]
+    finally:
+        _stop(prom)
+
+
+def test_a_host_that_goes_away_shows_up_0_keeps_its_values_and_recovers(
+    twin: TwinHost, exporter: tuple[int, subprocess.Popen[bytes]]
+) -> None:
+    port, _ = exporter
+    assert wait_until(lambda: _value(_metrics(port), "k26_up") == 1.0, 60), _metrics(port)
+    assert wait_until(lambda: _value(_metrics(port), "k26_kv_pool_tokens") is not None, 60)
+    pool = _value(_metrics(port), "k26_kv_pool_tokens")
+    twin.cut_ssh()
+    try:
+        assert wait_until(lambda: _value(_metrics(port), "k26_up") == 0.0, 60), _metrics(port)
+        # the last values stay, marked by up = 0
+        assert _value(_metrics(port), "k26_kv_pool_tokens") == pool
+    finally:
+        twin.restore_ssh()
+    assert wait_until(lambda: _value(_metrics(port), "k26_up") == 1.0, 90), _metrics(port)
+    assert _value(_metrics(port), "k26_kv_pool_tokens") == pool
