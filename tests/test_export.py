@@ -7,6 +7,7 @@ host that drops keeps its values with `k26_up` 0 and comes back, and bad input i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -22,10 +23,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from console.core.export import HostExtras, host_figures, phase_durations
+from console.core.pairing import Identity
 from console.core.parser import parse_lines
 from console.core.snapshot import ConnectionStatus, ConnState, HostSnapshot
 from console.core.state import HostState
 from console.sources.exporter import ExportCollector, families
+from console.sources.hosts import load_hosts
+from console.sources.hoststate import HostStateDir
+from console.sources.transport import Transport
 from console.twin.host import TwinHost, free_port
 from tests.support.cli import CLI, REPO, operator_env, run_cli, started_twin, wait_until
 
@@ -34,16 +39,12 @@ PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
 
 
-def _corpus_journal() -> Path:
-    corpus = SHARED / "corpus"
-    if not corpus.is_dir():
-        pytest.skip(f"the reference corpus is not at {corpus}")
-    for path in sorted(corpus.rglob("*")):
-        if path.is_file() and path.suffix in (".log", ".txt", ".jsonl", ".json"):
-            text = path.read_text(errors="replace")
-            if "max_total_num_tokens=" in text:
-                return path
-    pytest.skip("no journal with a pool summary in the corpus")
+def _corpus_journal(name: str = "case-01.log") -> Path:
+    """A real journal from the reference corpus: case-01 has a pool and two errors in its boot."""
+    path = SHARED / "corpus" / "public" / name
+    if not path.is_file():
+        pytest.skip(f"the reference corpus is not at {path.parent}")
+    return path
 
 
 def promtool_check(text: str) -> None:
@@ -74,7 +75,11 @@ def test_families_from_a_real_journal_carry_its_pool_and_pass_promtool() -> None
         connection=ConnectionStatus(host="gpu-a", state=ConnState.UP, since=0.0),
     )
     extras = HostExtras(
-        profile="ctx-200k", target_context=200_000, lock_holder="ana@jump", lock_intent="apply"
+        profile="ctx-200k",
+        target_context=200_000,
+        lock_holder="ana@jump",
+        lock_intent="apply",
+        pending_deadline=1_800_000_000.5,
     )
     figures = host_figures(snap, extras, unit="sglang.service")
     registry = CollectorRegistry(auto_describe=False)
@@ -98,6 +103,13 @@ def test_families_from_a_real_journal_carry_its_pool_and_pass_promtool() -> None
     assert got["k26_up"][0][1] == 1.0
     assert got["k26_target_context_tokens"][0][1] == 200_000
     assert ({**labels, "holder": "ana@jump", "intent": "apply"}, 1.0) in got["k26_lock_held"]
+    assert got["k26_pending_rollback_deadline_seconds"] == [(labels, 1_800_000_000.5)]
+    errors = {lab["category"]: v for lab, v in got.get("k26_errors_since_boot", [])}
+    want: dict[str, float] = {}
+    for err in latest.errors:
+        want[err.category] = want.get(err.category, 0) + 1
+    assert errors == want
+    assert errors == {"scheduler_exception": 1.0, "sigquit": 1.0}
     phases = [lab["phase"] for lab, v in got["k26_boot_phase"] if v == 1.0]
     assert phases == [latest.phase]
     # the histogram counts every boot that showed a phase's start and the next one's
@@ -307,3 +319,45 @@ def test_a_host_that_goes_away_shows_up_0_keeps_its_values_and_recovers(
         twin.restore_ssh()
     assert wait_until(lambda: _value(_metrics(port), "k26_up") == 1.0, 90), _metrics(port)
     assert _value(_metrics(port), "k26_kv_pool_tokens") == pool
+
+
+def test_the_lock_holder_and_the_last_probe_show_up_and_the_lock_goes_away_on_release(
+    twin: TwinHost, exporter: tuple[int, subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    port, _ = exporter
+    # a probe run by the same operator (same state dir): its history is what the exporter reads
+    res = run_cli(
+        tmp_path, "probe", "twin", "--depth", "2k", "--tokens", "3", "--hosts", str(twin.hosts_toml)
+    )
+    assert res.returncode == 0, res.stderr
+    record = json.loads((tmp_path / "state" / "k26-console" / "probes.jsonl").read_text().split("\n")[0])
+    tok_s = record["result"]["decode_tok_s"]
+    assert wait_until(lambda: _value(_metrics(port), "k26_probe_decode_tokens_per_second") == tok_s, 30)
+    text = _metrics(port)
+    assert [lab["depth"] for lab, _ in samples(text or "")["k26_probe_decode_tokens_per_second"]] == ["2000"]
+
+    config = load_hosts(twin.hosts_toml).hosts[twin.name]
+    me = Identity(user="alice", jump_host="jump1", pid=4242, console_id="alice1")
+
+    def held(text: str | None) -> list[tuple[dict[str, str], float]]:
+        return [(lab, v) for lab, v in samples(text or "").get("k26_lock_held", []) if v == 1.0]
+
+    async def hold_then_release() -> None:
+        async with Transport(config, ssh_config=[]) as transport:
+            state = HostStateDir(transport, config, me)
+            lock = await state.acquire("apply ctx-200k")
+            try:
+                seen = await asyncio.to_thread(wait_until, lambda: held(_metrics(port)), 30)
+                assert seen, _metrics(port)
+                ((labels, _),) = held(_metrics(port))
+                assert (labels["holder"], labels["intent"]) == ("alice@jump1", "apply ctx-200k")
+            finally:
+                await lock.release()
+            assert await asyncio.to_thread(wait_until, lambda: not held(_metrics(port)), 30)
+
+    asyncio.run(hold_then_release())
+    # the predicted pool for the running flags: the planner calibrated on the twin's own boots
+    pool = _value(_metrics(port), "k26_kv_pool_tokens")
+    predicted = _value(_metrics(port), "k26_predicted_pool_tokens")
+    assert pool is not None and predicted is not None
+    assert abs(predicted - pool) / pool < 0.02
