@@ -22,12 +22,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from console.core.export import HostExtras, host_figures, phase_durations
+from console.core.export import HostExtras, HostFigures, host_figures, phase_durations
 from console.core.pairing import Identity
 from console.core.parser import parse_lines
 from console.core.snapshot import ConnectionStatus, ConnState, HostSnapshot
 from console.core.state import HostState
-from console.sources.exporter import ExportCollector, families
+from console.sources.exporter import ExportCollector
 from console.sources.hosts import load_hosts
 from console.sources.hoststate import HostStateDir
 from console.sources.transport import Transport
@@ -45,6 +45,15 @@ def _corpus_journal(name: str = "case-01.log") -> Path:
     if not path.is_file():
         pytest.skip(f"the reference corpus is not at {path.parent}")
     return path
+
+
+class Named:
+    def __init__(self, name: str, figures: HostFigures) -> None:
+        self.name = name
+        self._figures = figures
+
+    def figures(self) -> HostFigures:
+        return self._figures
 
 
 def promtool_check(text: str) -> None:
@@ -83,12 +92,7 @@ def test_families_from_a_real_journal_carry_its_pool_and_pass_promtool() -> None
     )
     figures = host_figures(snap, extras, unit="sglang.service")
     registry = CollectorRegistry(auto_describe=False)
-
-    class Fixed(ExportCollector):
-        def collect(self):  # type: ignore[no-untyped-def]
-            return iter(families([figures]))
-
-    registry.register(Fixed())
+    registry.register(ExportCollector([Named("gpu-a", figures)]))
     text = generate_latest(registry).decode()
     promtool_check(text)
     got = samples(text)
@@ -128,15 +132,14 @@ def test_a_host_removed_from_the_collector_takes_its_series_with_it() -> None:
         for name in ("a", "b")
     }
 
-    class Stub:
+    class Fixed:
         def __init__(self, name: str) -> None:
-            self.host = type("H", (), {"name": name})()
             self.name = name
 
-        def figures(self):  # type: ignore[no-untyped-def]
+        def figures(self) -> HostFigures:
             return host_figures(snaps[self.name], None, unit="u.service")
 
-    collector = ExportCollector([Stub("a"), Stub("b")])  # type: ignore[list-item]
+    collector = ExportCollector([Fixed("a"), Fixed("b")])
     hosts = {lab["host"] for lab, _ in samples(_text(collector))["k26_up"]}
     assert hosts == {"a", "b"}
     collector.remove("a")

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from prometheus_client.metrics_core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -53,6 +54,15 @@ def _label(value: str) -> str:
     return terminal_safe(value)[:200]
 
 
+class FigureSource(Protocol):
+    """What the collector reads a host from: its name and its newest figures."""
+
+    @property
+    def name(self) -> str: ...
+
+    def figures(self) -> HostFigures: ...
+
+
 class HostExport:
     """One followed host: its session and the extras polled beside it."""
 
@@ -73,6 +83,10 @@ class HostExport:
         self.extras = HostExtras()
         self._state = HostStateDir(self.session.transport, host)
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.host.name
 
     @property
     def snapshot(self) -> HostSnapshot:
@@ -167,13 +181,14 @@ class HostExport:
 class ExportCollector(Collector):
     """Metric families built at each scrape from the hosts' newest state."""
 
-    def __init__(self, hosts: Iterable[HostExport] = ()) -> None:
-        self._hosts: dict[str, HostExport] = {h.host.name: h for h in hosts}
+    def __init__(self, hosts: Iterable[FigureSource] = ()) -> None:
+        self._hosts: dict[str, FigureSource] = {h.name: h for h in hosts}
 
-    def add(self, host: HostExport) -> None:
-        self._hosts = {**self._hosts, host.host.name: host}
+    def add(self, host: FigureSource) -> None:
+        # a new dict, never a mutated one: a scrape running in the server's thread keeps its own view
+        self._hosts = {**self._hosts, host.name: host}
 
-    def remove(self, name: str) -> HostExport | None:
+    def remove(self, name: str) -> FigureSource | None:
         hosts = dict(self._hosts)
         gone = hosts.pop(name, None)
         self._hosts = hosts
