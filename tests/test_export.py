@@ -27,7 +27,7 @@ from console.core.pairing import Identity
 from console.core.parser import parse_lines
 from console.core.snapshot import ConnectionStatus, ConnState, HostSnapshot
 from console.core.state import HostState
-from console.sources.exporter import ExportCollector
+from console.sources.exporter import ExportCollector, FigureCache
 from console.sources.hosts import load_hosts
 from console.sources.hoststate import HostStateDir
 from console.sources.transport import Transport
@@ -364,3 +364,17 @@ def test_the_lock_holder_and_the_last_probe_show_up_and_the_lock_goes_away_on_re
     predicted = _value(_metrics(port), "k26_predicted_pool_tokens")
     assert pool is not None and predicted is not None
     assert abs(predicted - pool) / pool < 0.02
+
+
+def test_the_figure_cache_gives_what_a_fresh_fold_gives_as_the_journal_grows() -> None:
+    lines = _corpus_journal("case-03.log").read_text(errors="replace").split("\n")
+    cache = FigureCache(unit="u.service")
+    state = HostState()
+    seen_phases = 0
+    for chunk in range(0, len(lines), max(1, len(lines) // 7)):
+        state = state.apply_all(parse_lines(lines[chunk : chunk + max(1, len(lines) // 7)]))
+        snap = HostSnapshot(host="h", state=state)
+        cached = cache.figures(snap, None)
+        assert cached == host_figures(snap, None, unit="u.service")
+        seen_phases = max(seen_phases, len(cached.phase_durations))
+    assert seen_phases >= 2  # the startup's phases showed up along the way, not only at the end

@@ -10,7 +10,7 @@ does I/O or knows the time (the caller passes `now`).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -214,8 +214,15 @@ def verdict_ok(boots: Sequence[Boot], target: int | None) -> bool | None:
 
 
 def host_figures(
-    snap: HostSnapshot, extras: HostExtras | None, *, unit: str, model: str | None = None
+    snap: HostSnapshot,
+    extras: HostExtras | None,
+    *,
+    unit: str,
+    model: str | None = None,
+    durations: Mapping[str, list[float]] | None = None,
 ) -> HostFigures:
+    """`durations`: the boots' phase durations when the caller keeps them (`all_phase_durations` of the
+    snapshot's boots otherwise)."""
     extras = extras or HostExtras()
     boots = snap.state.boots
     latest = boots[-1] if boots else None
@@ -257,7 +264,7 @@ def host_figures(
         boot_number=latest.index if latest is not None else None,
         boot_start_time=start,
         boot_phase=latest.phase if latest is not None else None,
-        phase_durations=all_phase_durations(boots),
+        phase_durations=dict(durations) if durations is not None else all_phase_durations(boots),
         verdict_ok=verdict_ok(boots, extras.target_context),
         errors=errors,
         memory_gib=memory_split(latest) if latest is not None else {},

@@ -30,11 +30,13 @@ from console.core.export import (
     HostFigures,
     ProbePoint,
     host_figures,
+    phase_durations,
 )
 from console.core.models import ModelConfigError
 from console.core.planning import boot_source, latest_sized, plan_restart, resolve_model
 from console.core.probe import ProbeRecord
 from console.core.snapshot import HostSnapshot
+from console.core.state import Boot
 from console.core.text import terminal_safe
 from console.sources.hosts import HostConfig
 from console.sources.hoststate import HostStateDir, HostStateError
@@ -63,6 +65,31 @@ class FigureSource(Protocol):
     def figures(self) -> HostFigures: ...
 
 
+class FigureCache:
+    """`host_figures` for a host's successive snapshots, keeping each boot's phase durations while the
+    boot is the same object (boots are immutable: a boot that changed is a new object). A scrape then
+    reads the journal's history once, not once per scrape: only the boot being folded is read again."""
+
+    def __init__(self, *, unit: str, model: str | None = None) -> None:
+        self.unit = unit
+        self.model = model
+        self._durations: dict[int, tuple[Boot, dict[str, float]]] = {}
+
+    def figures(self, snap: HostSnapshot, extras: HostExtras | None) -> HostFigures:
+        kept = self._durations
+        fresh: dict[int, tuple[Boot, dict[str, float]]] = {}
+        merged: dict[str, list[float]] = {}
+        for boot in snap.state.boots:
+            hit = kept.get(boot.index)
+            durations = hit[1] if hit is not None and hit[0] is boot else phase_durations(boot)
+            fresh[boot.index] = (boot, durations)
+            for phase, seconds in durations.items():
+                merged.setdefault(phase, []).append(seconds)
+        # replaced whole, never mutated: a scrape in another thread keeps the dict it started with
+        self._durations = fresh
+        return host_figures(snap, extras, unit=self.unit, model=self.model, durations=merged)
+
+
 class HostExport:
     """One followed host: its session and the extras polled beside it."""
 
@@ -82,6 +109,7 @@ class HostExport:
         self.session = session or HostSession(host, keep_events=50)
         self.extras = HostExtras()
         self._state = HostStateDir(self.session.transport, host)
+        self._cache = FigureCache(unit=host.unit_name, model=host.model)
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -93,7 +121,7 @@ class HostExport:
         return self.session.snapshot
 
     def figures(self) -> HostFigures:
-        return host_figures(self.snapshot, self.extras, unit=self.host.unit_name, model=self.host.model)
+        return self._cache.figures(self.snapshot, self.extras)
 
     async def start(self) -> None:
         await self.session.start()
