@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -22,12 +24,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from console.cli import cmd_export
+from console.cli.main import build_parser
 from console.core.export import HostExtras, HostFigures, host_figures, phase_durations
 from console.core.pairing import Identity
 from console.core.parser import parse_lines
 from console.core.snapshot import ConnectionStatus, ConnState, HostSnapshot
 from console.core.state import HostState
-from console.sources.exporter import ExportCollector, FigureCache
+from console.sources.exporter import ExportCollector, FigureCache, families
 from console.sources.hosts import load_hosts
 from console.sources.hoststate import HostStateDir
 from console.sources.transport import Transport
@@ -378,3 +382,41 @@ def test_the_figure_cache_gives_what_a_fresh_fold_gives_as_the_journal_grows() -
         assert cached == host_figures(snap, None, unit="u.service")
         seen_phases = max(seen_phases, len(cached.phase_durations))
     assert seen_phases >= 2  # the startup's phases showed up along the way, not only at the end
+
+
+def _exported_names() -> set[str]:
+    """Every sample name the exporter can produce (a histogram's _bucket, _count and _sum included)."""
+    names: set[str] = set()
+    for fam in families([]):
+        names.add(fam.name)
+        if fam.type == "histogram":
+            names |= {fam.name + s for s in ("_bucket", "_count", "_sum")}
+    return names
+
+
+def test_the_grafana_dashboard_queries_only_metrics_the_exporter_serves() -> None:
+    doc = json.loads((REPO / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in doc["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\bk26_[a-z0-9_]+", e)}
+    assert used and used <= _exported_names(), used - _exported_names()
+    # built on SGLang's own metrics too, by the names SGLang exports (those the console reads)
+    sglang = {m for e in exprs for m in re.findall(r"\bsglang:[a-z0-9_]+", e)}
+    assert {"sglang:num_running_reqs", "sglang:token_usage", "sglang:gen_throughput"} <= sglang
+    known = (REPO / "console" / "core" / "metrics.py").read_text()
+    for name in sglang:
+        assert f'"{name.removesuffix("_bucket")}"' in known, name
+    # every family of the exporter is on some panel
+    assert {f.name for f in families([])} - {m.removesuffix("_bucket") for m in used} <= {
+        "k26_server_healthy",
+        "k26_probe_time_seconds",
+    }
+
+
+def test_the_systemd_unit_example_runs_a_valid_export_command() -> None:
+    unit = (REPO / "docs" / "k26-console-export.service").read_text()
+    (exec_start,) = [line for line in unit.split("\n") if line.startswith("ExecStart=")]
+    argv = shlex.split(exec_start.removeprefix("ExecStart="))
+    assert argv[0].endswith("/k26-console") and argv[1] == "export"
+    args = build_parser().parse_args(argv[1:])
+    assert args.func is cmd_export.run
+    assert cmd_export.parse_listen(args.listen) == ("127.0.0.1", 9426)
