@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -135,8 +136,20 @@ class HostExport:
         await self.session.close()
 
     async def _poll(self) -> None:
+        # Runs for days: a poll that fails in a way not foreseen is said once on stderr and tried again
+        # next time, never left to end the task (the extras would then freeze without a word).
+        said: str | None = None
         while True:
-            await self.poll_once()
+            try:
+                await self.poll_once()
+            except Exception as exc:
+                what = f"{type(exc).__name__}: {exc}"
+                if what != said:
+                    sys.stderr.write(
+                        terminal_safe(f"k26-console: export: reading {self.host.name}'s state failed: {what}")
+                        + "\n"
+                    )
+                    said = what
             await asyncio.sleep(self.poll_s)
 
     async def poll_once(self) -> None:
