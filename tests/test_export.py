@@ -18,6 +18,7 @@ import subprocess
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from console.cli import cmd_export
 from console.cli.main import build_parser
+from console.core.confirm import PendingRollback
 from console.core.export import HostExtras, HostFigures, host_figures, phase_durations
 from console.core.pairing import Identity
 from console.core.parser import parse_lines
@@ -111,7 +113,7 @@ def test_families_from_a_real_journal_carry_its_pool_and_pass_promtool() -> None
     assert got["k26_up"][0][1] == 1.0
     assert got["k26_target_context_tokens"][0][1] == 200_000
     assert ({**labels, "holder": "ana@jump", "intent": "apply"}, 1.0) in got["k26_lock_held"]
-    assert got["k26_pending_rollback_deadline_seconds"] == [(labels, 1_800_000_000.5)]
+    assert got["k26_pending_rollback_deadline_seconds"] == [({**labels, "active": "true"}, 1_800_000_000.5)]
     errors = {lab["category"]: v for lab, v in got.get("k26_errors_since_boot", [])}
     want: dict[str, float] = {}
     for err in latest.errors:
@@ -420,3 +422,35 @@ def test_the_systemd_unit_example_runs_a_valid_export_command() -> None:
     args = build_parser().parse_args(argv[1:])
     assert args.func is cmd_export.run
     assert cmd_export.parse_listen(args.listen) == ("127.0.0.1", 9426)
+
+
+def test_a_pending_rollback_record_on_the_host_shows_its_deadline_and_whether_its_timer_waits(
+    twin: TwinHost, exporter: tuple[int, subprocess.Popen[bytes]]
+) -> None:
+    port, _ = exporter
+    state_dir = twin.layout.home_dir / ".k26-console"
+    state_dir.mkdir(exist_ok=True)
+    record = state_dir / "pending-rollback.json"
+    deadline = datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC)
+    pending = PendingRollback(
+        unit=twin.unit_name,
+        timer="k26-rollback-x",
+        deadline=deadline,
+        armed_at=deadline,
+        armed_by="ana@jump1",
+        profile="ctx-200k",
+        confirm_within_s=300,
+    )
+    record.write_text(pending.model_dump_json() + "\n")
+
+    def deadline_series() -> list[tuple[dict[str, str], float]]:
+        return samples(_metrics(port) or "").get("k26_pending_rollback_deadline_seconds", [])
+
+    try:
+        assert wait_until(deadline_series, 30), _metrics(port)
+        ((labels, value),) = deadline_series()
+        # no timer of that name waits on the twin: the record is there, the rollback will not fire
+        assert (labels["active"], value) == ("false", deadline.timestamp())
+    finally:
+        record.unlink()
+    assert wait_until(lambda: not deadline_series(), 30), _metrics(port)

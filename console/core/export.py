@@ -79,6 +79,8 @@ class HostExtras(BaseModel):
     lock_intent: str | None = None
     pending_deadline: float | None = None
     """Unix time at which an armed host-side rollback fires; None when none is armed."""
+    pending_active: bool | None = None
+    """Whether that rollback's timer still waits (False: the record is there, the timer is gone)."""
     probe: tuple[ProbePoint, ...] = ()
     probe_time: float | None = None
     """Unix time of the last probe run."""
@@ -120,6 +122,7 @@ class HostFigures(BaseModel):
     lock_holder: str = ""
     lock_intent: str = ""
     pending_deadline: float | None = None
+    pending_active: bool | None = None
 
 
 def epoch(event: Event) -> float | None:
@@ -277,4 +280,5 @@ def host_figures(
         lock_holder=extras.lock_holder or "",
         lock_intent=extras.lock_intent or "",
         pending_deadline=extras.pending_deadline,
+        pending_active=extras.pending_active,
     )

@@ -39,6 +39,7 @@ from console.core.probe import ProbeRecord
 from console.core.snapshot import HostSnapshot
 from console.core.state import Boot
 from console.core.text import terminal_safe
+from console.sources.confirm import read_pending
 from console.sources.hosts import HostConfig
 from console.sources.hoststate import HostStateDir, HostStateError
 from console.sources.probe import load_history
@@ -159,6 +160,10 @@ class HostExport:
             async with asyncio.timeout(self.poll_s * 2):
                 view = await self._state.view()
                 audit = await self._state.read_audit()
+                pending = None
+                if view.pending_rollback is not None:
+                    # the record, and whether its timer still waits (it fired, or the host rebooted)
+                    pending = await read_pending(self._state, self.host.unit_name, sudo=self.host.sudo)
         except (HostStateError, TransportError, TimeoutError, OSError):
             update["state_ok"] = False
         else:
@@ -166,8 +171,8 @@ class HostExport:
             update["state_ok"] = True
             update["lock_holder"] = f"{lock.holder.user}@{lock.holder.jump_host}" if lock else None
             update["lock_intent"] = lock.intent if lock else None
-            pending = view.pending_rollback
             update["pending_deadline"] = pending.deadline.timestamp() if pending else None
+            update["pending_active"] = pending.active if pending else None
             applied = [e for e in audit if e.action == "apply" and e.outcome == "ok" and e.profile]
             profile = applied[-1].profile if applied else None
             update["profile"] = profile
@@ -286,7 +291,8 @@ def families(all_figures: Sequence[HostFigures]) -> list[Metric]:
     lock = gauge("k26_lock_held", "1 while a console holds the host's lock", ["holder", "intent"])
     pending = gauge(
         "k26_pending_rollback_deadline_seconds",
-        "Unix time an armed host-side rollback fires unless confirmed",
+        "Unix time an armed host-side rollback fires unless confirmed (active=false: its timer is gone)",
+        ["active"],
     )
 
     for f in all_figures:
@@ -303,10 +309,11 @@ def families(all_figures: Sequence[HostFigures]) -> list[Metric]:
             (boot_no, f.boot_number),
             (boot_start, f.boot_start_time),
             (probe_time, f.probe_time),
-            (pending, f.pending_deadline),
         ):
             if value is not None:
                 fam.add_metric(base, float(value))
+        if f.pending_deadline is not None:
+            pending.add_metric([*base, "false" if f.pending_active is False else "true"], f.pending_deadline)
         if f.verdict_ok is not None:
             verdict.add_metric(base, 1.0 if f.verdict_ok else 0.0)
         if f.boot_phase is not None:
