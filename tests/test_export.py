@@ -454,3 +454,25 @@ def test_a_pending_rollback_record_on_the_host_shows_its_deadline_and_whether_it
     finally:
         record.unlink()
     assert wait_until(lambda: not deadline_series(), 30), _metrics(port)
+
+
+def test_a_host_that_never_answers_is_up_0_beside_a_live_one(twin: TwinHost, tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts.toml"
+    dead_port = free_port()  # nothing listens there: every connect is refused
+    hosts.write_text(twin.hosts_toml.read_text() + f'\n[hosts.gone]\nssh = "127.0.0.1"\nport = {dead_port}\n')
+    port = free_port()
+    proc = _start(
+        [*CLI, "export", "--hosts", str(hosts), "--listen", f"127.0.0.1:{port}", "--poll", "1"],
+        tmp_path / "export.log",
+        env=operator_env(tmp_path),
+    )
+    try:
+        pool = _twin_pool(twin)
+        assert wait_until(lambda: _value(_metrics(port), "k26_kv_pool_tokens") == pool, 60), _metrics(port)
+        text = _metrics(port)
+        assert _value(text, "k26_up", "gone") == 0.0 and _value(text, "k26_up") == 1.0
+        assert _value(text, "k26_kv_pool_tokens", "gone") is None  # nothing known: no value, not a 0
+        promtool_check(text or "")
+    finally:
+        _stop(proc)
+    assert proc.returncode == 0, (tmp_path / "export.log").read_text()
