@@ -14,6 +14,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import urllib.parse
 import urllib.request
@@ -168,11 +169,25 @@ def test_bad_listen_and_unknown_host_are_one_sentence(tmp_path: Path) -> None:
         (["--listen", "127.0.0.1:99999"], "--listen wants ADDRESS:PORT"),
         (["--listen", "example.org:9426"], "--listen wants an IP address"),
         (["--poll", "0"], "--poll wants"),
+        (["nosuch-host.invalid"], "nosuch-host.invalid"),
     ):
         res = run_cli(tmp_path, "export", "a", "--hosts", str(hosts), *args, timeout=60)
         assert res.returncode == 2, res.stderr
         assert res.stderr.startswith("k26-console: ") and words in res.stderr
         assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    res = run_cli(tmp_path, "export", "--hosts", str(empty), timeout=60)
+    assert res.returncode == 2 and "no HOST given and the hosts file lists none" in res.stderr
+    with socket.socket() as busy:  # an address something else holds
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        res = run_cli(
+            tmp_path, "export", "a", "--hosts", str(hosts), "--listen", f"127.0.0.1:{taken}", timeout=60
+        )
+    assert res.returncode == 2 and f"cannot listen on 127.0.0.1:{taken}" in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
 
 
 # --------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from console.cli.errors import EXIT_OK, UsageError
+from console.core.text import terminal_safe
 
 if TYPE_CHECKING:
     from console.sources.hosts import HostConfig
@@ -70,6 +71,7 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from console.cli.hostcheck import unknown_host
     from console.sources.hosts import HostsError, load_hosts, resolve_host
 
     address, port = parse_listen(args.listen)
@@ -80,6 +82,12 @@ def run(args: argparse.Namespace) -> int:
         names = list(args.hosts_) or sorted(hosts_file.hosts)
         if not names:
             raise UsageError("no HOST given and the hosts file lists none: name the hosts to export.")
+        for name in names:
+            if not name.isprintable() or " " in name:
+                raise UsageError(f"{terminal_safe(repr(name))} is not a host name.")
+            refused = unknown_host(name, hosts_file)
+            if refused is not None:  # a name nothing knows would be retried for days, up=0, unnoticed
+                raise UsageError(refused)
         configs = [resolve_host(name, hosts_file) for name in names]
     except HostsError as exc:
         raise UsageError(f"{str(exc).rstrip('.')}.") from None
