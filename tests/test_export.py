@@ -491,3 +491,36 @@ def test_a_host_that_never_answers_is_up_0_beside_a_live_one(twin: TwinHost, tmp
     finally:
         _stop(proc)
     assert proc.returncode == 0, (tmp_path / "export.log").read_text()
+
+
+def test_sighup_rereads_the_hosts_file_and_a_removed_host_s_series_are_gone(
+    twin: TwinHost, tmp_path: Path
+) -> None:
+    hosts = tmp_path / "hosts.toml"
+    base = twin.hosts_toml.read_text()
+    hosts.write_text(base + f'\n[hosts.gone]\nssh = "127.0.0.1"\nport = {free_port()}\n')
+    port = free_port()
+    log = tmp_path / "export.log"
+    proc = _start(
+        [*CLI, "export", "--hosts", str(hosts), "--listen", f"127.0.0.1:{port}", "--poll", "1"],
+        log,
+        env=operator_env(tmp_path),
+    )
+    try:
+        assert wait_until(lambda: _value(_metrics(port), "k26_up", "gone") == 0.0, 60), log.read_text()
+        assert wait_until(lambda: _value(_metrics(port), "k26_up") == 1.0, 60), log.read_text()
+        # "gone" leaves the file, "other" comes in
+        hosts.write_text(base + f'\n[hosts.other]\nssh = "127.0.0.1"\nport = {free_port()}\n')
+        proc.send_signal(signal.SIGHUP)
+        assert wait_until(lambda: 'host="gone"' not in (_metrics(port) or 'host="gone"'), 30), _metrics(port)
+        assert wait_until(lambda: _value(_metrics(port), "k26_up", "other") == 0.0, 30), _metrics(port)
+        assert _value(_metrics(port), "k26_up") == 1.0  # the twin followed on, untouched
+        # a broken file is said and changes nothing
+        hosts.write_text("[hosts.x\n")
+        proc.send_signal(signal.SIGHUP)
+        assert wait_until(lambda: "hosts not reloaded" in log.read_text(), 30), log.read_text()
+        assert _value(_metrics(port), "k26_up", "other") == 0.0
+    finally:
+        _stop(proc)
+    assert proc.returncode == 0, log.read_text()
+    assert "removed gone" in log.read_text() and "started other" in log.read_text()

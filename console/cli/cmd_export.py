@@ -2,18 +2,20 @@
 
 Follows each host over the same SSH sources as the console (`console.sources.exporter`) and serves their
 newest state at `/metrics` with prometheus_client: no HOST follows every host in the hosts file. A host
-that drops keeps its last values with `k26_up` 0 and reconnects on its own. Runs until SIGINT or SIGTERM
-(exit 0); bad input (an unknown host, a bad or busy address) is one sentence and exit 2.
+that drops keeps its last values with `k26_up` 0 and reconnects on its own. SIGHUP reads the hosts file
+again: a host taken out of it is closed and its series are gone from the next scrape, a new one is
+followed. Runs until SIGINT or SIGTERM (exit 0); bad input (an unknown host, a bad or busy address) is one
+sentence and exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import ipaddress
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +23,7 @@ from console.cli.errors import EXIT_OK, UsageError
 from console.core.text import terminal_safe
 
 if TYPE_CHECKING:
-    from console.sources.hosts import HostConfig
+    from console.sources.hosts import HostConfig, HostsFile
 
 DEFAULT_LISTEN = "127.0.0.1:9426"
 
@@ -70,62 +72,103 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def run(args: argparse.Namespace) -> int:
+def _configs(names: list[str], hosts_file: HostsFile) -> list[HostConfig]:
     from console.cli.hostcheck import unknown_host
-    from console.sources.hosts import HostsError, load_hosts, resolve_host
+    from console.sources.hosts import resolve_host
+
+    if not names:
+        raise UsageError("no HOST given and the hosts file lists none: name the hosts to export.")
+    for name in names:
+        if not name.isprintable() or " " in name:
+            raise UsageError(f"{terminal_safe(repr(name))} is not a host name.")
+        refused = unknown_host(name, hosts_file)
+        if refused is not None:  # a name nothing knows would be retried for days, up=0, unnoticed
+            raise UsageError(refused)
+    return [resolve_host(name, hosts_file) for name in names]
+
+
+def run(args: argparse.Namespace) -> int:
+    from console.sources.hosts import HostsError, load_hosts
 
     address, port = parse_listen(args.listen)
     if not args.poll > 0:
         raise UsageError("--poll wants a number of seconds above 0.")
-    try:
-        hosts_file = load_hosts(args.hosts)
-        names = list(args.hosts_) or sorted(hosts_file.hosts)
-        if not names:
-            raise UsageError("no HOST given and the hosts file lists none: name the hosts to export.")
-        for name in names:
-            if not name.isprintable() or " " in name:
-                raise UsageError(f"{terminal_safe(repr(name))} is not a host name.")
-            refused = unknown_host(name, hosts_file)
-            if refused is not None:  # a name nothing knows would be retried for days, up=0, unnoticed
-                raise UsageError(refused)
-        configs = [resolve_host(name, hosts_file) for name in names]
-    except HostsError as exc:
-        raise UsageError(f"{str(exc).rstrip('.')}.") from None
+    names = list(args.hosts_)
+
+    def read() -> list[HostConfig]:
+        try:
+            hosts_file = load_hosts(args.hosts)
+            return _configs(names or sorted(hosts_file.hosts), hosts_file)
+        except HostsError as exc:
+            raise UsageError(f"{str(exc).rstrip('.')}.") from None
+
+    configs = read()
     history = Path(args.probe_history) if args.probe_history else None
-    return asyncio.run(_serve(configs, address, port, args.poll, history))
+    return asyncio.run(_serve(configs, read, address, port, args.poll, history))
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Wait until one of `events` is set."""
+    tasks = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
 
 
 async def _serve(
-    configs: list[HostConfig], address: str, port: int, poll_s: float, history: Path | None
+    configs: list[HostConfig],
+    reread: Callable[[], list[HostConfig]],
+    address: str,
+    port: int,
+    poll_s: float,
+    history: Path | None,
 ) -> int:
+    """Serve until SIGINT/SIGTERM; SIGHUP reads the hosts file again (hosts added, removed, changed)."""
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from console.sources.exporter import ExportCollector, HostExport
+    from console.sources.exporter import ExportSet
 
-    exports = [HostExport(c, poll_s=poll_s, probe_history=history) for c in configs]
+    hosts = ExportSet(poll_s=poll_s, probe_history=history)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ExportCollector(exports))
+    registry.register(hosts.collector)
     try:
         server, thread = start_http_server(port, addr=address, registry=registry)
     except OSError as exc:
         raise UsageError(f"cannot listen on {address}:{port}: {exc.strerror or exc}.") from None
     stop = asyncio.Event()
+    reload = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload.set)
     try:
-        for e in exports:
-            await e.start()
-        sys.stderr.write(
-            f"k26-console: exporting {len(exports)} host(s) at http://{address}:{port}/metrics\n"
-        )
-        sys.stderr.flush()
-        await stop.wait()
+        await hosts.sync(configs)
+        _say(f"exporting {len(configs)} host(s) at http://{address}:{port}/metrics")
+        while not stop.is_set():
+            await _first(stop, reload)
+            if reload.is_set():
+                reload.clear()
+                try:
+                    wanted = reread()
+                except UsageError as exc:  # a hosts file being edited: keep the hosts followed now
+                    _say(f"hosts not reloaded: {exc.sentence}")
+                    continue
+                added, removed = await hosts.sync(wanted)
+                _say(
+                    f"hosts reloaded: {len(wanted)} exported"
+                    + (f", started {', '.join(added)}" if added else "")
+                    + (f", removed {', '.join(removed)}" if removed else "")
+                )
     finally:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
-        for e in exports:
-            with contextlib.suppress(Exception):
-                await e.close()
+        await hosts.close()
     return EXIT_OK
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(terminal_safe(f"k26-console: {text}") + "\n")
+    sys.stderr.flush()

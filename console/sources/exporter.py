@@ -244,6 +244,46 @@ class ExportCollector(Collector):
         return iter(families([h.figures() for h in self._hosts.values()]))
 
 
+class ExportSet:
+    """The followed hosts and their collector; `sync` follows a new list of hosts (a reloaded hosts
+    file): a host gone from it leaves the collector (all its series go at the next scrape) and is closed,
+    a new one is started, one whose settings changed is started afresh."""
+
+    def __init__(self, *, poll_s: float = DEFAULT_POLL_S, probe_history: Path | None = None) -> None:
+        self.poll_s = poll_s
+        self.probe_history = probe_history
+        self.collector = ExportCollector()
+        self.exports: dict[str, HostExport] = {}
+
+    async def sync(self, configs: Sequence[HostConfig]) -> tuple[list[str], list[str]]:
+        """(names added or restarted, names removed)."""
+        wanted = {c.name: c for c in configs}
+        added: list[str] = []
+        removed: list[str] = []
+        for name, export in list(self.exports.items()):
+            if wanted.get(name) != export.host:
+                self.collector.remove(name)
+                del self.exports[name]
+                await export.close()
+                if name not in wanted:
+                    removed.append(name)
+        for name, config in wanted.items():
+            if name not in self.exports:
+                export = HostExport(config, poll_s=self.poll_s, probe_history=self.probe_history)
+                await export.start()
+                self.exports[name] = export
+                self.collector.add(export)
+                added.append(name)
+        return added, removed
+
+    async def close(self) -> None:
+        for name, export in list(self.exports.items()):
+            self.collector.remove(name)
+            with contextlib.suppress(Exception):
+                await export.close()
+        self.exports.clear()
+
+
 def families(all_figures: Sequence[HostFigures]) -> list[Metric]:
     """The exporter's metric families for these hosts' figures (a family with no host is still listed
     with no samples, so its HELP and TYPE are always there)."""
