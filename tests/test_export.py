@@ -292,6 +292,9 @@ def test_export_serves_the_twin_to_promtool_and_a_real_prometheus(
     promtool_check(text)
     assert _value(text, "k26_up") == 1.0
     assert _value(text, "k26_boot_phase") is not None
+    parts = {lab["part"]: v for lab, v in samples(text)["k26_boot_memory_gib"] if lab["host"] == "twin"}
+    assert set(parts) == {"weights", "kv_cache", "cuda_graphs", "free"}, parts
+    assert parts["free"] == _value(text, "k26_headroom_gib") and parts["weights"] > parts["kv_cache"] > 0
 
     prom_port = free_port()
     config = tmp_path / "prometheus.yml"
