@@ -26,6 +26,8 @@ from console.cli.hostchange import (
     BeforeChange,
     ChangeRun,
     Printer,
+    add_lock_options,
+    add_verify_options,
     ask,
     audited,
     change_host,
@@ -33,7 +35,7 @@ from console.cli.hostchange import (
     out,
 )
 from console.cli.remote import inventory_host
-from console.core.apply import DEFAULT_MIN_FREE_GIB, ApplyOutcome, ApplyPreview, ApplyProgress
+from console.core.apply import ApplyOutcome, ApplyPreview, ApplyProgress
 from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
 from console.core.confirm import default_confirm_within
 from console.core.profiles import Profile, ProfileError, argv_lines
@@ -78,15 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="when the new boot fails or does not verify, put the previous drop-in back, restart and verify that",
     )
     p.add_argument("--json", action="store_true", help="JSON lines: the preview, each phase, the outcome")
-    p.add_argument(
-        "--break-stale-lock",
-        action="store_true",
-        help=(
-            "when the host's lock is held by a console whose heartbeat has stopped, break it (asks on a "
-            "terminal unless --yes; the break goes into the audit trail). A live holder is never broken."
-        ),
-    )
-    p.add_argument("--hosts", metavar="FILE", help="the hosts file (default: hosts.toml in the config dir)")
+    add_lock_options(p)
     p.add_argument(
         "--min-headroom-gib",
         type=finite_float,
@@ -94,13 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="G",
         help=f"least planned headroom for CUDA graphs and activations (default {DEFAULT_MIN_HEADROOM_GIB:g})",
     )
-    p.add_argument(
-        "--min-free-gib",
-        type=finite_float,
-        default=DEFAULT_MIN_FREE_GIB,
-        metavar="G",
-        help=f"least GPU memory free at ready for the boot to verify (default {DEFAULT_MIN_FREE_GIB:g})",
-    )
+    add_verify_options(p)
     p.add_argument(
         "--confirm-within",
         type=finite_float,
@@ -112,13 +100,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "being killed, its connection or its terminal lost. Default: twice this host's usual restart "
             "plus 2 minutes (at least 300 s; 1800 s without history); 0 arms none"
         ),
-    )
-    p.add_argument(
-        "--boot-timeout",
-        type=finite_float,
-        default=1800.0,
-        metavar="S",
-        help="seconds to wait for the new boot to be ready (default 1800)",
     )
     p.set_defaults(func=run)
 

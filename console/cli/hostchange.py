@@ -409,3 +409,37 @@ async def audited(
             f"{str(exc).rstrip('.')}; the trail shows it as started and unfinished."
         )
     return outcome, None
+
+
+def add_lock_options(p: argparse.ArgumentParser) -> None:
+    """`--break-stale-lock` and `--hosts`: what every command that changes a host takes."""
+    p.add_argument(
+        "--break-stale-lock",
+        action="store_true",
+        help=(
+            "when the host's lock is held by a console whose heartbeat has stopped, break it (asks on a "
+            "terminal unless --yes; the break goes into the audit trail). A live holder is never broken."
+        ),
+    )
+    p.add_argument("--hosts", metavar="FILE", help="the hosts file (default: hosts.toml in the config dir)")
+
+
+def add_verify_options(p: argparse.ArgumentParser) -> None:
+    """`--min-free-gib` and `--boot-timeout`: how the new boot is waited for and verified."""
+    from console.cli.cmd_plan import finite_float
+    from console.core.apply import DEFAULT_MIN_FREE_GIB
+
+    p.add_argument(
+        "--min-free-gib",
+        type=finite_float,
+        default=DEFAULT_MIN_FREE_GIB,
+        metavar="G",
+        help=f"least GPU memory free at ready for the boot to verify (default {DEFAULT_MIN_FREE_GIB:g})",
+    )
+    p.add_argument(
+        "--boot-timeout",
+        type=finite_float,
+        default=1800.0,
+        metavar="S",
+        help="seconds to wait for the new boot to be ready (default 1800)",
+    )

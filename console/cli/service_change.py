@@ -7,19 +7,20 @@ import argparse
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from console.cli.cmd_plan import finite_float
 from console.cli.errors import UsageError
 from console.cli.hostchange import (
     BeforeChange,
     ChangeRun,
     Printer,
+    add_lock_options,
+    add_verify_options,
     ask,
     audited,
     change_host,
     confirm_restart,
 )
 from console.cli.remote import inventory_host
-from console.core.apply import DEFAULT_MIN_FREE_GIB, ApplyOutcome, ApplyProgress
+from console.core.apply import ApplyOutcome, ApplyProgress
 from console.core.pairing import AuditAction
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
@@ -32,29 +33,8 @@ def add_service_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("host", metavar="HOST", help="a host from hosts.toml or an ssh alias")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask before restarting the service")
     p.add_argument("--json", action="store_true", help="JSON lines: each phase, then the outcome")
-    p.add_argument(
-        "--break-stale-lock",
-        action="store_true",
-        help=(
-            "when the host's lock is held by a console whose heartbeat has stopped, break it (asks on a "
-            "terminal unless --yes; the break goes into the audit trail). A live holder is never broken."
-        ),
-    )
-    p.add_argument("--hosts", metavar="FILE", help="the hosts file (default: hosts.toml in the config dir)")
-    p.add_argument(
-        "--min-free-gib",
-        type=finite_float,
-        default=DEFAULT_MIN_FREE_GIB,
-        metavar="G",
-        help=f"least GPU memory free at ready for the boot to verify (default {DEFAULT_MIN_FREE_GIB:g})",
-    )
-    p.add_argument(
-        "--boot-timeout",
-        type=finite_float,
-        default=1800.0,
-        metavar="S",
-        help="seconds to wait for the new boot to be ready (default 1800)",
-    )
+    add_lock_options(p)
+    add_verify_options(p)
 
 
 def run_service_change(args: argparse.Namespace, action: AuditAction) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,17 +31,7 @@ from console.core.events import (
 from console.core.snapshot import ConnState, HostSnapshot
 from console.core.state import Boot, BootPhase
 
-BOOT_PHASES: tuple[BootPhase, ...] = (
-    "starting",
-    "loading",
-    "pool",
-    "graphs",
-    "scheduler_ready",
-    "ready",
-    "stopping",
-    "stopped",
-    "failed",
-)
+BOOT_PHASES: tuple[BootPhase, ...] = get_args(BootPhase)
 """Every phase a boot can be in: the `phase` label of `k26_boot_phase` (one of them is 1)."""
 
 STARTUP_PHASES: tuple[str, ...] = ("launching", "loading_weights", "kv_pool", "cuda_graphs", "serving")
