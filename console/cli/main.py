@@ -34,6 +34,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "audit",
     "host",
     "completion",
+    "snapshot",
 )
 
 
