@@ -77,7 +77,9 @@ def test_snapshot_under_load_agrees_with_the_probe_on_inter_token_latency(
     loaded: tuple[Path, Path, str],
 ) -> None:
     home, hosts, _ = loaded
-    snap = run_cli(home, "snapshot", "twin", "--hosts", str(hosts), "--json", "--window", "5m")
+    snap = run_cli(
+        home, "snapshot", "twin", "--hosts", str(hosts), "--json", "--window", "5m", "--target-context", "32k"
+    )
     assert snap.returncode == 0, snap.stderr
     report = json.loads(snap.stdout)
     probe = run_cli(home, "probe", "twin", "--hosts", str(hosts), "--depth", "1k", "--tokens", "64", "--json")
@@ -98,6 +100,7 @@ def test_snapshot_under_load_agrees_with_the_probe_on_inter_token_latency(
     assert report["boot"]["state"] == "ready" and report["server_version"] == "0.5.12.post1"
     assert len(report["gpus"]) == 8 and all(g["parts"] for g in report["gpus"])
     assert report["pool"]["pool_tokens"] == serving["kv_pool"]
+    assert report["pool"]["target"] == 32_000 and report["pool"]["target_source"] == "--target-context"
     assert report["lock"] is None and report["incomplete"] == []
     text = run_cli(home, "snapshot", "twin", "--hosts", str(hosts), "--sample", "1s")
     assert text.returncode == 0, text.stderr
@@ -119,3 +122,7 @@ def test_a_stopped_service_is_a_problem_exit_1_and_bad_input_is_one_sentence(tmp
     bad = run_cli(tmp_path, "snapshot", "twin", "--window", "5 fortnights")
     assert bad.returncode == 2
     assert "is not a duration" in one_sentence(bad.stderr)
+    no_load = run_cli(tmp_path, "twin", "--state-dir", str(tmp_path / "never"), "--load", "0")
+    assert no_load.returncode == 2
+    assert one_sentence(no_load.stderr).startswith("k26-console: --load must be a positive number")
+    assert not (tmp_path / "never").exists()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from console.cli.cmd_plan import human_int
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from console.core.metrics import parse_prometheus
 from console.core.serving import DEFAULT_WINDOW_S, Scrape, ServingFigures, serving_figures
@@ -94,6 +95,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="DUR",
         help="how long to wait for the journal, GPUs and server to answer (default 30s)",
     )
+    p.add_argument(
+        "--target-context",
+        type=human_int,
+        metavar="N",
+        help="the context the KV pool is measured against (as the console's gauge)",
+    )
+    p.add_argument("--profile", metavar="NAME", help="take the pool's target from this saved profile")
     p.set_defaults(func=run)
 
 
@@ -145,7 +153,9 @@ async def _scrape(client: Any, ts: float) -> Scrape | None:
     return Scrape(ts=ts, metrics=parse_prometheus(text))
 
 
-async def _read(host: HostConfig, transport: Transport, args: argparse.Namespace) -> SnapshotReport:
+async def _read(
+    host: HostConfig, transport: Transport, args: argparse.Namespace, target: tuple[int | None, str | None]
+) -> SnapshotReport:
     from console.core.snapshot import FollowState
     from console.sources.hoststate import HostStateDir, HostStateError
     from console.sources.server import ServerClient, ServerError
@@ -225,7 +235,7 @@ async def _read(host: HostConfig, transport: Transport, args: argparse.Namespace
         max_running=max_running,
         lines=[e for e in (boot.events if boot else ()) if e.kind in ("decode_batch", "prefill_batch")][-50:],
     )
-    gauge = kv_gauge(snap)
+    gauge = kv_gauge(snap, target=target[0], target_source=target[1])
     boot_reading = None
     if boot is not None:
         boot_reading = BootReading(
@@ -293,8 +303,10 @@ def _lines(r: SnapshotReport) -> list[str]:
     if r.pool is not None:
         pool = r.pool
         out.append(
-            f"KV pool: {_num(pool['pool_tokens'])} tokens, target {_num(pool['target'])}, "
-            f"context {_num(pool['context_length'])}, used {_num(pool['used_tokens'])}"
+            f"KV pool: {_num(pool['pool_tokens'])} tokens, target {_num(pool['target'])}"
+            + (f" ({pool['target_source']})" if pool["target_source"] else "")
+            + f", context {_num(pool['context_length'])}, used {_num(pool['used_tokens'])}; {pool['level']}"
+            + (f": {'; '.join(pool['reasons'])}" if pool["reasons"] else "")
         )
     covered = f"{s.covered_s:.1f}s" if s.covered_s is not None else "one scrape or none"
     out.append(f"serving (window {s.window_s:g}s asked, {covered} covered, {s.scrapes} scrapes):")
@@ -330,14 +342,16 @@ def _field(name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from console.cli.cmd_console import resolve_target
     from console.cli.remote import connected, inventory_host
 
+    target = resolve_target(args)
     host = inventory_host(args.host, args.hosts)
 
     async def go() -> SnapshotReport:
         transport = await connected(host)
         try:
-            return await _read(host, transport, args)
+            return await _read(host, transport, args, target)
         finally:
             await transport.close()
 
