@@ -31,7 +31,8 @@ class MetricName(BaseModel):
 
     name: str
     since: str
-    """The first SGLang release that exports it (as far as the sources we read go back)."""
+    """The first SGLang release read that exports it: v0.4.6.post5 is the oldest read, so `0.4.6` means
+    "0.4.6 or earlier"."""
     note: str = ""
 
 
@@ -40,25 +41,25 @@ class MetricName(BaseModel):
 METRICS: dict[str, MetricName] = {
     m.name: m
     for m in (
-        MetricName(name="sglang:num_running_reqs", since="0.4.0"),
-        MetricName(name="sglang:num_queue_reqs", since="0.4.0"),
-        MetricName(name="sglang:num_used_tokens", since="0.4.0"),
-        MetricName(name="sglang:token_usage", since="0.4.0", note="the max over the KV and state pools"),
-        MetricName(name="sglang:gen_throughput", since="0.4.0"),
-        MetricName(name="sglang:cache_hit_rate", since="0.4.0"),
-        MetricName(name="sglang:spec_accept_length", since="0.4.0"),
-        MetricName(name="sglang:prompt_tokens_total", since="0.4.0"),
-        MetricName(name="sglang:generation_tokens_total", since="0.4.0"),
+        MetricName(name="sglang:num_running_reqs", since="0.4.6"),
+        MetricName(name="sglang:num_queue_reqs", since="0.4.6"),
+        MetricName(name="sglang:num_used_tokens", since="0.4.6"),
+        MetricName(name="sglang:token_usage", since="0.4.6", note="the max over the KV and state pools"),
+        MetricName(name="sglang:gen_throughput", since="0.4.6"),
+        MetricName(name="sglang:cache_hit_rate", since="0.4.6"),
+        MetricName(name="sglang:spec_accept_length", since="0.4.6"),
+        MetricName(name="sglang:prompt_tokens_total", since="0.4.6"),
+        MetricName(name="sglang:generation_tokens_total", since="0.4.6"),
         MetricName(name="sglang:cached_tokens_total", since="0.4.6"),
-        MetricName(name="sglang:num_requests_total", since="0.4.0"),
-        MetricName(name="sglang:time_to_first_token_seconds", since="0.4.0"),
+        MetricName(name="sglang:num_requests_total", since="0.4.6"),
+        MetricName(name="sglang:time_to_first_token_seconds", since="0.4.6"),
         MetricName(name="sglang:inter_token_latency_seconds", since="0.4.6"),
         MetricName(
             name="sglang:time_per_output_token_seconds",
-            since="0.4.0",
-            note="per request (e2e - ttft) / (tokens - 1); replaced by inter_token_latency_seconds",
+            since="0.3.0",
+            note="older servers' per-request figure; v0.5.12.post1 no longer exports it",
         ),
-        MetricName(name="sglang:e2e_request_latency_seconds", since="0.4.0"),
+        MetricName(name="sglang:e2e_request_latency_seconds", since="0.4.6"),
         MetricName(name="sglang:queue_time_seconds", since="0.5.12"),
         MetricName(name="sglang:max_total_num_tokens", since="0.5.12"),
         MetricName(name="sglang:kv_used_tokens", since="0.5.12"),
