@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from console.cli.cmd_plan import human_int
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from console.core.events import DecodeBatch, PrefillBatch
 from console.core.metrics import parse_prometheus
 from console.core.serving import DEFAULT_WINDOW_S, Scrape, ServingFigures, serving_figures
 from console.core.text import json_safe, terminal_safe
@@ -233,7 +234,7 @@ async def _read(
         window_s=args.window,
         version=version or (snap.server.version if snap.server else None),
         max_running=max_running,
-        lines=[e for e in (boot.events if boot else ()) if e.kind in ("decode_batch", "prefill_batch")][-50:],
+        lines=[e for e in (boot.events if boot else ()) if isinstance(e, DecodeBatch | PrefillBatch)][-50:],
     )
     gauge = kv_gauge(snap, target=target[0], target_source=target[1])
     boot_reading = None
