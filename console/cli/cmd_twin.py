@@ -47,6 +47,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="do not add the twin to your hosts.toml (by default it is added or updated under its --name, "
         "so `k26-console apply twin PROFILE` works without --hosts)",
     )
+    p.add_argument(
+        "--load",
+        type=float,
+        default=None,
+        metavar="RPS",
+        help="serve a realistic load once the server is up: RPS /generate requests a second (Poisson "
+        "arrivals, varied prompts with a shared prefix, 32-384 new tokens), so /metrics and the "
+        "dashboard move",
+    )
     p.set_defaults(func=run)
 
 
@@ -137,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--name must be a host name of letters, digits, '-', '_' or '.', not {args.name!r}."
         )
+    if args.load is not None and not 0 < args.load <= 1000:
+        raise UsageError(
+            f"--load must be a positive number of requests a second up to 1000, not {args.load}."
+        )
     scenario = scenario_argument(args.scenario)
     state_dir = state_dir_argument(args.state_dir) or (
         Path(platformdirs.user_state_dir("k26-console")) / "twins" / name
@@ -195,7 +208,19 @@ def run(args: argparse.Namespace) -> int:
             if twin.systemd_note:
                 sys.stderr.write(f"k26 twin: {twin.systemd_note}.\n")
             print(twin.systemd_description, flush=True)
-            await stop.wait()
+            if args.load is not None:
+                from console.twin.load import LoadGenerator
+
+                load = asyncio.ensure_future(LoadGenerator(twin.sglang_url, args.load).run())
+                print(f"serving a load of {args.load:g} requests/s on {twin.sglang_url}", flush=True)
+                try:
+                    await stop.wait()
+                finally:
+                    load.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await load
+            else:
+                await stop.wait()
         finally:
             sys.stderr.write("k26 twin: stopping the service and the host.\n")
             await twin.stop()

@@ -35,6 +35,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "host",
     "completion",
     "export",
+    "snapshot",
 )
 
 

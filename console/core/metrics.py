@@ -1,7 +1,7 @@
 """SGLang's Prometheus `/metrics` text → numbers.
 
-A small reader of the Prometheus text exposition format (what `prometheus_client` writes for SGLang's
-multiprocess registry), and `SglangMetrics`, the handful of `sglang:*` figures the console shows.
+The Prometheus text exposition format (what `prometheus_client` writes for SGLang's multiprocess
+registry) is read by `prometheus_client`'s own parser; here are `SglangMetrics`, the handful of `sglang:*` figures the console shows.
 
 SGLang labels each series with `model_name`, `engine_type`, `tp_rank`, `pp_rank`, `moe_ep_rank` (and
 `dp_rank` with data-parallel attention). Only the first rank of each DP group reports scheduler figures,
@@ -11,19 +11,12 @@ so series of one metric are replicas' figures: counts add up across series, rati
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.text import split_lines
-
-_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_SAMPLE = re.compile(
-    rf"^(?P<name>{_NAME})(?:\{{(?P<labels>.*)\}})?\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$"
-)
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
-_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
 
 class MetricSample(BaseModel):
@@ -108,40 +101,53 @@ def _float(text: str) -> float | None:
         return None
 
 
-def _labels(text: str) -> dict[str, str] | None:
-    labels: dict[str, str] = {}
-    pos = 0
-    text = text.strip()
-    while pos < len(text):
-        match = _LABEL.match(text, pos)
-        if match is None:
-            return None
-        value = re.sub(r"\\[\\\"n]", lambda m: _ESCAPES[m.group(0)], match.group(2))
-        labels[match.group(1)] = value
-        pos = match.end()
-    return labels
+def _sample_line(line: str) -> list[MetricSample] | None:
+    """One sample line on its own, through prometheus_client's parser; None when it is not one."""
+    try:
+        families = list(text_string_to_metric_families(line + "\n"))
+    except (ValueError, TypeError, IndexError):
+        return None
+    out = [
+        MetricSample(name=s.name, labels=dict(s.labels), value=float(s.value))
+        for family in families
+        for s in family.samples
+    ]
+    return out or None
 
 
 def parse_prometheus(text: str) -> MetricsText:
-    samples: list[MetricSample] = []
+    """Every sample of a Prometheus text scrape, read by `prometheus_client`'s own parser.
+
+    A well-formed scrape (what SGLang serves) is parsed in one go. The parser refuses a whole text for
+    one bad line, and a scrape is never an error here: then each sample line is read on its own, and
+    the lines that are no sample are counted in `skipped_lines`.
+    """
     types: dict[str, str] = {}
-    skipped = 0
-    for raw in split_lines(text):
-        line = raw.strip()
-        if not line:
-            continue
+    lines = [raw.strip() for raw in split_lines(text)]
+    for line in lines:
         if line.startswith("#"):
             parts = line.split(None, 3)
             if len(parts) >= 4 and parts[1] == "TYPE":
                 types[parts[2]] = parts[3].strip()
+    try:
+        samples = [
+            MetricSample(name=s.name, labels=dict(s.labels), value=float(s.value))
+            for family in text_string_to_metric_families("\n".join(lines) + "\n")
+            for s in family.samples
+        ]
+        return MetricsText(samples=tuple(samples), types=types, skipped_lines=0)
+    except (ValueError, TypeError, IndexError):
+        pass
+    samples = []
+    skipped = 0
+    for line in lines:
+        if not line or line.startswith("#"):
             continue
-        match = _SAMPLE.match(line)
-        value = _float(match.group("value")) if match else None
-        labels = _labels(match.group("labels") or "") if match else None
-        if match is None or value is None or labels is None:
+        read = _sample_line(line)
+        if read is None:
             skipped += 1
-            continue
-        samples.append(MetricSample(name=match.group("name"), labels=labels, value=value))
+        else:
+            samples.extend(read)
     return MetricsText(samples=tuple(samples), types=types, skipped_lines=skipped)
 
 

@@ -53,6 +53,12 @@ TTFT_BUCKETS = (
 )
 ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1,
                0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)  # fmt: skip
+QUEUE_BUCKETS = (0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 15.0, 20.0,
+                 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0, 200.0, 300.0, 400.0, 500.0, 600.0,
+                 700.0, 800.0, 900.0, 1000.0, 1200.0, 1400.0, 1600.0, 1800.0, 2000.0, 2500.0,
+                 3000.0)  # fmt: skip
+"""SGLang v0.5.12.post1 `sglang:queue_time_seconds` (observability/metrics_collector.py); the three
+above are its TTFT, inter-token and end-to-end buckets."""
 E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0,
                200.0, 400.0, 600.0, 1200.0, 1800.0, 2400.0)  # fmt: skip
 
@@ -70,12 +76,17 @@ class RequestError(ValueError):
     """A request SGLang rejects (HTTP 400 / an `error` event on a stream)."""
 
 
+RECORDED = 100_000
+"""Raw observations each histogram keeps (newest), so a test can compute exact percentiles."""
+
+
 @dataclass
 class Histogram:
     buckets: tuple[float, ...]
     counts: list[int] = field(default_factory=list)
     total: float = 0.0
     count: int = 0
+    recorded: deque[float] = field(default_factory=lambda: deque(maxlen=RECORDED))
 
     def __post_init__(self) -> None:
         self.counts = [0] * len(self.buckets)
@@ -83,6 +94,7 @@ class Histogram:
     def observe(self, value: float) -> None:
         self.total += value
         self.count += 1
+        self.recorded.append(value)
         for i, bound in enumerate(self.buckets):
             if value <= bound:
                 self.counts[i] += 1
@@ -229,6 +241,7 @@ class Engine:
         self.ttft = Histogram(TTFT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
+        self.queue = Histogram(QUEUE_BUCKETS)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -343,6 +356,8 @@ class Engine:
     async def _prefill_step(self) -> None:
         req = self.waiting[0]
         if req.prefilled == 0:
+            if not req.internal:
+                self.queue.observe(time.monotonic() - req.created)
             cached = 0
             if not self.cfg.disable_radix_cache and req.prompt_tokens > 1:
                 cached = min(self.radix.match(req.input_ids), req.prompt_tokens - 1)
@@ -488,6 +503,7 @@ class Engine:
             ("time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft),
             ("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl),
             ("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", self.e2e),
+            ("queue_time_seconds", "Histogram of queueing time in seconds.", self.queue),
         ):
             out.append(f"# HELP sglang:{name} {doc}")
             out.append(f"# TYPE sglang:{name} histogram")

@@ -1,0 +1,526 @@
+"""Serving figures over a rolling window, from successive `/metrics` scrapes (and the scheduler's lines).
+
+Latencies (TTFT, inter-token latency, end-to-end, queue time) are quantiles of the *window's* requests:
+the histogram bucket counts of the last scrape minus those of the first one in the window, summed pair
+by pair so that a server restart (every counter back to zero) is read as Prometheus' `increase()` does:
+after a drop, the new value is the increase. Rates (generation and prefill tok/s, requests/s) are
+counter deltas over the time the window's scrapes really span. Gauges (running, queued, KV tokens used,
+token usage) are the newest scrape's.
+
+Which metric each figure reads, and since which SGLang version it is exported, is the table
+`METRICS`; a figure the server does not export is `None` and named in `ServingFigures.absent` with the
+reason, never shown as zero. Nothing here does I/O or knows the time: scrapes carry their own times.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from console.core.events import DecodeBatch, PrefillBatch
+from console.core.metrics import MetricsText
+
+DEFAULT_WINDOW_S = 300.0
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+class MetricName(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    since: str
+    """The first SGLang release read that exports it: v0.4.6.post5 is the oldest read, so `0.4.6` means
+    "0.4.6 or earlier"."""
+    note: str = ""
+
+
+# Read from SGLang's metrics collector: v0.4.6.post5 `srt/metrics/collector.py`, v0.5.12.post1 and 0.5.23
+# `srt/observability/metrics_collector.py` (docs/serving.md has the table, per figure).
+METRICS: dict[str, MetricName] = {
+    m.name: m
+    for m in (
+        MetricName(name="sglang:num_running_reqs", since="0.4.6"),
+        MetricName(name="sglang:num_queue_reqs", since="0.4.6"),
+        MetricName(name="sglang:num_used_tokens", since="0.4.6"),
+        MetricName(name="sglang:token_usage", since="0.4.6", note="the max over the KV and state pools"),
+        MetricName(name="sglang:gen_throughput", since="0.4.6"),
+        MetricName(name="sglang:cache_hit_rate", since="0.4.6"),
+        MetricName(name="sglang:spec_accept_length", since="0.4.6"),
+        MetricName(name="sglang:prompt_tokens_total", since="0.4.6"),
+        MetricName(name="sglang:generation_tokens_total", since="0.4.6"),
+        MetricName(name="sglang:cached_tokens_total", since="0.4.6"),
+        MetricName(name="sglang:num_requests_total", since="0.4.6"),
+        MetricName(name="sglang:time_to_first_token_seconds", since="0.4.6"),
+        MetricName(name="sglang:inter_token_latency_seconds", since="0.4.6"),
+        MetricName(
+            name="sglang:time_per_output_token_seconds",
+            since="0.3.0",
+            note="older servers' per-request figure; v0.5.12.post1 no longer exports it",
+        ),
+        MetricName(name="sglang:e2e_request_latency_seconds", since="0.4.6"),
+        MetricName(name="sglang:queue_time_seconds", since="0.5.12"),
+        MetricName(name="sglang:max_total_num_tokens", since="0.5.12"),
+        MetricName(name="sglang:kv_used_tokens", since="0.5.12"),
+        MetricName(name="sglang:kv_available_tokens", since="0.5.12"),
+        MetricName(name="sglang:full_token_usage", since="0.5.12", note="hybrid SWA models"),
+        MetricName(name="sglang:swa_token_usage", since="0.5.12", note="hybrid SWA models"),
+        MetricName(name="sglang:mamba_usage", since="0.5.12", note="hybrid mamba models: the state pool"),
+        MetricName(name="sglang:spec_accept_rate", since="0.5.12"),
+    )
+}
+
+
+def version_tuple(version: str | None) -> tuple[int, ...] | None:
+    """`0.5.12.post1` → (0, 5, 12, 1); None when unknown or unreadable."""
+    if not version:
+        return None
+    parts: list[int] = []
+    for piece in version.strip().lstrip("v").replace("post", "").replace("rc", ".").split("."):
+        digits = "".join(c for c in piece if c.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or None
+
+
+def absent_reason(metric: str, version: str | None) -> str:
+    """Why a scrape holds no `metric`: too old a server, or not exported by this one (metrics off, a
+    figure of a feature not in use)."""
+    known = METRICS.get(metric)
+    have = version_tuple(version)
+    if known is not None and have is not None:
+        since = version_tuple(known.since)
+        if since is not None and have < since:
+            return f"{metric} is exported from SGLang {known.since} on; this server runs {version}"
+    return f"this server does not export {metric}"
+
+
+class Scrape(BaseModel):
+    """One `/metrics` reading at a time (seconds, any clock the caller keeps consistent)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ts: float
+    metrics: MetricsText
+
+
+class Latency(BaseModel):
+    """Quantiles of one latency histogram over the window (seconds), linear within a bucket as
+    Prometheus' `histogram_quantile` does; None where the window holds no observation."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    metric: str
+    count: float
+    """Observations in the window."""
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+
+class RankKv(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dp_rank: int | None
+    used: float | None = None
+    pool: float | None = None
+
+
+class PoolUsage(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    """`kv` (full attention), `swa` (sliding-window layers), `mamba` (the state pool)."""
+    usage: float
+
+
+class ServingFigures(BaseModel):
+    """One reading of how the server serves, over a window; every figure None when not exported."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    window_s: float
+    """The window asked for."""
+    covered_s: float | None = None
+    """What the window really was: from the first to the last scrape used (None with one scrape)."""
+    scrapes: int = 0
+    resets: int = 0
+    """Counter resets seen between scrapes in the window (a server restart)."""
+    version: str | None = None
+
+    ttft: Latency | None = None
+    itl: Latency | None = None
+    """Inter-token latency (TPOT): `inter_token_latency_seconds`, else `time_per_output_token_seconds`."""
+    e2e: Latency | None = None
+    queue_time: Latency | None = None
+
+    running: float | None = None
+    queued: float | None = None
+    max_running: float | None = None
+    """`max_running_requests` (from `/server_info`; SGLang exports no metric of it)."""
+    kv_used: float | None = None
+    kv_pool: float | None = None
+    kv_ranks: tuple[RankKv, ...] = ()
+    """KV tokens per DP rank, when the server runs DP attention (more than one `dp_rank`)."""
+    token_usage: float | None = None
+    pools: tuple[PoolUsage, ...] = ()
+    full_pool: str | None = None
+    """Which pool `token_usage` (the max over pools) is: `kv`, `swa` or `mamba`."""
+
+    gen_tok_s: float | None = None
+    prefill_tok_s: float | None = None
+    requests_s: float | None = None
+    cache_hit_rate: float | None = None
+    """Cached over prompt tokens of the window's requests (else SGLang's own gauge)."""
+    spec_accept_length: float | None = None
+    spec_accept_rate: float | None = None
+    sources: dict[str, str] = Field(default_factory=dict)
+    """Figure → where it came from (a metric name, or `decode line` / `prefill line`)."""
+    absent: dict[str, str] = Field(default_factory=dict)
+    """Figure → why it is absent (the server does not export it, or the window is too short)."""
+
+
+# ---------------------------------------------------------------------------------------------- deltas
+
+_LabelKey = tuple[tuple[str, str], ...]
+
+
+def _key(labels: dict[str, str], drop: str = "") -> _LabelKey:
+    return tuple(sorted((k, v) for k, v in labels.items() if k != drop))
+
+
+def _counter(metrics: MetricsText, name: str) -> dict[_LabelKey, float]:
+    out: dict[_LabelKey, float] = {}
+    for s in metrics.series(name):
+        if not math.isnan(s.value):
+            out[_key(s.labels)] = out.get(_key(s.labels), 0.0) + s.value
+    return out
+
+
+def _counter_increase(scrapes: Sequence[Scrape], name: str) -> tuple[float | None, int]:
+    """The increase of a counter over the scrapes (summed over series), and the resets seen.
+    None when no scrape exports it or fewer than two do."""
+    total = 0.0
+    resets = 0
+    pairs = 0
+    prev: dict[_LabelKey, float] | None = None
+    for scrape in scrapes:
+        now = _counter(scrape.metrics, name)
+        if not now:
+            prev = None
+            continue
+        if prev is not None:
+            pairs += 1
+            for key, value in now.items():
+                before = prev.get(key)
+                if before is None or value < before:
+                    resets += before is not None
+                    total += value
+                else:
+                    total += value - before
+        prev = now
+    return (total if pairs else None), resets
+
+
+_Buckets = dict[_LabelKey, dict[float, float]]
+
+
+def _buckets(
+    metrics: MetricsText, name: str
+) -> tuple[_Buckets, dict[_LabelKey, float], dict[_LabelKey, float]]:
+    buckets: _Buckets = {}
+    for s in metrics.series(f"{name}_bucket"):
+        try:
+            le = float(s.labels.get("le", ""))
+        except ValueError:
+            continue
+        series = buckets.setdefault(_key(s.labels, drop="le"), {})
+        series[le] = series.get(le, 0.0) + s.value
+    return buckets, _counter(metrics, f"{name}_count"), _counter(metrics, f"{name}_sum")
+
+
+class HistogramDelta(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    buckets: tuple[tuple[float, float], ...]
+    """(upper bound, cumulative count in the window), ascending, ending at +inf."""
+    count: float
+    sum: float
+    resets: int = 0
+
+    def quantile(self, q: float) -> float | None:
+        """`histogram_quantile`: linear within the bucket holding rank q·count (from 0 for the first
+        bucket); in the +inf bucket, the highest finite bound."""
+        if self.count <= 0 or not self.buckets:
+            return None
+        rank = q * self.count
+        lower, below = 0.0, 0.0
+        for bound, cumulative in self.buckets:
+            if cumulative >= rank and cumulative > below:
+                if math.isinf(bound):
+                    return lower
+                return lower + (bound - lower) * (rank - below) / (cumulative - below)
+            lower, below = bound, cumulative
+        return lower
+
+
+def histogram_increase(scrapes: Sequence[Scrape], name: str) -> HistogramDelta | None:
+    """The window's observations of histogram `name`: bucket increases pair by pair (a series whose
+    count went down restarted: its new counts are the increase). None when fewer than two scrapes
+    export it."""
+    acc: dict[float, float] = {}
+    count = 0.0
+    total = 0.0
+    resets = 0
+    pairs = 0
+    prev: tuple[_Buckets, dict[_LabelKey, float], dict[_LabelKey, float]] | None = None
+    for scrape in scrapes:
+        now = _buckets(scrape.metrics, name)
+        if not now[1]:
+            prev = None
+            continue
+        if prev is not None:
+            pairs += 1
+            for key, series in now[0].items():
+                before = prev[0].get(key)
+                n_now = now[1].get(key, 0.0)
+                n_before = prev[1].get(key)
+                reset = before is None or n_before is None or n_now < n_before
+                reset = reset or any(v < (before or {}).get(le, 0.0) for le, v in series.items())
+                if reset and before is not None:
+                    resets += 1
+                for le, v in series.items():
+                    acc[le] = acc.get(le, 0.0) + (v if reset else v - (before or {}).get(le, 0.0))
+                count += n_now if reset else n_now - (n_before or 0.0)
+                s_now = now[2].get(key, 0.0)
+                total += s_now if reset else s_now - prev[2].get(key, 0.0)
+        prev = now
+    if not pairs:
+        return None
+    return HistogramDelta(buckets=tuple(sorted(acc.items())), count=count, sum=total, resets=resets)
+
+
+def _latency(delta: HistogramDelta, metric: str) -> Latency:
+    p50, p90, p99 = (delta.quantile(q) for q in QUANTILES)
+    mean = delta.sum / delta.count if delta.count > 0 else None
+    return Latency(metric=metric, count=delta.count, mean=mean, p50=p50, p90=p90, p99=p99)
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+
+def in_window(scrapes: Sequence[Scrape], window_s: float) -> list[Scrape]:
+    """The scrapes of the last `window_s` seconds before the newest one, oldest first."""
+    ordered = sorted(scrapes, key=lambda s: s.ts)
+    if not ordered:
+        return []
+    start = ordered[-1].ts - window_s
+    return [s for s in ordered if s.ts >= start]
+
+
+def _gauge_sum(m: MetricsText, name: str) -> float | None:
+    return m.total(name)
+
+
+def serving_figures(
+    scrapes: Sequence[Scrape],
+    *,
+    window_s: float = DEFAULT_WINDOW_S,
+    version: str | None = None,
+    max_running: float | None = None,
+    lines: Sequence[DecodeBatch | PrefillBatch] = (),
+) -> ServingFigures:
+    """The serving figures of the window ending at the newest scrape.
+
+    `lines` are the scheduler's decode and prefill lines of the same window (oldest first): they stand
+    in for a figure the scrapes lack (no `--enable-metrics`, or an old server), and say so in
+    `sources`."""
+    window = in_window(scrapes, window_s)
+    fields: dict[str, object] = {"window_s": window_s, "scrapes": len(window), "version": version}
+    sources: dict[str, str] = {}
+    absent: dict[str, str] = {}
+    resets = 0
+    if len(window) >= 2:
+        fields["covered_s"] = window[-1].ts - window[0].ts
+    last = window[-1].metrics if window else None
+
+    def need_two(figure: str) -> None:
+        absent[figure] = "one scrape in the window: a window's figure needs two"
+
+    # latencies
+    for figure, names in (
+        ("ttft", ("sglang:time_to_first_token_seconds",)),
+        ("itl", ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")),
+        ("e2e", ("sglang:e2e_request_latency_seconds",)),
+        ("queue_time", ("sglang:queue_time_seconds",)),
+    ):
+        for name in names:
+            delta = histogram_increase(window, name)
+            if delta is not None:
+                fields[figure] = _latency(delta, name)
+                sources[figure] = name
+                resets = max(resets, delta.resets)
+                break
+        else:
+            exported = last is not None and any(last.total(f"{n}_count") is not None for n in names)
+            if exported:
+                need_two(figure)
+            else:
+                absent[figure] = absent_reason(names[0], version)
+
+    # rates
+    covered = fields.get("covered_s")
+    for figure, name in (
+        ("gen_tok_s", "sglang:generation_tokens_total"),
+        ("prefill_tok_s", "sglang:prompt_tokens_total"),
+        ("requests_s", "sglang:num_requests_total"),
+    ):
+        increase, n = _counter_increase(window, name)
+        resets = max(resets, n)
+        if increase is not None and isinstance(covered, float) and covered > 0:
+            fields[figure] = increase / covered
+            sources[figure] = f"rate of {name}"
+        elif last is not None and last.total(name) is not None:
+            need_two(figure)
+        else:
+            absent[figure] = absent_reason(name, version)
+    cached, _ = _counter_increase(window, "sglang:cached_tokens_total")
+    prompt, _ = _counter_increase(window, "sglang:prompt_tokens_total")
+    if cached is not None and prompt:
+        fields["cache_hit_rate"] = cached / prompt
+        sources["cache_hit_rate"] = "sglang:cached_tokens_total / sglang:prompt_tokens_total"
+    elif last is not None and last.mean("sglang:cache_hit_rate") is not None:
+        fields["cache_hit_rate"] = last.mean("sglang:cache_hit_rate")
+        sources["cache_hit_rate"] = "sglang:cache_hit_rate"
+    else:
+        absent["cache_hit_rate"] = (
+            "no prompt tokens in the window"
+            if prompt == 0
+            else absent_reason("sglang:cached_tokens_total", version)
+        )
+
+    # gauges (the newest scrape)
+    if last is not None:
+        for figure, name in (("running", "sglang:num_running_reqs"), ("queued", "sglang:num_queue_reqs")):
+            value = _gauge_sum(last, name)
+            if value is None:
+                absent[figure] = absent_reason(name, version)
+            else:
+                fields[figure] = value
+                sources[figure] = name
+        used_name = (
+            "sglang:kv_used_tokens"
+            if last.total("sglang:kv_used_tokens") is not None
+            else "sglang:num_used_tokens"
+        )
+        used = last.total(used_name)
+        pool = last.total("sglang:max_total_num_tokens")
+        if used is not None:
+            fields["kv_used"] = used
+            sources["kv_used"] = used_name
+        else:
+            absent["kv_used"] = absent_reason("sglang:kv_used_tokens", version)
+        if pool is not None:
+            fields["kv_pool"] = pool
+            sources["kv_pool"] = "sglang:max_total_num_tokens"
+        else:
+            absent["kv_pool"] = absent_reason("sglang:max_total_num_tokens", version)
+        ranks = sorted({s.labels["dp_rank"] for s in last.series(used_name) if "dp_rank" in s.labels})
+        if len(ranks) > 1:
+            fields["kv_ranks"] = tuple(
+                RankKv(
+                    dp_rank=int(r) if r.isdigit() else None,
+                    used=last.total(used_name, dp_rank=r),
+                    pool=last.total("sglang:max_total_num_tokens", dp_rank=r),
+                )
+                for r in sorted(ranks, key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else 0, r))
+            )
+        pools = []
+        for pool_name, name in (
+            ("kv", "sglang:full_token_usage"),
+            ("swa", "sglang:swa_token_usage"),
+            ("mamba", "sglang:mamba_usage"),
+        ):
+            value = last.maximum(name)
+            if value is not None:
+                pools.append(PoolUsage(name=pool_name, usage=value))
+        usage = last.maximum("sglang:token_usage")
+        if usage is not None:
+            fields["token_usage"] = usage
+            sources["token_usage"] = "sglang:token_usage"
+            if not pools:
+                pools.append(PoolUsage(name="kv", usage=usage))
+        elif pools:
+            fields["token_usage"] = max(p.usage for p in pools)
+            sources["token_usage"] = "max of the pools' usage"
+        else:
+            absent["token_usage"] = absent_reason("sglang:token_usage", version)
+        if pools:
+            fields["pools"] = tuple(pools)
+            fields["full_pool"] = max(pools, key=lambda p: p.usage).name
+        length = last.mean("sglang:spec_accept_length")
+        rate = last.mean("sglang:spec_accept_rate")
+        # SGLang leaves the gauges at 0 without speculative decoding (an accepted length is at least 1).
+        if length is not None and length > 0:
+            fields["spec_accept_length"] = length
+            sources["spec_accept_length"] = "sglang:spec_accept_length"
+            if rate is not None:
+                fields["spec_accept_rate"] = rate
+                sources["spec_accept_rate"] = "sglang:spec_accept_rate"
+            else:
+                absent["spec_accept_rate"] = absent_reason("sglang:spec_accept_rate", version)
+        elif length is not None:
+            absent["spec_accept_length"] = absent["spec_accept_rate"] = "no speculative decoding"
+        else:
+            absent["spec_accept_length"] = absent_reason("sglang:spec_accept_length", version)
+            absent["spec_accept_rate"] = absent_reason("sglang:spec_accept_rate", version)
+    else:
+        for figure in ("running", "queued", "kv_used", "kv_pool", "token_usage"):
+            absent[figure] = "no /metrics scrape"
+    if max_running is not None:
+        fields["max_running"] = max_running
+        sources["max_running"] = "/server_info max_running_requests"
+    else:
+        absent["max_running"] = "max_running_requests unknown (SGLang exports no metric of it)"
+
+    _from_lines(lines, fields, sources, absent)
+    fields["resets"] = resets
+    fields["sources"] = sources
+    fields["absent"] = absent
+    return ServingFigures.model_validate(fields)
+
+
+def _from_lines(
+    lines: Sequence[DecodeBatch | PrefillBatch],
+    fields: dict[str, object],
+    sources: dict[str, str],
+    absent: dict[str, str],
+) -> None:
+    """Fill what the scrapes lack from the newest decode / prefill line (its own figures, as logged)."""
+    decode = next((e for e in reversed(lines) if isinstance(e, DecodeBatch)), None)
+    prefill = next((e for e in reversed(lines) if isinstance(e, PrefillBatch)), None)
+    candidates: list[tuple[str, float | int | None, str]] = []
+    if decode is not None:
+        candidates += [
+            ("gen_tok_s", decode.gen_throughput, "decode line"),
+            ("running", decode.running_req, "decode line"),
+            ("queued", decode.queue_req, "decode line"),
+            ("kv_used", decode.num_tokens, "decode line"),
+            ("token_usage", decode.token_usage, "decode line"),
+            ("spec_accept_length", decode.accept_len, "decode line"),
+            ("spec_accept_rate", decode.accept_rate, "decode line"),
+        ]
+    if prefill is not None:
+        candidates += [
+            ("prefill_tok_s", prefill.input_throughput, "prefill line"),
+            ("running", prefill.running_req, "prefill line"),
+            ("queued", prefill.queue_req, "prefill line"),
+        ]
+    for figure, value, source in candidates:
+        if value is not None and fields.get(figure) is None:
+            fields[figure] = float(value)
+            sources[figure] = source
+            absent.pop(figure, None)

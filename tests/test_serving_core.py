@@ -1,0 +1,187 @@
+"""Serving figures (console/core/serving.py) from the twin's SGLang stand-in's own /metrics text.
+
+The twin's engine records every latency it observes, so the window's percentiles read from histogram
+deltas can be checked against the exact percentiles of the same requests."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import math
+import statistics
+
+import pytest
+
+from console.core.events import DecodeBatch
+from console.core.metrics import parse_prometheus
+from console.core.serving import Scrape, histogram_increase, serving_figures
+from console.twin.scenarios import get_scenario
+from console.twin.server_engine import ITL_BUCKETS, TTFT_BUCKETS, Engine, EngineConfig
+from console.twin.server_logs import LogWriter
+
+
+def engine(max_running: int = 64) -> Engine:
+    cfg = EngineConfig(
+        max_total_num_tokens=400_000,
+        max_running_requests=max_running,
+        context_len=200_000,
+        max_req_input_len=199_000,
+        chunked_prefill_size=8192,
+        max_prefill_tokens=16384,
+        decode_log_interval=40,
+        tp_size=8,
+        time_scale=0.001,
+        decode_scale=0.05,
+        disable_radix_cache=False,
+        served_model_name="moonshotai/Kimi-K2.6",
+        page_size=1,
+    )
+    eng = Engine(get_scenario(), cfg, LogWriter(io.StringIO()))
+    eng.start()
+    return eng
+
+
+async def serve(eng: Engine, n: int, prompt: int, new_tokens: int) -> None:
+    """`n` concurrent requests of `prompt` distinct tokens, each decoding `new_tokens`; until all end."""
+    reqs = [
+        eng.submit([(i * 7919 + j) % 150_000 + 1 for j in range(prompt)], new_tokens, ignore_eos=True)
+        for i in range(n)
+    ]
+    async with asyncio.timeout(120):
+        while not all(r.done for r in reqs):
+            await asyncio.sleep(0.01)
+
+
+def scrape(eng: Engine, ts: float) -> Scrape:
+    return Scrape(ts=ts, metrics=parse_prometheus(eng.metrics_text()))
+
+
+def exact_quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+
+
+def bucket_of(value: float, bounds: tuple[float, ...]) -> tuple[float, float]:
+    lower = 0.0
+    for bound in bounds:
+        if value <= bound:
+            return lower, bound
+        lower = bound
+    return lower, math.inf
+
+
+@pytest.mark.timeout(180)
+async def test_window_percentiles_match_the_exact_ones_of_the_window_s_requests() -> None:
+    eng = engine()
+    try:
+        # Before the window: a few light requests (short ITL), which a cumulative reading would mix in.
+        await serve(eng, 2, 64, 40)
+        first = scrape(eng, 1000.0)
+        itl_before, ttft_before = len(eng.itl.recorded), len(eng.ttft.recorded)
+        # The window: a crowded batch at depth (longer ITL, longer TTFT behind the queue).
+        await serve(eng, 48, 3000, 30)
+        second = scrape(eng, 1060.0)
+        itl_window = list(eng.itl.recorded)[itl_before:]
+        ttft_window = list(eng.ttft.recorded)[ttft_before:]
+    finally:
+        await eng.stop()
+
+    figures = serving_figures([first, second], window_s=300)
+    assert figures.scrapes == 2 and figures.covered_s == 60.0 and figures.resets == 0
+    for latency, samples, bounds in (
+        (figures.itl, itl_window, ITL_BUCKETS),
+        (figures.ttft, ttft_window, TTFT_BUCKETS),
+    ):
+        assert latency is not None
+        assert latency.count == len(samples)
+        assert latency.mean is not None and math.isclose(
+            latency.mean, statistics.fmean(samples), rel_tol=1e-9
+        )
+        for q, got in ((0.5, latency.p50), (0.9, latency.p90), (0.99, latency.p99)):
+            exact = exact_quantile(samples, q)
+            lower, upper = bucket_of(exact, bounds)
+            assert got is not None and lower <= got <= upper, (latency.metric, q, got, exact)
+    # the window's figures are not the since-start ones: the light requests before it are left out
+    cumulative = serving_figures([Scrape(ts=0.0, metrics=parse_prometheus("")), second]).itl
+    assert cumulative is None  # a scrape without the metric is no starting point
+    assert figures.gen_tok_s is not None and math.isclose(figures.gen_tok_s, 48 * 30 / 60.0)
+    assert figures.prefill_tok_s is not None and figures.prefill_tok_s > 0
+    assert figures.requests_s is not None and math.isclose(figures.requests_s, 48 / 60.0)
+    assert figures.kv_pool == 400_000 and figures.running == 0 and figures.queued == 0
+    assert figures.full_pool == "kv"
+    # the twin exports no speculative figures but the gauge at 0: absent, not zero
+    assert (
+        figures.spec_accept_length is None
+        and figures.absent["spec_accept_length"] == "no speculative decoding"
+    )
+
+
+@pytest.mark.timeout(180)
+async def test_a_restart_in_the_window_resets_counters_without_negative_rates() -> None:
+    before = engine()
+    try:
+        await serve(before, 8, 2000, 40)
+        s1 = scrape(before, 0.0)
+    finally:
+        await before.stop()
+    after = engine()  # the server restarted: every counter starts from zero again
+    try:
+        await serve(after, 2, 500, 20)
+        s2 = scrape(after, 30.0)
+        await serve(after, 3, 500, 20)
+        s3 = scrape(after, 60.0)
+    finally:
+        await after.stop()
+
+    figures = serving_figures([s1, s2, s3], window_s=300)
+    assert figures.resets >= 1
+    assert figures.itl is not None and figures.itl.count == after.itl.count  # only the new server's
+    assert figures.ttft is not None and figures.ttft.count == 5
+    for value in (figures.gen_tok_s, figures.prefill_tok_s, figures.requests_s, figures.cache_hit_rate):
+        assert value is not None and value >= 0
+    assert figures.requests_s == pytest.approx(5 / 60.0)
+    delta = histogram_increase([s1, s2, s3], "sglang:inter_token_latency_seconds")
+    assert delta is not None and all(count >= 0 for _, count in delta.buckets)
+    assert [c for _, c in delta.buckets] == sorted(c for _, c in delta.buckets)  # still cumulative
+
+
+def test_what_a_server_does_not_export_is_absent_with_its_reason_never_zero() -> None:
+    old = (
+        "# TYPE sglang:num_running_reqs gauge\n"
+        'sglang:num_running_reqs{tp_rank="0"} 3.0\n'
+        "# TYPE sglang:token_usage gauge\n"
+        'sglang:token_usage{tp_rank="0"} 0.5\n'
+    )
+    scrapes = [Scrape(ts=t, metrics=parse_prometheus(old)) for t in (0.0, 2.0)]
+    figures = serving_figures(scrapes, version="0.4.6.post5")
+    assert figures.running == 3.0 and figures.token_usage == 0.5
+    assert figures.queue_time is None
+    assert "from SGLang 0.5.12 on" in figures.absent["queue_time"]
+    assert figures.kv_pool is None and "0.5.12" in figures.absent["kv_pool"]
+    assert (
+        figures.ttft is None
+        and figures.absent["ttft"] == "this server does not export sglang:time_to_first_token_seconds"
+    )
+    # one scrape: a window's figure cannot be read yet, and says so
+    one = serving_figures(scrapes[:1])
+    assert one.covered_s is None and one.gen_tok_s is None
+    # a decode line stands in for a figure the scrapes lack, and says where it came from
+    line = DecodeBatch(running_req=4, num_tokens=1200, token_usage=0.25, gen_throughput=88.5, queue_req=1)
+    filled = serving_figures(scrapes, lines=[line])
+    assert filled.gen_tok_s == 88.5 and filled.sources["gen_tok_s"] == "decode line"
+    assert filled.running == 3.0 and filled.sources["running"] == "sglang:num_running_reqs"
+
+
+def test_dp_ranks_and_the_fullest_pool_are_named() -> None:
+    text = "".join(
+        f'sglang:kv_used_tokens{{dp_rank="{r}",tp_rank="{r}"}} {used}\n'
+        f'sglang:max_total_num_tokens{{dp_rank="{r}",tp_rank="{r}"}} 1000.0\n'
+        f'sglang:token_usage{{dp_rank="{r}",tp_rank="{r}"}} {usage}\n'
+        f'sglang:full_token_usage{{dp_rank="{r}",tp_rank="{r}"}} {used / 1000}\n'
+        f'sglang:mamba_usage{{dp_rank="{r}",tp_rank="{r}"}} {usage}\n'
+        for r, used, usage in ((0, 100.0, 0.9), (1, 300.0, 0.7))
+    )
+    figures = serving_figures([Scrape(ts=0.0, metrics=parse_prometheus(text))])
+    assert [(r.dp_rank, r.used, r.pool) for r in figures.kv_ranks] == [(0, 100.0, 1000.0), (1, 300.0, 1000.0)]
+    assert figures.kv_used == 400.0 and figures.kv_pool == 2000.0
+    assert figures.token_usage == 0.9 and figures.full_pool == "mamba"
