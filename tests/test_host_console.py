@@ -90,3 +90,33 @@ async def test_the_console_learns_the_host_and_its_header_and_editor_use_it(
         header = plain(app.dashboards[twin.name].header.render(), 160)
         assert "70,272 B/token (host)" in header
         assert host.host_view().host_flags is host.host_flags  # what the profile editor checks against
+
+
+@needs_wheel
+async def test_apply_checks_a_profile_against_the_sglang_the_host_runs(
+    twin: TwinHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from console.core.profiles import parse_profile
+    from console.sources.service import ServiceController
+    from console.sources.transport import Transport
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    config = load_hosts(twin.hosts_toml).get(twin.name)
+    assert config is not None
+    text = CTX200K.replace('sglang_version = "v0.5.12.post1"', 'sglang_version = "v0.4.6.post5"')
+    old = parse_profile(text, name="ctx-200k")
+    transport = Transport(config)
+    try:
+        ctl = ServiceController(config, transport, state_dir=tmp_path / "ctl")
+        before = await ctl.preview(old)  # nothing learned: the profile's own version's list, as before
+        assert not any("the host runs" in w for w in before.warnings)
+        await ctl.learn_host_flags()
+        assert ctl.host_flags is not None and ctl.host_flags.sglang_version.endswith(WHEEL_VERSION)
+        after = await ctl.preview(old)
+        assert any(
+            f"written for SGLang v0.4.6.post5; the host runs v{WHEEL_VERSION}" in w for w in after.warnings
+        )
+        same = await ctl.preview(parse_profile(CTX200K, name="ctx-200k"))
+        assert not any("the host runs" in w for w in same.warnings)
+    finally:
+        await transport.close()

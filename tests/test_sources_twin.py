@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -359,8 +359,6 @@ async def test_three_hosts_one_hangs_the_others_stay_on_time(tmp_path: Path) -> 
                 await s.wait_for(
                     lambda snap: snap.gpus is not None and snap.gpus.state is SamplerState.OK, 20
                 )
-            hung = hosts[1]
-            _signal_tree(hung.sshd.process.pid, signal.SIGSTOP)
             stamps: dict[str, list[float]] = {h.config.name: [] for h in hosts}
 
             async def watch(session: HostSession) -> None:
@@ -372,6 +370,21 @@ async def test_three_hosts_one_hangs_the_others_stay_on_time(tmp_path: Path) -> 
 
             watchers = [asyncio.ensure_future(watch(s)) for s in sessions]
 
+            async def until(done: Callable[[], bool], what: str) -> None:
+                deadline = time.monotonic() + 30
+                while not done():
+                    assert time.monotonic() < deadline, f"timed out waiting for {what}: {stamps}"
+                    await asyncio.sleep(tick / 5)
+
+            # The baseline, in this run and under whatever else the machine is doing: the live hosts'
+            # gaps while no host hangs.
+            await until(lambda: min(len(stamps["gpu-2"]), len(stamps["gpu-4"])) >= 8, "eight samples each")
+            baseline = {name: list(stamps[name]) for name in ("gpu-2", "gpu-4")}
+            for times in stamps.values():
+                times.clear()
+            hung = hosts[1]
+            _signal_tree(hung.sshd.process.pid, signal.SIGSTOP)
+
             # Watch until each live host has sampled ten times (~5 s at this tick) and the hung one's
             # snapshot says so.
             def watched_enough() -> bool:
@@ -379,9 +392,7 @@ async def test_three_hosts_one_hangs_the_others_stay_on_time(tmp_path: Path) -> 
                 live = min(len(stamps["gpu-2"]), len(stamps["gpu-4"]))
                 return live >= 10 and hung_gpus is not None and hung_gpus.state is SamplerState.ERROR
 
-            deadline = time.monotonic() + 20
-            while not watched_enough() and time.monotonic() < deadline:
-                await asyncio.sleep(tick / 5)
+            await until(watched_enough, "ten samples of the live hosts and the hung host's error")
             for w in watchers:
                 w.cancel()
             hung_snap = sessions[1].snapshot
@@ -392,8 +403,12 @@ async def test_three_hosts_one_hangs_the_others_stay_on_time(tmp_path: Path) -> 
     for name in ("gpu-2", "gpu-4"):
         times = stamps[name]
         gaps = [b - a for a, b in itertools.pairwise(times)]
+        before = [b - a for a, b in itertools.pairwise(baseline[name])]
         assert len(times) >= 6, (name, times)
-        assert max(gaps) < tick * 2.5, (name, gaps)
+        # On time: no gap longer than the tick allows, or than the same host showed before the hang
+        # (a loaded machine stretches both alike; a host waiting on the hung one stretches only these).
+        limit = max(tick * 2.5, 1.5 * max(before))
+        assert max(gaps) < limit, (name, gaps, before)
     # The hung host's samples stopped; its snapshot says why instead of pretending.
     assert len(stamps["gpu-3"]) <= 1
     assert hung_snap.gpus is not None and hung_snap.gpus.state is SamplerState.ERROR

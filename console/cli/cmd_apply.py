@@ -189,6 +189,7 @@ async def _preview_and_apply(
         boot_timeout_s=args.boot_timeout,
     )
     change.phase = "validate"
+    await controller.learn_host_flags()  # the flags are checked against the SGLang the host runs
     pv = await controller.preview(profile)
     if args.json:
         json_line("preview", pv.model_dump(mode="json"))

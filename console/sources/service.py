@@ -21,6 +21,7 @@ unit_commands), the drop-in (sources/dropin), the followed and verified restart 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shlex
 from collections.abc import Awaitable, Callable
@@ -36,6 +37,7 @@ from console.core.apply import (
     why_not_running,
 )
 from console.core.confirm import PendingRollback
+from console.core.flagdrift import version_drift
 from console.core.flags import FlagList, UnknownVersion, load_flag_list, split_command
 from console.core.pairing import AuditEntry
 from console.core.profiles import (
@@ -74,11 +76,49 @@ when it raises, nothing has changed and the operation stops."""
 class ServiceController(RestartFollower):
     # ---- preview -------------------------------------------------------------------------------
 
+    host_flags: FlagList | None = None
+    """The flag list of the SGLang the host runs (learned: `learn_host_flags`, or handed over by the
+    console that learned it): what `preview` checks a profile against, saying what differs when the
+    profile was written for another version. None: the profile's own version's shipped list."""
+    host_note: str | None = None
+
+    async def learn_host_flags(self) -> None:
+        """Learn the host's SGLang and its own flag list (extracted on the host once per version, then
+        cached here). When the host cannot be read, or only the shipped list is known, nothing changes and
+        `preview` says so."""
+        from console.sources.flagcache import host_flag_list
+        from console.sources.hostinfo import HostInfoError, learn_host
+
+        try:
+            facts = await learn_host(self.host, self.transport, gpus=False)
+        except (HostInfoError, TransportError) as exc:
+            self.host_note = f"the host's SGLang could not be read ({str(exc).rstrip('.')})"
+            return
+        if facts.flags.flags_from != "host":
+            self.host_note = f"the host's own flag list is not known ({facts.flags.source})"
+            return
+        self.host_flags = await asyncio.to_thread(host_flag_list, facts)
+
     def _flag_list(self, profile: Profile) -> FlagList:
         try:
             return load_flag_list(profile.sglang_version)
         except UnknownVersion as exc:
             raise ServiceError(f"{exc}.", bad_input=True) from None
+
+    def _checked_against(self, profile: Profile) -> tuple[FlagList, list[str]]:
+        """The flag list to check `profile` against, and what differs from the one it was written for."""
+        host = self.host_flags
+        if host is None:
+            note = [f"{self.host_note}; checked against SGLang {profile.sglang_version}'s shipped list"]
+            return self._flag_list(profile), note if self.host_note else []
+        try:
+            written_for = load_flag_list(profile.sglang_version)
+        except UnknownVersion as exc:
+            return host, [f"{exc}; checked against SGLang {host.sglang_version}, which the host runs"]
+        found = version_drift(profile.flags, written_for, host)
+        if found.same_version:
+            return host, []
+        return host, [found.summary(), *(d.sentence for d in found.profile_flags)]
 
     async def why_not_running(self, profile: Profile) -> str | None:
         """None when the unit runs `profile` as `apply` writes it; otherwise why not, in words (the flags
@@ -93,7 +133,7 @@ class ServiceController(RestartFollower):
     async def preview(self, profile: Profile) -> ApplyPreview:
         """Validate the profile (flags for its SGLang version, the planner calibrated on this host's
         journal) and diff it against the running ExecStart. Reads the host; changes nothing."""
-        fl = self._flag_list(profile)
+        fl, drift = self._checked_against(profile)
         validation = validate_profile(profile, fl)
         running = await self.running_argv()
         adjusted, notes = host_profile(profile, fl, running)
@@ -102,7 +142,7 @@ class ServiceController(RestartFollower):
             profile, fl, self._boots, model=self.host.model, min_headroom_gib=self.min_headroom_gib
         )
         errors = [i.message for i in validation.errors]
-        warnings = [i.message for i in validation.warnings]
+        warnings = [*drift, *(i.message for i in validation.warnings)]
         if not verdict.checked:
             warnings.append(verdict.summary())
         planner_refused = verdict.checked and verdict.fits is False

@@ -165,7 +165,7 @@ class HostController:
         from console.sources.transport import TransportError
 
         try:
-            self.facts, self.host_flags = await learn_with_flags(session.host, session.transport)
+            self.facts, flags = await learn_with_flags(session.host, session.transport)
         except (HostInfoError, TransportError, OSError) as exc:
             self.ui.notify(
                 f"{self.name}: the console could not learn the host ({exc}); the profile's shipped flag "
@@ -175,6 +175,10 @@ class HostController:
             )
             return
         self.dashboard.header.show_facts(self.facts)
+        if self.facts.flags.flags_from == "host":  # a shipped fallback is no news about the host
+            self.host_flags = flags
+            if self.service is not None:
+                self.service.host_flags = flags
 
     async def _after_start(self, after_start: Callable[[], object]) -> None:
         try:
@@ -201,6 +205,7 @@ class HostController:
             session = self.session
             options = self.entry.controller_options
             self.service = ServiceController(session.host, session.transport, **options)  # type: ignore[arg-type]
+            self.service.host_flags = self.host_flags
         return self.service
 
     # ---- pairing: presence, the lock, the audit trail ------------------------------------------
