@@ -127,3 +127,16 @@ async def test_latency_rules_read_the_twin_engines_metrics() -> None:
     result = evaluate(rules, inputs, host="twin", ts=1.0)
     assert [t.rule for t in result.transitions] == [rules[0].key]
     assert result.transitions[0].model_dump(mode="json")["state"] == "fired"
+
+
+def test_the_docs_list_every_rule_name_and_the_default_set() -> None:
+    from pathlib import Path
+
+    from console.core.alerts import STATE_RULES
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "alerts.md").read_text()
+    for name in (*METRICS, *STATE_RULES):
+        assert f"| `{name}` |" in doc, name
+    defaults = doc.split("## The default set", 1)[1].split("##", 1)[0]
+    for rule in DEFAULT_RULES:
+        assert f"| `{rule}` | {parse_rule(rule).severity} |" in defaults, rule
