@@ -131,3 +131,15 @@ async def test_hook_failures_are_sentences_and_reported_once(tmp_path: Path) -> 
     assert (await runner.deliver(ALERT)) is None
     runner.config = AlertConfig(rules=(), command=tuple(failing))
     assert (await runner.deliver(ALERT)) == result.problem  # failing again after a success: said again
+
+
+def test_open_with_a_bad_alerts_table_is_one_sentence_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.support.cli import one_sentence, run_main
+
+    file = tmp_path / "hosts.toml"
+    file.write_text('[hosts.gpu1]\nssh = "gpu1"\n\n[alerts]\nrules = ["kv_used > 95"]\n')
+    code, out, err = run_main(["open", "gpu1", "--hosts", str(file)], capsys)
+    assert code == 2 and out == ""
+    assert "the alert rule 'kv_used > 95' names an unknown metric 'kv_used'" in one_sentence(err)
