@@ -108,6 +108,36 @@ def test_snapshot_under_load_agrees_with_the_probe_on_inter_token_latency(
 
 
 @pytest.mark.timeout(300)
+def test_snapshot_exits_1_when_an_alert_of_the_config_fires_and_0_when_none_does(
+    loaded: tuple[Path, Path, str],
+) -> None:
+    home, hosts, _ = loaded
+    table = hosts.read_text()
+
+    def snapshot_with(alerts: str) -> subprocess.CompletedProcess[str]:
+        config = hosts.parent / "alerting.toml"
+        config.write_text(table + "\n[alerts]\n" + alerts + "\n")
+        return run_cli(home, "snapshot", "twin", "--hosts", str(config), "--json", "--sample", "1s")
+
+    # Under load the twin generates tokens: a rule on that figure fires; one on a queue it never has does not.
+    firing = snapshot_with('rules = ["gen_tok_s > 1", "queue > 100000"]')
+    assert firing.returncode == 1, firing.stderr
+    report = json.loads(firing.stdout)
+    assert [a["rule"] for a in report["alerts"]] == ["gen_tok_s > 1"]
+    alert = report["alerts"][0]
+    assert alert["state"] == "fired" and alert["host"] == "twin" and alert["value"] > 1
+    assert report["problems"] == [alert["message"]]
+    quiet = snapshot_with('rules = ["queue > 100000", "error", "service_not_active"]')
+    assert quiet.returncode == 0, quiet.stderr
+    assert json.loads(quiet.stdout)["alerts"] == [] and json.loads(quiet.stdout)["problems"] == []
+    text = snapshot_with('rules = ["gen_tok_s > 1"]\nbell = false')
+    assert text.returncode == 1
+    bad = snapshot_with('rules = ["gen_tok_s >> 1"]')
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert "the alert rule 'gen_tok_s >> 1' is not `metric op number`" in one_sentence(bad.stderr)
+
+
+@pytest.mark.timeout(300)
 def test_a_stopped_service_is_a_problem_exit_1_and_bad_input_is_one_sentence(tmp_path: Path) -> None:
     with started_twin(tmp_path / "state", name="twin", start_service=False, time_scale=0.02) as twin:
         res = run_cli(
@@ -117,6 +147,9 @@ def test_a_stopped_service_is_a_problem_exit_1_and_bad_input_is_one_sentence(tmp
         report = json.loads(res.stdout)
         assert report["service"]["active_state"] == "inactive"
         assert report["problems"][0].startswith("the service is inactive")
+        # the default set's service_not_active rule says it, through the alerts engine
+        assert report["alerts"][0]["rule"] == "service_not_active"
+        assert report["alerts"][0]["severity"] == "critical"
         # nothing serves: latencies are absent with a reason, never zero
         assert report["serving"]["itl"] is None and report["serving"]["absent"]["itl"]
     bad = run_cli(tmp_path, "snapshot", "twin", "--window", "5 fortnights")

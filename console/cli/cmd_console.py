@@ -98,6 +98,12 @@ def run(args: argparse.Namespace) -> int:
         where = hosts.path or "the hosts file"
         raise UsageError(f"no host given and {where} lists none; name a HOST or add [hosts.NAME] tables.")
     target, source = resolve_target(args)
+    from console.sources.alerts import AlertConfigError, load_alert_config
+
+    try:
+        alerts = load_alert_config(args.hosts)
+    except AlertConfigError as exc:
+        raise UsageError(str(exc)) from None
     require_terminal("k26-console open")
     app = ConsoleApp(
         [HostEntry(name=c.name, config=c, learn=True) for c in configs],
@@ -105,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         target=target,
         target_source=source,
         profile=args.profile,
+        alerts=alerts,
     )
     with Lifeline(app) as lifeline:
         code = int(app.run() or 0)

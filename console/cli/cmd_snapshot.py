@@ -5,8 +5,10 @@ The GPUs' memory split, the KV pool (and its target when the boot says one), the
 (`core/serving.py`: latency percentiles, rates, running and queued requests, KV tokens), the service's
 state, the current boot, and who is on the host (presence and the lock). Latency percentiles need two
 `/metrics` scrapes: one at the start and one `--sample` later; the report says what the window really
-covered. Exit 0 when nothing is wrong, 1 when a problem is found (the service is not active, errors since
-this boot; the alerts engine will add its own), 2 on bad input or an unreachable host.
+covered. Exit 0 when nothing is wrong, 1 when an alert fires (the rules of the config file's `[alerts]`
+table, else the default set: the service not active, errors since this boot, TTFT p99, queue, KV, GPU
+memory; `core/alerts.py`) or the service's state cannot be read, 2 on bad input (a bad `[alerts]` table
+included) or an unreachable host.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pydantic import BaseModel
 
 from console.cli.cmd_plan import human_int
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from console.core.alerts import Alert, alert_inputs, evaluate
 from console.core.events import DecodeBatch, PrefillBatch
 from console.core.metrics import parse_prometheus
 from console.core.serving import DEFAULT_WINDOW_S, Scrape, ServingFigures, serving_figures
@@ -31,6 +34,7 @@ from console.core.text import json_safe, terminal_safe
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
     from console.core.snapshot import HostSnapshot
+    from console.sources.alerts import AlertConfig
     from console.sources.hosts import HostConfig
     from console.sources.transport import Transport
 
@@ -67,9 +71,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "inter-token and end-to-end latency and queue time at p50/p90/p99, tok/s, running and queued "
             "requests, KV tokens per DP rank, cache hit rate, speculative acceptance), the service's state, "
             "the current boot, presence and the lock. Percentiles come from two /metrics scrapes --sample "
-            "apart; the report says the window they really cover. Exit 0 when no problem is found, 1 when "
-            "one is (today: the service is not active, or the boot has errors; the alerts engine will add "
-            "its alerts), 2 on bad input or when the host cannot be reached."
+            "apart; the report says the window they really cover. Exit 0 when no alert fires, 1 when one "
+            "does (the [alerts] rules of the hosts file, else the default set: the service not active, "
+            "errors since this boot, TTFT p99 > 5 s, queue > 16, KV used > 95%, a GPU with < 1 GiB free) "
+            "or the service's state cannot be read, 2 on bad input or when the host cannot be reached."
         ),
     )
     p.add_argument("host", metavar="HOST", help="a hosts-file name or an ssh alias")
@@ -141,7 +146,10 @@ class SnapshotReport(BaseModel):
     lock_stale: bool = False
     incomplete: list[str] = []
     """What did not answer within --timeout (its part of the report is missing, not made up)."""
+    alerts: list[Alert] = []
+    """The alerts that fire on this reading (`core/alerts.py`; the hook is not run)."""
     problems: list[str] = []
+    """The firing alerts' messages, and a service whose state cannot be read: exit 1 when any."""
 
 
 async def _scrape(client: Any, ts: float) -> Scrape | None:
@@ -155,7 +163,11 @@ async def _scrape(client: Any, ts: float) -> Scrape | None:
 
 
 async def _read(
-    host: HostConfig, transport: Transport, args: argparse.Namespace, target: tuple[int | None, str | None]
+    host: HostConfig,
+    transport: Transport,
+    args: argparse.Namespace,
+    target: tuple[int | None, str | None],
+    alerts: AlertConfig,
 ) -> SnapshotReport:
     from console.core.snapshot import FollowState
     from console.sources.hoststate import HostStateDir, HostStateError
@@ -248,13 +260,18 @@ async def _read(
             model=model_name(boot),
             errors=[f"{e.category}: {e.message}" for e in boot.errors],
         )
-    problems: list[str] = []
-    if svc.active_state is not None and svc.active_state != "active":
-        problems.append(f"the service is {svc.active_state} ({svc.sub_state}), not active")
+    inputs = alert_inputs(
+        snap,
+        figures,
+        boot=boot,
+        service_state=svc.active_state,
+        service_detail=svc.sub_state,
+        errors_known="journal" not in incomplete,
+    )
+    firing = list(evaluate(alerts.rules, inputs, host=host.name, ts=time.time()).firing.values())
+    problems = [a.message for a in firing]
     if svc.error is not None:
         problems.append(f"the service's state cannot be read: {svc.error}")
-    if boot_reading is not None and boot_reading.errors:
-        problems.append(f"{len(boot_reading.errors)} error(s) since this boot")
     return SnapshotReport(
         host=host.name,
         taken_at=time.time(),
@@ -270,6 +287,7 @@ async def _read(
         lock=view.lock.model_dump(mode="json") if view is not None and view.lock else None,
         lock_stale=bool(view.lock_stale) if view is not None else False,
         incomplete=incomplete,
+        alerts=firing,
         problems=problems,
     )
 
@@ -334,6 +352,7 @@ def _lines(r: SnapshotReport) -> list[str]:
     out.append(f"presence: {len(r.presence)} console(s); lock: " + ("held" if r.lock else "free"))
     if r.incomplete:
         out.append("no answer within --timeout from: " + ", ".join(r.incomplete))
+    out.extend(f"alert ({a.severity}) {a.rule}: {a.message}" for a in r.alerts)
     out.append("problems: " + ("; ".join(r.problems) if r.problems else "none"))
     return [terminal_safe(line) for line in out]
 
@@ -345,14 +364,19 @@ def _field(name: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from console.cli.cmd_console import resolve_target
     from console.cli.remote import connected, inventory_host
+    from console.sources.alerts import AlertConfigError, load_alert_config
 
     target = resolve_target(args)
     host = inventory_host(args.host, args.hosts)
+    try:
+        alerts = load_alert_config(args.hosts)
+    except AlertConfigError as exc:
+        raise UsageError(str(exc)) from None
 
     async def go() -> SnapshotReport:
         transport = await connected(host)
         try:
-            return await _read(host, transport, args, target)
+            return await _read(host, transport, args, target, alerts)
         finally:
             await transport.close()
 

@@ -26,6 +26,8 @@ files (`~/.ssh/known_hosts`, any file `UserKnownHostsFile` names in `~/.ssh/conf
 do NOT turn it off; only `insecure_skip_host_key_check = true` on the host does, and then the console
 says so on every screen and command.
 
+The same file may hold an `[alerts]` table (rules, bell, the pager hook): `console/sources/alerts.py`.
+
 A name that is not in the file is taken as an ssh target with the defaults above, so
 `k26-console verify gpu1` works with nothing but an `~/.ssh/config` entry.
 
@@ -214,7 +216,7 @@ def parse_hosts(text: str, path: Path | None = None) -> HostsFile:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise HostsError(f"{label} is not valid TOML: {exc}.") from None
-    unknown = sorted(set(data) - {"hosts"})
+    unknown = sorted(set(data) - {"hosts", "alerts"})  # [alerts]: console/sources/alerts.py
     if unknown:
         raise HostsError(f"{label} has an unknown top-level key {unknown[0]!r}; hosts go under [hosts.NAME].")
     tables = data.get("hosts", {})

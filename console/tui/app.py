@@ -23,8 +23,11 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import TabbedContent, TabPane
 
+from console.core.alerts import Alert, TransitionKind
+from console.core.events import Log
 from console.core.pairing import Identity
 from console.core.snapshot import HostSnapshot
+from console.sources.alerts import AlertConfig, HookRunner
 from console.sources.hoststate import local_identity
 from console.sources.profile_store import ProfileStore
 from console.sources.shipped import stylesheets as css_paths
@@ -35,6 +38,7 @@ from console.tui.gcpace import GcPacer
 from console.tui.host_controller import HostController
 from console.tui.host_entry import HostEntry
 from console.tui.messages import (
+    AlertChanged,
     ApplyRequested,
     BreakRequested,
     HostChosen,
@@ -49,6 +53,19 @@ from console.tui.profiles import ProfilesScreen
 from console.tui.screens import HelpScreen, help_keys
 
 __all__ = ["ConsoleApp", "HostEntry"]
+
+
+def _iso(ts: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+def alert_line(alert: Alert) -> Log:
+    """The feed's line for an alert's firing or clearing."""
+    what = "ALERT" if alert.state is TransitionKind.FIRED else "alert cleared"
+    text = f"{what} ({alert.severity}) {alert.rule}: {alert.message}"
+    return Log(ts=_iso(alert.ts), host=alert.host, raw=text, message=text)
 
 
 class ConsoleApp(App[int]):
@@ -78,11 +95,13 @@ class ConsoleApp(App[int]):
         store: ProfileStore | None = None,
         profile: str | None = None,
         identity: Identity | None = None,
+        alerts: AlertConfig | None = None,
     ) -> None:
         """`connect=False` opens the dashboards without sessions: the tests feed snapshots themselves.
         `store` holds the flag profiles (default: the user's, then the shipped examples); `profile` is
         the one the profiles screen opens on. `identity` is who this console says it is on the hosts
-        (default: the local login, this machine, this process)."""
+        (default: the local login, this machine, this process). `alerts` are the rules, the bell and the
+        hook (`console/sources/alerts.py`); None: no alerts."""
         super().__init__()
         self.me = identity or local_identity()
         self.entries = entries
@@ -109,6 +128,8 @@ class ConsoleApp(App[int]):
             self.hosts[entry.name] = HostController(
                 entry, dash, self, me=self.me, store=self.store, read_only=read_only
             )
+        self.alerts = alerts
+        self._hook = HookRunner(alerts) if alerts is not None and alerts.command is not None else None
         self._help_screens: dict[tuple[str, str], str] = {}
         self._pacer = GcPacer()
 
@@ -176,6 +197,28 @@ class ConsoleApp(App[int]):
         # A snapshot that arrives while the app shuts down finds its widgets already gone.
         if snap is not None and self.is_running and not self._exit:
             host.dashboard.show(snap)
+            if self.alerts is not None:
+                host.check_alerts(snap, self.alerts.rules)
+
+    def on_alert_changed(self, message: AlertChanged) -> None:
+        """A firing or a clearing: the header's badge, a feed line, the bell once per firing, the hook."""
+        dash = self.dashboards.get(message.host)
+        if dash is None or self.alerts is None:
+            return
+        alert = message.alert
+        dash.header.show_alert(message.worst, message.firing)
+        dash.feed.add_external([alert_line(alert)])
+        if alert.state is TransitionKind.FIRED and self.alerts.bell:
+            self.bell()
+        if self._hook is not None:
+            self.run_worker(self._deliver(message.host, alert), group="alerts")
+
+    async def _deliver(self, host: str, alert: Alert) -> None:
+        assert self._hook is not None
+        problem = await self._hook.deliver(alert)
+        dash = self.dashboards.get(host)
+        if problem is not None and dash is not None and self.is_running:
+            dash.feed.add_external([Log(ts=_iso(time.time()), host=host, raw=problem, message=problem)])
 
     # ---- what the controllers ask of the app (`ConsoleUi`) -----------------------------------------
 

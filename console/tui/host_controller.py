@@ -19,14 +19,17 @@ from rich.text import Text
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
+from console.core.alerts import Alert, Rule, alert_inputs, evaluate
 from console.core.flags import FlagList
 from console.core.hostfacts import HostFacts
 from console.core.pairing import AuditAction, AuditEntry, BreakRefused, Identity, LockHeld, PairingView
 from console.core.profiles import Profile, ProfileError
-from console.core.snapshot import HostSnapshot
+from console.core.serving import ServingFigures
+from console.core.snapshot import FollowState, HostSnapshot
 from console.sources.profile_store import ProfileStore
 from console.tui.dashboard import HostDashboard
 from console.tui.host_entry import HostEntry
+from console.tui.messages import AlertChanged
 from console.tui.pairing import TIMELINE_ACTIONS, PairingLink, held_by_other, lock_note, refusal
 from console.tui.profiles import HostView
 from console.tui.screens import ApplyChoice, ApplyConfirmScreen, ConfirmScreen, prediction_text
@@ -118,6 +121,32 @@ class HostController:
         """The newest snapshot not yet shown; older ones are dropped, never queued."""
         self.posted = False
         """A `SnapshotReady` for this host is in flight."""
+        self.alerts: dict[str, Alert] = {}
+        """The host's firing alerts, by rule."""
+
+    # ---- alerts --------------------------------------------------------------------------------------
+
+    def check_alerts(
+        self, snap: HostSnapshot, rules: tuple[Rule, ...], serving: ServingFigures | None = None
+    ) -> None:
+        """Evaluate the rules on a snapshot; each alert that fires or clears goes to the app as an
+        `AlertChanged` (posted on the dashboard, so it bubbles up). The service's state is the boot's
+        (the live view runs no `systemctl show`); without `serving` the gauges come from the newest
+        `/metrics` reading and the window's latencies are absent, so their rules do not fire."""
+        if not rules:
+            return
+        boot = display_boot(snap.state)
+        inputs = alert_inputs(
+            snap,
+            serving,
+            boot=boot,
+            errors_known=boot is not None or snap.follower.state is FollowState.FOLLOWING,
+        )
+        result = evaluate(rules, inputs, self.alerts, host=self.name, ts=snap.ts)
+        self.alerts = result.firing
+        worst = result.worst()
+        for alert in result.transitions:
+            self.dashboard.post_message(AlertChanged(self.name, alert, worst, len(result.firing)))
 
     # ---- the session -------------------------------------------------------------------------------
 

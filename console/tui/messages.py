@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from textual.message import Message
 
+from console.core.alerts import Alert
+
 
 class SnapshotReady(Message):
     """A newer snapshot of `host` waits to be shown (one such message in flight per host)."""
@@ -15,6 +17,18 @@ class SnapshotReady(Message):
     def __init__(self, host: str) -> None:
         super().__init__()
         self.host = host
+
+
+class AlertChanged(Message):
+    """An alert of `host` fired or cleared (`alert.state`); `worst` is the most severe alert still firing
+    after it and `firing` how many are."""
+
+    def __init__(self, host: str, alert: Alert, worst: Alert | None, firing: int) -> None:
+        super().__init__()
+        self.host = host
+        self.alert = alert
+        self.worst = worst
+        self.firing = firing
 
 
 class HostRequest(Message):

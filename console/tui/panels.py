@@ -13,6 +13,7 @@ from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import Static
 
+from console.core.alerts import Alert
 from console.core.hostfacts import HostFacts
 from console.core.restart import BOOT, Phase
 from console.core.snapshot import ConnState, HealthState, HostSnapshot
@@ -116,6 +117,8 @@ class HeaderBar(Widget):
         self.note: str | None = None
         self.facts: HostFacts | None = None
         self._drawn_age: tuple[str, str] | None = None
+        self.alert: tuple[Alert, int] | None = None
+        """The worst firing alert and how many fire (the badge), None when none does."""
 
     def show(self, snap: HostSnapshot) -> None:
         prev, self.snap = self.snap, snap
@@ -123,6 +126,10 @@ class HeaderBar(Widget):
         # something it shows changed (ten snapshots a second under load), such as a stale age now fresh.
         if prev is None or self._key(prev) != self._key(snap) or self.age_label() != self._drawn_age:
             self.refresh()
+
+    def show_alert(self, worst: Alert | None, firing: int) -> None:
+        self.alert = (worst, firing) if worst is not None else None
+        self.refresh()
 
     def show_facts(self, facts: HostFacts) -> None:
         """What the console learned of the host: its SGLang when the server does not say, the KV cell of
@@ -183,6 +190,11 @@ class HeaderBar(Widget):
             # A badge up front like the two above, so a long link reason cannot push it off the line:
             # the hosts file turned the host-key check off for this host.
             line1.append(" host key NOT checked ", "bold white on red3")
+        if self.alert is not None:
+            alert, firing = self.alert
+            more = f" +{firing - 1}" if firing > 1 else ""
+            style = "bold white on red3" if alert.severity == "critical" else "bold black on dark_orange"
+            line1.append(f" ALERT {alert.rule}{more} ", style)  # a rule's normal form: [a-z0-9_ <>=.-]
         boot = display_boot(snap.state) if snap is not None else None
         line1.append("  service ", "grey62")
         state = unit_state(snap, boot) if snap is not None else "—"

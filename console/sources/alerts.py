@@ -1,0 +1,234 @@
+"""Alerts' settings (the `[alerts]` table of the console's config file) and the hook that tells a pager.
+
+The config file is the hosts file: `hosts.toml` in the platform config dir
+(`platformdirs.user_config_dir("k26-console")`, e.g. `~/.config/k26-console/hosts.toml` on Linux), or the
+file `--hosts FILE` names. Its `[alerts]` table:
+
+    [alerts]
+    rules = ["service_not_active", "error", "ttft_p99_s > 5", "queue > 16"]  # replaces the default set
+    bell = true                         # ring the terminal bell once per firing (the console)
+    command = ["/usr/local/bin/page", "--team", "inference"]  # run locally on each firing and clearing
+    command_timeout_s = 10
+
+A rule is a string (`metric op number`, `error`, `service_not_active`; `console/core/alerts.py` has the
+names) or a table `{ when = "queue > 16", severity = "critical" }`. Without `rules` the default set
+(`core/alerts.DEFAULT_RULES`) applies; `rules = []` turns alerts off.
+
+The hook's argv runs on this machine, never through a shell, with the alert as one JSON document on its
+stdin (`core/alerts.Alert`: host, rule, severity, state fired|cleared, value, message, ts). It has
+`command_timeout_s` to finish (then it is killed); its output is kept up to `MAX_OUTPUT` bytes for the
+report. Every problem with the table is an `AlertConfigError` carrying one sentence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from console.core.alerts import Alert, AlertError, Rule, default_rules, parse_rules
+from console.core.text import terminal_safe
+
+MAX_OUTPUT = 4096
+"""Bytes of the hook's output (stdout and stderr together) kept for the report."""
+DEFAULT_TIMEOUT_S = 10.0
+MAX_TIMEOUT_S = 300.0
+_KEYS = ("rules", "bell", "command", "command_timeout_s")
+
+
+class AlertConfigError(ValueError):
+    """An `[alerts]` table the console cannot use; `str()` is one sentence for the operator."""
+
+
+class AlertConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rules: tuple[Rule, ...]
+    bell: bool = True
+    command: tuple[str, ...] | None = None
+    command_timeout_s: float = DEFAULT_TIMEOUT_S
+    path: Path | None = None
+    """The file read, for messages (None: the defaults, no file)."""
+
+
+def default_alert_config() -> AlertConfig:
+    return AlertConfig(rules=default_rules())
+
+
+def parse_alert_config(table: object, path: Path | None = None) -> AlertConfig:
+    """The `[alerts]` table (already read from TOML); a missing table is the defaults."""
+    label = f"{path}: [alerts]" if path is not None else "[alerts]"
+    if table is None:
+        return AlertConfig(rules=default_rules(), path=path)
+    if not isinstance(table, dict):
+        raise AlertConfigError(f"{label} must be a table, such as [alerts] with rules = [...].")
+    unknown = sorted(set(table) - set(_KEYS))
+    if unknown:
+        raise AlertConfigError(f"{label} has an unknown key {unknown[0]!r} (known: {', '.join(_KEYS)}).")
+    rules: tuple[Rule, ...] = default_rules()
+    if "rules" in table:
+        if not isinstance(table["rules"], list):
+            raise AlertConfigError(f'{label} rules must be a list, such as ["queue > 16", "error"].')
+        try:
+            rules = parse_rules(table["rules"])
+        except AlertError as exc:
+            raise AlertConfigError(f"{label}: {str(exc).rstrip('.')}.") from None
+    bell = table.get("bell", True)
+    if not isinstance(bell, bool):
+        raise AlertConfigError(f"{label} bell must be true or false, not {bell!r}.")
+    command = table.get("command")
+    argv: tuple[str, ...] | None = None
+    if command is not None:
+        if (
+            not isinstance(command, list)
+            or not command
+            or not all(isinstance(a, str) and a and "\0" not in a for a in command)
+        ):
+            raise AlertConfigError(
+                f"{label} command must be a non-empty list of strings (the argv, run without a shell), "
+                'such as ["/usr/local/bin/page", "--team", "ops"].'
+            )
+        argv = (os.path.expanduser(command[0]), *command[1:])
+    timeout = table.get("command_timeout_s", DEFAULT_TIMEOUT_S)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TIMEOUT_S:
+        raise AlertConfigError(
+            f"{label} command_timeout_s must be a number of seconds from 0 to {MAX_TIMEOUT_S:g}."
+        )
+    return AlertConfig(rules=rules, bell=bell, command=argv, command_timeout_s=float(timeout), path=path)
+
+
+def load_alert_config(path: Path | str | None = None) -> AlertConfig:
+    """The `[alerts]` table of the hosts file (`--hosts FILE`, else the default one); a missing default
+    file, or a file without the table, is the default set."""
+    from console.sources.hosts import default_hosts_path
+
+    explicit = path is not None
+    file = Path(path).expanduser() if path is not None else default_hosts_path()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if explicit:
+            raise AlertConfigError(f"the config file {file} does not exist.") from None
+        return default_alert_config()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise AlertConfigError(f"the config file {file} cannot be read: {reason}.") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise AlertConfigError(f"the config file {file} is not valid TOML: {exc}.") from None
+    return parse_alert_config(data.get("alerts"), file)
+
+
+# ---------------------------------------------------------------------------------------------- hook
+
+
+class HookResult(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ok: bool
+    returncode: int | None = None
+    output: str = ""
+    """What the hook printed (stdout and stderr), at most `MAX_OUTPUT` bytes, terminal-safe."""
+    truncated: bool = False
+    problem: str | None = None
+    """Why it failed, in one sentence (not found, timed out, exit status)."""
+
+
+async def _drain(stream: asyncio.StreamReader, limit: int) -> tuple[bytes, bool]:
+    """Everything the stream says until EOF, keeping the first `limit` bytes."""
+    kept = bytearray()
+    truncated = False
+    while chunk := await stream.read(65536):
+        room = limit - len(kept)
+        if room > 0:
+            kept += chunk[:room]
+        if len(chunk) > room:
+            truncated = True
+    return bytes(kept), truncated
+
+
+async def run_hook(
+    argv: Sequence[str], alert: Alert, *, timeout_s: float = DEFAULT_TIMEOUT_S, limit: int = MAX_OUTPUT
+) -> HookResult:
+    """Run `argv` here (no shell) with the alert as JSON on stdin; kill it after `timeout_s`."""
+    name = terminal_safe(argv[0])
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        return HookResult(
+            ok=False, problem=f"the alert command {name} could not start: {terminal_safe(reason)}."
+        )
+    assert proc.stdin is not None and proc.stdout is not None
+    payload = alert.model_dump_json().encode() + b"\n"
+    try:
+        async with asyncio.timeout(timeout_s):
+
+            async def feed() -> None:
+                assert proc.stdin is not None
+                # A hook that does not read its stdin is not an error.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    proc.stdin.write(payload)
+                    await proc.stdin.drain()
+                    proc.stdin.close()
+                    await proc.stdin.wait_closed()
+
+            _, (out, truncated), rc = await asyncio.gather(feed(), _drain(proc.stdout, limit), proc.wait())
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        return HookResult(
+            ok=False,
+            returncode=proc.returncode,
+            problem=f"the alert command {name} did not finish within {timeout_s:g}s and was killed.",
+        )
+    output = terminal_safe(out.decode("utf-8", "replace"), keep_newlines=True)
+    if rc != 0:
+        last = output.strip().splitlines()[-1][:200] if output.strip() else ""
+        said = f": {last}" if last else ""
+        return HookResult(
+            ok=False,
+            returncode=rc,
+            output=output,
+            truncated=truncated,
+            problem=f"the alert command {name} exited with status {rc}{said.rstrip('.')}.",
+        )
+    return HookResult(ok=True, returncode=rc, output=output, truncated=truncated)
+
+
+class HookRunner:
+    """Runs the configured hook for each transition, one at a time and in order, and says what went
+    wrong once: a failure is reported when it differs from the last one reported, and reporting starts
+    again after a success."""
+
+    def __init__(self, config: AlertConfig) -> None:
+        self.config = config
+        self._lock = asyncio.Lock()
+        self._reported: str | None = None
+
+    async def deliver(self, alert: Alert) -> str | None:
+        """Run the hook for `alert`; a sentence to show when it failed and has not been said yet."""
+        if self.config.command is None:
+            return None
+        async with self._lock:
+            result = await run_hook(self.config.command, alert, timeout_s=self.config.command_timeout_s)
+        if result.ok:
+            self._reported = None
+            return None
+        if result.problem == self._reported:
+            return None
+        self._reported = result.problem
+        return result.problem
