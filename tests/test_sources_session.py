@@ -181,7 +181,8 @@ async def test_close_ends_even_when_a_journal_batch_lands_in_the_turn_of_the_can
 async def test_the_session_keeps_a_bounded_window_of_scrapes_and_publishes_the_serving_figures(
     twin: TwinHost,
 ) -> None:
-    # a 2 s window at 0.2 s: 11 scrapes at most, however long the session runs
+    # a 2 s window at 0.2 s: 11 scrapes at most, however long the session runs (fewer on a busy machine,
+    # where the polls come later than every 0.2 s)
     session = HostSession(
         _config(twin),
         ssh_config=[],
@@ -191,7 +192,7 @@ async def test_the_session_keeps_a_bounded_window_of_scrapes_and_publishes_the_s
     )
     async with session:
         snap = await session.wait_for(
-            lambda s: s.serving is not None and s.serving.scrapes >= 11 and s.serving.covered_s is not None,
+            lambda s: s.serving is not None and s.serving.scrapes >= 5 and s.serving.covered_s is not None,
             30,
         )
         serving = snap.serving

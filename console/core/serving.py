@@ -363,7 +363,8 @@ def merge_deltas(deltas: Sequence[HistogramDelta]) -> HistogramDelta | None:
     for d in deltas:
         for le, v in d.buckets:
             acc[le] = acc.get(le, 0.0) + v
-    return HistogramDelta(
+    # model_construct: sums of validated deltas (this runs per figure per scrape over the whole window)
+    return HistogramDelta.model_construct(
         buckets=tuple(sorted(acc.items())),
         count=sum(d.count for d in deltas),
         sum=sum(d.sum for d in deltas),
@@ -395,10 +396,14 @@ def trend_point(delta: PairDelta) -> TrendPoint:
     )
 
 
+_READ = MetricsText()
+
+
 class ServingHistory:
     """A bounded, rolling list of timestamped scrapes and what each successive pair added, so that the
     window's figures cost one pair's reading per scrape (a full window of 150 scrapes read afresh costs
-    about 0.1 s of CPU). `max_scrapes` bounds it whatever the scrape interval."""
+    about 0.1 s of CPU). A scrape's samples are dropped once the next pair is read: only its time stays.
+    `max_scrapes` bounds it whatever the scrape interval."""
 
     def __init__(self, *, window_s: float = DEFAULT_WINDOW_S, max_scrapes: int = 151) -> None:
         self.window_s = window_s
@@ -410,9 +415,12 @@ class ServingHistory:
         if self.scrapes and scrape.ts <= self.scrapes[-1].ts:
             return  # out of order: the window is built on time
         if self.scrapes:
-            delta = pair_delta(self.scrapes[-1], scrape)
+            before = self.scrapes[-1]
+            delta = pair_delta(before, scrape)
             self.deltas.append(delta)
             self.trend.append(trend_point(delta))
+            # Read once: only the newest scrape's samples are needed again (its gauges, the next pair).
+            self.scrapes[-1] = Scrape(ts=before.ts, metrics=_READ)
         self.scrapes.append(scrape)
         start = scrape.ts - self.window_s
         while len(self.scrapes) > 1 and self.scrapes[0].ts < start:

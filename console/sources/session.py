@@ -25,7 +25,7 @@ from typing import Any
 from console.core.events import DecodeBatch, Event, PrefillBatch
 from console.core.gpus import HostGpuSample
 from console.core.parser import JournalParser
-from console.core.serving import DEFAULT_WINDOW_S, Scrape, ServingFigures, ServingHistory
+from console.core.serving import DEFAULT_WINDOW_S, Scrape, ServingFigures, ServingHistory, TrendPoint
 from console.core.snapshot import FollowerStatus, FollowState, HealthState, HostSnapshot, ServerSample
 from console.core.state import HostState
 from console.sources.gpus import DEFAULT_INTERVAL_S, BackendChoice, GpuPoller
@@ -121,6 +121,7 @@ class HostSession:
             max_scrapes=min(MAX_SCRAPES, math.ceil(serving_window_s / max(server_interval_s, 0.1)) + 1),
         )
         self._serving: ServingFigures | None = None
+        self._trend: tuple[TrendPoint, ...] = ()
         self._max_running: float | None = None
         self._seq = 0
         self._snapshot = self._build()
@@ -221,7 +222,7 @@ class HostSession:
             recent=tuple(self._recent),
             events_total=self._events_total,
             serving=self._serving,
-            serving_trend=tuple(self._history.trend),
+            serving_trend=self._trend,
         )
 
     def _publish_now(self) -> None:
@@ -323,6 +324,7 @@ class HostSession:
         figures are read from what each pair of scrapes added."""
         if sample.scrape is not None and sample.ts is not None:
             self._history.add(Scrape(ts=sample.ts, metrics=sample.scrape))
+            self._trend = tuple(self._history.trend)
         if sample.health is not HealthState.OK and self._serving is None:
             return
         # The newest decode and prefill lines stand in for what the scrapes lack (metrics off).
