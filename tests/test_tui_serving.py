@@ -177,3 +177,30 @@ async def test_the_panel_shows_live_itl_under_load(twin: TwinHost) -> None:
         load.cancel()
         with pytest.raises(asyncio.CancelledError):
             await load
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_with_the_serving_panel_every_gpu_the_gauge_and_five_event_rows_stay(
+    size: tuple[int, int],
+) -> None:
+    from tests.test_tui_small_terminals import on_screen, screen_text
+
+    served = serving_snapshot()
+    busy = snapshot(corpus_events("case-01"), gpu_sample([240.0 * GIB] * 8, 288 * GIB))
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        app.post_snapshot(
+            busy.model_copy(update={"serving": served.serving, "serving_trend": served.serving_trend})
+        )
+        await pilot.pause()
+        await pilot.pause()
+        dash = app.dashboards["gpu1"]
+        for i in range(8):
+            assert on_screen(app, f"GPU{i} "), (i, "\n".join(screen_text(app)))
+        assert on_screen(app, "pool 2,454,421")
+        assert dash.feed.log_widget.scrollable_content_region.height >= 5
+        if size != (80, 24):  # in view at once; at 80x24 the side column scrolls to it
+            assert on_screen(app, "22.9ms"), "\n".join(screen_text(app))
+        dash.serving.focus()
+        await pilot.pause()
+        assert on_screen(app, "22.9ms") and on_screen(app, "queued 3"), "\n".join(screen_text(app))
