@@ -14,7 +14,7 @@ import pytest
 
 from console.core.events import DecodeBatch
 from console.core.metrics import parse_prometheus
-from console.core.serving import Scrape, histogram_increase, serving_figures
+from console.core.serving import Scrape, ServingHistory, histogram_increase, serving_figures
 from console.twin.scenarios import get_scenario
 from console.twin.server_engine import ITL_BUCKETS, TTFT_BUCKETS, Engine, EngineConfig
 from console.twin.server_logs import LogWriter
@@ -185,3 +185,53 @@ def test_dp_ranks_and_the_fullest_pool_are_named() -> None:
     assert [(r.dp_rank, r.used, r.pool) for r in figures.kv_ranks] == [(0, 100.0, 1000.0), (1, 300.0, 1000.0)]
     assert figures.kv_used == 400.0 and figures.kv_pool == 2000.0
     assert figures.token_usage == 0.9 and figures.full_pool == "mamba"
+
+
+@pytest.mark.timeout(180)
+async def test_the_session_s_rolling_history_gives_the_figures_of_a_full_reading() -> None:
+    """`ServingHistory` (what `HostSession` keeps) reads each pair of scrapes once; its window's figures
+    must be those of reading every scrape of the window afresh, across a restart and with scrapes
+    falling out of the window."""
+    first = engine()
+    scrapes: list[Scrape] = []
+    try:
+        scrapes.append(scrape(first, 0.0))
+        await serve(first, 4, 800, 30)
+        scrapes.append(scrape(first, 200.0))  # the window below is 300 s: 0.0 falls out of it later
+        await serve(first, 6, 1500, 20)
+        scrapes.append(scrape(first, 260.0))
+    finally:
+        await first.stop()
+    second = engine()  # a restart: counters from zero
+    try:
+        await serve(second, 3, 500, 25)
+        scrapes.append(scrape(second, 320.0))
+        scrapes.append(Scrape(ts=340.0, metrics=parse_prometheus("")))  # metrics off for one scrape
+        await serve(second, 2, 400, 10)
+        scrapes.append(scrape(second, 360.0))
+        await serve(second, 5, 700, 15)
+        scrapes.append(scrape(second, 380.0))
+    finally:
+        await second.stop()
+
+    history = ServingHistory(window_s=300.0, max_scrapes=200)
+    for i, s in enumerate(scrapes):
+        history.add(s)
+        full = serving_figures(scrapes[: i + 1], window_s=300.0, version="0.5.12", max_running=64)
+        assert history.figures(version="0.5.12", max_running=64) == full, i
+    assert [s.ts for s in history.scrapes] == [200.0, 260.0, 320.0, 340.0, 360.0, 380.0]
+    assert full.resets >= 1 and full.itl is not None and full.itl.count > 0
+    # one trend point per pair of the window; the pairs around the scrape without metrics have none
+    assert [p.ts for p in history.trend] == [260.0, 320.0, 340.0, 360.0, 380.0]
+    assert history.trend[2].p50["itl"] is None and history.trend[3].p50["itl"] is None
+    assert history.trend[-1].p50["itl"] is not None and history.trend[-1].gen_tok_s == 5 * 15 / 20.0
+
+
+def test_the_history_is_bounded_whatever_the_window() -> None:
+    text = parse_prometheus("sglang:num_running_reqs 1\nsglang:generation_tokens_total 5\n")
+    history = ServingHistory(window_s=1e9, max_scrapes=10)
+    for i in range(1000):
+        history.add(Scrape(ts=float(i), metrics=text))
+    assert len(history.scrapes) == 10 and len(history.deltas) == 9 and len(history.trend) == 9
+    figures = history.figures()
+    assert figures.scrapes == 10 and figures.covered_s == 9.0 and figures.gen_tok_s == 0.0

@@ -176,3 +176,30 @@ async def test_close_ends_even_when_a_journal_batch_lands_in_the_turn_of_the_can
         assert done, (
             f"close() still waiting after {took:.1f} s with the line {turns} turn(s) before the cancel"
         )
+
+
+async def test_the_session_keeps_a_bounded_window_of_scrapes_and_publishes_the_serving_figures(
+    twin: TwinHost,
+) -> None:
+    # a 2 s window at 0.2 s: 11 scrapes at most, however long the session runs (fewer on a busy machine,
+    # where the polls come later than every 0.2 s)
+    session = HostSession(
+        _config(twin),
+        ssh_config=[],
+        sample_gpus=False,
+        server_interval_s=0.2,
+        serving_window_s=2.0,
+    )
+    async with session:
+        snap = await session.wait_for(
+            lambda s: s.serving is not None and s.serving.scrapes >= 5 and s.serving.covered_s is not None,
+            30,
+        )
+        serving = snap.serving
+        assert serving is not None
+        assert serving.kv_pool == POOL_AT_085 and serving.sources["kv_pool"] == "sglang:max_total_num_tokens"
+        assert serving.max_running is not None and serving.max_running > 0  # from /server_info
+        assert serving.covered_s <= 2.0 and serving.version is not None
+        await session.wait_for(lambda s: s.seq > snap.seq + 10, 30)
+        assert len(session._history.scrapes) <= 11 and len(session.snapshot.serving_trend) <= 10
+        assert session.snapshot.serving is not None and session.snapshot.serving.scrapes <= 11

@@ -15,6 +15,7 @@ reason, never shown as zero. Nothing here does I/O or knows the time: scrapes ca
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -309,6 +310,143 @@ def _latency(delta: HistogramDelta, metric: str) -> Latency:
     return Latency(metric=metric, count=delta.count, mean=mean, p50=p50, p90=p90, p99=p99)
 
 
+# ------------------------------------------------------------------------------- a session's history
+
+LATENCY_METRICS: dict[str, tuple[str, ...]] = {
+    "ttft": ("sglang:time_to_first_token_seconds",),
+    "itl": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+    "e2e": ("sglang:e2e_request_latency_seconds",),
+    "queue_time": ("sglang:queue_time_seconds",),
+}
+COUNTER_METRICS = (
+    "sglang:generation_tokens_total",
+    "sglang:prompt_tokens_total",
+    "sglang:num_requests_total",
+    "sglang:cached_tokens_total",
+)
+
+
+class PairDelta(BaseModel):
+    """What happened between two successive scrapes: each histogram's and counter's increase (only
+    those both scrapes export), read once, so that a window's figures are sums of these."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    start_ts: float
+    end_ts: float
+    histograms: dict[str, HistogramDelta] = Field(default_factory=dict)
+    counters: dict[str, tuple[float, int]] = Field(default_factory=dict)
+    """Name → (increase, resets)."""
+
+
+def pair_delta(before: Scrape, after: Scrape) -> PairDelta:
+    pair = (before, after)
+    histograms = {}
+    for names in LATENCY_METRICS.values():
+        for name in names:
+            delta = histogram_increase(pair, name)
+            if delta is not None:
+                histograms[name] = delta
+    counters = {}
+    for name in COUNTER_METRICS:
+        increase, resets = _counter_increase(pair, name)
+        if increase is not None:
+            counters[name] = (increase, resets)
+    return PairDelta(start_ts=before.ts, end_ts=after.ts, histograms=histograms, counters=counters)
+
+
+def merge_deltas(deltas: Sequence[HistogramDelta]) -> HistogramDelta | None:
+    """The sum of histogram increases (successive pairs of one window); None when there are none."""
+    if not deltas:
+        return None
+    acc: dict[float, float] = {}
+    for d in deltas:
+        for le, v in d.buckets:
+            acc[le] = acc.get(le, 0.0) + v
+    # model_construct: sums of validated deltas (this runs per figure per scrape over the whole window)
+    return HistogramDelta.model_construct(
+        buckets=tuple(sorted(acc.items())),
+        count=sum(d.count for d in deltas),
+        sum=sum(d.sum for d in deltas),
+        resets=sum(d.resets for d in deltas),
+    )
+
+
+class TrendPoint(BaseModel):
+    """One scrape interval, for the sparklines: each latency's p50 over the interval's observations
+    (None where it saw none or the metric is absent) and the generation rate of the interval."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ts: float
+    p50: dict[str, float | None] = Field(default_factory=dict)
+    """Figure (`ttft`, `itl`, `e2e`, `queue_time`) → p50 of the interval, seconds."""
+    gen_tok_s: float | None = None
+
+
+def trend_point(delta: PairDelta) -> TrendPoint:
+    p50: dict[str, float | None] = {}
+    for figure, names in LATENCY_METRICS.items():
+        hd = next((delta.histograms[n] for n in names if n in delta.histograms), None)
+        p50[figure] = hd.quantile(0.5) if hd is not None else None
+    gen = delta.counters.get("sglang:generation_tokens_total")
+    span = delta.end_ts - delta.start_ts
+    return TrendPoint(
+        ts=delta.end_ts, p50=p50, gen_tok_s=gen[0] / span if gen is not None and span > 0 else None
+    )
+
+
+_READ = MetricsText()
+
+
+class ServingHistory:
+    """A bounded, rolling list of timestamped scrapes and what each successive pair added, so that the
+    window's figures cost one pair's reading per scrape (a full window of 150 scrapes read afresh costs
+    about 0.1 s of CPU). A scrape's samples are dropped once the next pair is read: only its time stays.
+    `max_scrapes` bounds it whatever the scrape interval."""
+
+    def __init__(self, *, window_s: float = DEFAULT_WINDOW_S, max_scrapes: int = 151) -> None:
+        self.window_s = window_s
+        self.scrapes: deque[Scrape] = deque(maxlen=max(2, max_scrapes))
+        self.deltas: deque[PairDelta] = deque(maxlen=max(1, max_scrapes - 1))
+        self.trend: deque[TrendPoint] = deque(maxlen=max(1, max_scrapes - 1))
+
+    def add(self, scrape: Scrape) -> None:
+        if self.scrapes and scrape.ts <= self.scrapes[-1].ts:
+            return  # out of order: the window is built on time
+        if self.scrapes:
+            before = self.scrapes[-1]
+            delta = pair_delta(before, scrape)
+            self.deltas.append(delta)
+            self.trend.append(trend_point(delta))
+            # Read once: only the newest scrape's samples are needed again (its gauges, the next pair).
+            self.scrapes[-1] = Scrape(ts=before.ts, metrics=_READ)
+        self.scrapes.append(scrape)
+        start = scrape.ts - self.window_s
+        while len(self.scrapes) > 1 and self.scrapes[0].ts < start:
+            self.scrapes.popleft()
+        while self.deltas and self.deltas[0].start_ts < self.scrapes[0].ts:
+            self.deltas.popleft()
+        while len(self.trend) > len(self.deltas):
+            self.trend.popleft()
+
+    def figures(
+        self,
+        *,
+        version: str | None = None,
+        max_running: float | None = None,
+        lines: Sequence[DecodeBatch | PrefillBatch] = (),
+    ) -> ServingFigures:
+        return serving_figures(
+            self.scrapes,
+            window_s=self.window_s,
+            version=version,
+            max_running=max_running,
+            lines=lines,
+            deltas=self.deltas,
+        )
+
+
 # ---------------------------------------------------------------------------------------------- figures
 
 
@@ -332,13 +470,33 @@ def serving_figures(
     version: str | None = None,
     max_running: float | None = None,
     lines: Sequence[DecodeBatch | PrefillBatch] = (),
+    deltas: Sequence[PairDelta] | None = None,
 ) -> ServingFigures:
     """The serving figures of the window ending at the newest scrape.
 
     `lines` are the scheduler's decode and prefill lines of the same window (oldest first): they stand
     in for a figure the scrapes lack (no `--enable-metrics`, or an old server), and say so in
-    `sources`."""
+    `sources`. `deltas`, when given, are the window's successive pairs already read (`pair_delta`, one
+    per pair of successive scrapes of the window): the figures are the same, without reading every
+    scrape of the window again (`ServingHistory` keeps them)."""
     window = in_window(scrapes, window_s)
+    if deltas is not None:
+        start = window[0].ts if window else math.inf
+        deltas = [d for d in deltas if d.start_ts >= start]
+
+    def hist(name: str) -> HistogramDelta | None:
+        if deltas is None:
+            return histogram_increase(window, name)
+        return merge_deltas([d.histograms[name] for d in deltas if name in d.histograms])
+
+    def counter(name: str) -> tuple[float | None, int]:
+        if deltas is None:
+            return _counter_increase(window, name)
+        got = [d.counters[name] for d in deltas if name in d.counters]
+        if not got:
+            return None, 0
+        return sum(v for v, _ in got), sum(n for _, n in got)
+
     fields: dict[str, object] = {"window_s": window_s, "scrapes": len(window), "version": version}
     sources: dict[str, str] = {}
     absent: dict[str, str] = {}
@@ -358,7 +516,7 @@ def serving_figures(
         ("queue_time", ("sglang:queue_time_seconds",)),
     ):
         for name in names:
-            delta = histogram_increase(window, name)
+            delta = hist(name)
             if delta is not None:
                 fields[figure] = _latency(delta, name)
                 sources[figure] = name
@@ -378,7 +536,7 @@ def serving_figures(
         ("prefill_tok_s", "sglang:prompt_tokens_total"),
         ("requests_s", "sglang:num_requests_total"),
     ):
-        increase, n = _counter_increase(window, name)
+        increase, n = counter(name)
         resets = max(resets, n)
         if increase is not None and isinstance(covered, float) and covered > 0:
             fields[figure] = increase / covered
@@ -387,8 +545,8 @@ def serving_figures(
             need_two(figure)
         else:
             absent[figure] = absent_reason(name, version)
-    cached, _ = _counter_increase(window, "sglang:cached_tokens_total")
-    prompt, _ = _counter_increase(window, "sglang:prompt_tokens_total")
+    cached, _ = counter("sglang:cached_tokens_total")
+    prompt, _ = counter("sglang:prompt_tokens_total")
     if cached is not None and prompt:
         fields["cache_hit_rate"] = cached / prompt
         sources["cache_hit_rate"] = "sglang:cached_tokens_total / sglang:prompt_tokens_total"

@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.events import Event
 from console.core.gpus import HostGpuSample
-from console.core.metrics import SglangMetrics
+from console.core.metrics import MetricsText, SglangMetrics
+from console.core.serving import ServingFigures, TrendPoint
 from console.core.state import HostState
 
 
@@ -101,6 +102,9 @@ class ServerSample(BaseModel):
     latency_s: float | None = None
     detail: str | None = None
     metrics: SglangMetrics | None = None
+    scrape: MetricsText | None = Field(default=None, exclude=True, repr=False)
+    """The `/metrics` text this sample's `metrics` were read from (the session's window keeps it; left
+    out of dumps)."""
     ts: float | None = None
     version: str | None = None
     """SGLang's version from `/server_info` (read once each time the server becomes healthy)."""
@@ -126,3 +130,8 @@ class HostSnapshot(BaseModel):
     """The newest events of every kind, oldest first, bounded by the session (the log pane)."""
     events_total: int = 0
     """Events the parser has produced since the session started."""
+    serving: ServingFigures | None = None
+    """The serving figures of the session's window of `/metrics` scrapes (computed once per scrape);
+    None before the first server reading."""
+    serving_trend: tuple[TrendPoint, ...] = ()
+    """One point per scrape interval of the window, oldest first (the panel's sparklines)."""

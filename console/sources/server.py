@@ -163,11 +163,17 @@ class ServerClient:
                 detail=f"{response.url.path} answered {code}",
                 ts=time.time(),
             )
-        metrics = None
+        metrics = scrape = None
         if response.url.path == "/metrics":
-            metrics = SglangMetrics.from_metrics(parse_prometheus(response.text))
+            scrape = parse_prometheus(response.text)
+            metrics = SglangMetrics.from_metrics(scrape)
         return ServerSample(
-            health=HealthState.OK, status_code=code, latency_s=latency, metrics=metrics, ts=time.time()
+            health=HealthState.OK,
+            status_code=code,
+            latency_s=latency,
+            metrics=metrics,
+            scrape=scrape,
+            ts=time.time(),
         )
 
     async def sample(self, *, with_metrics: bool = True) -> ServerSample:
@@ -176,7 +182,10 @@ class ServerClient:
         if with_metrics and sample.health is HealthState.OK:
             # A failed scrape (metrics off, a hiccup) must not hide a healthy server.
             with contextlib.suppress(ServerError):
-                sample = sample.model_copy(update={"metrics": await self.metrics()})
+                scrape = parse_prometheus(await self.metrics_text())
+                sample = sample.model_copy(
+                    update={"metrics": SglangMetrics.from_metrics(scrape), "scrape": scrape}
+                )
         return sample
 
     async def generate_stream(

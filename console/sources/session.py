@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from console.core.events import Event
+from console.core.events import DecodeBatch, Event, PrefillBatch
 from console.core.gpus import HostGpuSample
 from console.core.parser import JournalParser
+from console.core.serving import DEFAULT_WINDOW_S, Scrape, ServingFigures, ServingHistory, TrendPoint
 from console.core.snapshot import FollowerStatus, FollowState, HealthState, HostSnapshot, ServerSample
 from console.core.state import HostState
 from console.sources.gpus import DEFAULT_INTERVAL_S, BackendChoice, GpuPoller
@@ -34,6 +36,10 @@ from console.sources.transport import Backoff, Transport
 
 _NOT_FOLLOWED = FollowerStatus(state=FollowState.STOPPED, detail="the journal is not followed")
 
+
+MAX_SCRAPES = 600
+"""The most `/metrics` scrapes a session keeps, whatever its window and interval (one scrape of SGLang
+0.5.12 parsed is about 140 samples)."""
 
 CONSUME_BATCH = 256
 """Journal entries parsed and folded per turn of the event loop: under 2,000 lines a second a whole
@@ -63,6 +69,7 @@ class HostSession:
         server_interval_s: float = 2.0,
         health_interval_s: float = 30.0,
         keep_events: int = 2000,
+        serving_window_s: float = DEFAULT_WINDOW_S,
         idle_flush_s: float = 1.0,
         publish_interval_s: float = 0.1,
     ) -> None:
@@ -108,6 +115,14 @@ class HostSession:
         self._events_total = 0
         self._gpus: HostGpuSample | None = None
         self._server: ServerSample | None = None
+        # The window's scrapes at the server interval (5 min at 2 s: 151), never more than MAX_SCRAPES.
+        self._history = ServingHistory(
+            window_s=serving_window_s,
+            max_scrapes=min(MAX_SCRAPES, math.ceil(serving_window_s / max(server_interval_s, 0.1)) + 1),
+        )
+        self._serving: ServingFigures | None = None
+        self._trend: tuple[TrendPoint, ...] = ()
+        self._max_running: float | None = None
         self._seq = 0
         self._snapshot = self._build()
         self._published = asyncio.Event()
@@ -206,6 +221,8 @@ class HostSession:
             server=self._server,
             recent=tuple(self._recent),
             events_total=self._events_total,
+            serving=self._serving,
+            serving_trend=self._trend,
         )
 
     def _publish_now(self) -> None:
@@ -295,6 +312,31 @@ class HostSession:
                         key: str(raw[src]) if raw.get(src) else None
                         for key, src in (("version", "version"), ("model", "served_model_name"))
                     }
+                    limit = raw.get("max_running_requests")
+                    self._max_running = float(limit) if isinstance(limit, int | float) else None
             self._server = sample.model_copy(update=info) if info else sample
+            self._read_serving(self._server)
             self._touch()
             await asyncio.sleep(max(0.0, self.server_interval_s - (loop.time() - started)))
+
+    def _read_serving(self, sample: ServerSample) -> None:
+        """Once per server reading (never per repaint): the scrape joins the window, and the window's
+        figures are read from what each pair of scrapes added."""
+        if sample.scrape is not None and sample.ts is not None:
+            self._history.add(Scrape(ts=sample.ts, metrics=sample.scrape))
+            self._trend = tuple(self._history.trend)
+        if sample.health is not HealthState.OK and self._serving is None:
+            return
+        # The newest decode and prefill lines stand in for what the scrapes lack (metrics off).
+        decode = prefill = None
+        for event in reversed(self._recent):
+            if decode is None and isinstance(event, DecodeBatch):
+                decode = event
+            elif prefill is None and isinstance(event, PrefillBatch):
+                prefill = event
+            if decode is not None and prefill is not None:
+                break
+        lines = [e for e in (prefill, decode) if e is not None]
+        self._serving = self._history.figures(
+            version=sample.version, max_running=self._max_running, lines=lines
+        )

@@ -1,5 +1,5 @@
-"""One host's dashboard: header, pairing bar, GPUs, generation chart, KV capacity, restart timeline and
-the event feed. It shows snapshots and the controller's tracks; what the operator asks of the host
+"""One host's dashboard: header, pairing bar, GPUs, generation chart, KV capacity, serving figures,
+restart timeline and the event feed. It shows snapshots and the controller's tracks; what the operator asks of the host
 leaves it as messages (console/tui/messages.py)."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from console.tui.host_entry import HostEntry
 from console.tui.messages import ProbeRequested, ProfilesRequested, RestartRequested, RollbackRequested
 from console.tui.pairing import PairingBar, held_by_other
 from console.tui.panels import GpuPanel, HeaderBar, KvPanel, TimelinePanel, VerdictBanner
+from console.tui.serving_panel import ServingPanel
 from console.tui.throughput import ThroughputChart
 from console.tui.track import ApplyTrack
 from console.tui.view import display_boot
@@ -66,6 +67,7 @@ class HostDashboard(Vertical):
         self.gpus = GpuPanel(id="gpus", classes="panel")
         self.kv = KvPanel(target=target, target_source=target_source, id="kv", classes="panel")
         self.timeline = TimelinePanel(id="timeline", classes="panel")
+        self.serving = ServingPanel(id="serving", classes="panel")
         self.throughput = ThroughputChart(window_s=300.0, clock=clock, id="throughput")
         self.throughput.add_class("panel")
         self.pairing = PairingBar(me or local_identity(), id="pairing")
@@ -89,6 +91,7 @@ class HostDashboard(Vertical):
                 yield self.throughput
             with VerticalScroll(id="side", can_focus=False):
                 yield self.kv
+                yield self.serving
                 yield self.timeline
         yield self.feed
 
@@ -96,10 +99,13 @@ class HostDashboard(Vertical):
         self.verdict.display = False
         # Shown once the host's state directory has been read (a console without a session has none).
         self.pairing.display = False
+        # Shown from the first server reading (a console without a session has none).
+        self.serving.display = False
         self.gpus.border_title = "GPUs"
         self.kv.border_title = "KV capacity"
         self.throughput.border_title = "generation tok/s"
         self.timeline.border_title = "restart"
+        self.serving.border_title = "serving"
         self.feed.border_title = "events"
 
     def on_resize(self) -> None:
@@ -118,6 +124,7 @@ class HostDashboard(Vertical):
         self.set_class(compact, "compact")
         self.gpus.set_compact(compact)
         self.kv.set_compact(compact)
+        self.serving.set_compact(compact)
         self.feed.set_compact(compact)
         fixed = self.header.outer_size.height or 2
         if self.pairing.display:
@@ -154,6 +161,9 @@ class HostDashboard(Vertical):
         self.gpus.show(snap)
         self.kv.show(snap)
         self.timeline.show(snap)
+        if self.serving.display != (snap.serving is not None):
+            self.serving.display = snap.serving is not None
+        self.serving.show(snap)
         self.throughput.show(snap)
         self.feed.show(snap)
         if self.gpus.rows_needed() != self._gpu_rows_fitted:

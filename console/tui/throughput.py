@@ -1,5 +1,6 @@
-"""The dashboard's generation throughput: the server's own tok/s over time (its `Decode batch` lines and
-`/metrics` gen_throughput), and the newest figure, said as "now" only while it is."""
+"""The dashboard's generation throughput: the server's own tok/s over time (its `Decode batch` lines,
+`/metrics` gen_throughput, and where decode lines are sparse the rate of `generation_tokens_total` per
+scrape interval), and the newest figure, said as "now" only while it is."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ from console.tui.view import rich_style, textual_text
 NOW_WINDOW_S = 60.0
 """How long a generation figure is "now": SGLang logs a `Decode batch` line every 40 decode steps
 (--decode-log-interval), under a minute at 0.7 tok/s, the slowest decode the console is meant for."""
+
+
+SPARSE_LINES_S = 10.0
+"""With no decode line for this long, the chart plots `/metrics`' generation rate per scrape interval."""
 
 
 def ago(seconds: float) -> str:
@@ -77,7 +82,8 @@ class ThroughputChart(Widget):
     DEFAULT_CLASSES = "throughput-chart"
     HELP = (
         "[b]Generation throughput[/b]\nTokens per second the server generated, from its `Decode batch` "
-        "lines (every --decode-log-interval steps) and /metrics gen_throughput, over the last minutes."
+        "lines (every --decode-log-interval steps) and /metrics gen_throughput, over the last minutes; "
+        "where decode lines are sparse, /metrics generation_tokens_total per scrape interval."
     )
     REDRAW_S = 1.0
     AXIS_TICK_S = 5.0
@@ -95,6 +101,9 @@ class ThroughputChart(Widget):
         self._drawn_at = 0.0
         self.idle_at: float | None = None
         """When the server last reported no running request (its /metrics)."""
+        self._line_at = -1e18
+        """The newest decode line's time: the /metrics rate stands in only where lines are sparse."""
+        self._trend_at = -1e18
 
     @property
     def samples(self) -> list[tuple[float, float]]:
@@ -126,6 +135,17 @@ class ThroughputChart(Widget):
         self._seen_total = snap.events_total
         fresh = snap.recent[-new:] if 0 < new <= len(snap.recent) else snap.recent if new > 0 else ()
         points = throughput_points(fresh)
+        if points:
+            self._line_at = max(self._line_at, max(t for t, _ in points))
+        # Decode lines come every --decode-log-interval steps (rare on a slow or lightly loaded server):
+        # between them, the generation rate of each scrape interval (Δ generation_tokens_total).
+        for p in reversed(snap.serving_trend):
+            if p.ts <= self._trend_at:
+                break
+            if p.gen_tok_s is not None and p.gen_tok_s > 0 and p.ts - self._line_at > SPARSE_LINES_S:
+                points.append((p.ts, p.gen_tok_s))
+        if snap.serving_trend:
+            self._trend_at = snap.serving_trend[-1].ts
         server = snap.server
         if server is not None and server.metrics is not None and server.ts is not None:
             running = server.metrics.num_running_reqs

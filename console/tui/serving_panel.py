@@ -1,0 +1,253 @@
+"""The serving panel: latency percentiles over the session's window of `/metrics` scrapes (TTFT, ITL,
+end-to-end, queue time at p50/p90/p99, each with a sparkline of its p50 per scrape interval), the
+requests running and queued against `max_running_requests`, and the KV tokens used against the pool
+(per DP rank when the server runs DP attention). A figure the server does not export is said to be
+absent, with why, never drawn as 0. Everything is read from `HostSnapshot.serving`, computed by the
+session once per scrape: a repaint only formats it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from console.core.serving import Latency, ServingFigures, TrendPoint
+from console.core.snapshot import HostSnapshot
+from console.core.text import terminal_safe
+from console.tui.panels import Panel
+from console.tui.view import fmt_tokens, rich_style, textual_text
+
+LATENCIES = (("ttft", "TTFT"), ("itl", "ITL"), ("e2e", "e2e"), ("queue_time", "queue"))
+SPARK = "▁▂▃▄▅▆▇█"
+MUTED = "grey62"
+ABSENT = "grey50"
+
+
+def fmt_seconds(value: float | None) -> str:
+    """A latency in the unit that reads best: `27.5ms`, `1.20s`; `—` for none."""
+    if value is None:
+        return "—"
+    if value < 0.01:
+        return f"{value * 1000:.2f}ms"
+    if value < 1:
+        return f"{value * 1000:.1f}ms" if value < 0.1 else f"{value * 1000:.0f}ms"
+    if value < 100:
+        return f"{value:.2f}s"
+    return f"{value:.0f}s"
+
+
+def short_reason(reason: str) -> str:
+    """The panel's few words for why a figure is absent (the help and `snapshot` say it in full)."""
+    if "is exported from SGLang" in reason:
+        since = reason.split("is exported from SGLang ", 1)[1].split(" on", 1)[0]
+        return f"absent: SGLang < {since}"
+    if "one scrape" in reason:
+        return "absent: one scrape so far"
+    if "no /metrics" in reason:
+        return "absent: no /metrics"
+    if "max_running_requests unknown" in reason:
+        return "max unknown"
+    if "no speculative" in reason:
+        return "absent: no speculative decoding"
+    return "absent: not exported"
+
+
+def sparkline(values: Sequence[float | None], width: int) -> Text:
+    """`values` (oldest first) in `width` cells: each cell the mean of its share of the points, scaled
+    to the largest; a cell without a value is blank (no request in that interval), never a 0 bar."""
+    if width <= 0 or not values:
+        return Text("")
+    cells: list[float | None] = []
+    n = len(values)
+    for i in range(min(width, n)):
+        lo, hi = i * n // min(width, n), (i + 1) * n // min(width, n)
+        got = [v for v in values[lo:hi] if v is not None]
+        cells.append(sum(got) / len(got) if got else None)
+    top = max((v for v in cells if v is not None), default=None)
+    out = Text()
+    for v in cells:
+        if v is None or top is None:
+            out.append(" ")
+        else:
+            out.append(
+                SPARK[min(len(SPARK) - 1, int(v / top * (len(SPARK) - 1) + 0.5))] if top > 0 else SPARK[0]
+            )
+    out.stylize(rich_style("cyan"))
+    return out
+
+
+def latency_cells(figures: ServingFigures, figure: str, compact: bool) -> list[Text]:
+    """The p50, p90 and p99 cells of one latency (one cell in compact form), or its absence."""
+    latency: Latency | None = getattr(figures, figure)
+    if latency is None:
+        reason = figures.absent.get(figure, "this server does not export it")
+        return [Text(terminal_safe(short_reason(reason)), rich_style(ABSENT))]
+    if latency.count <= 0:
+        return [Text("no requests in the window", rich_style(MUTED))]
+    values = (latency.p50, latency.p90, latency.p99)
+    if compact:
+        return [Text("/".join(fmt_seconds(v) for v in values))]
+    return [Text(fmt_seconds(v)) for v in values]
+
+
+def request_line(figures: ServingFigures, compact: bool = False) -> Text:
+    line = Text()
+    line.append("running ", rich_style(MUTED))
+    if figures.running is None:
+        line.append(short_reason(figures.absent.get("running", "")), rich_style(ABSENT))
+    else:
+        line.append(f"{figures.running:.0f}")
+        if figures.max_running is not None:
+            limit = f"/{figures.max_running:.0f}" if compact else f" / {figures.max_running:.0f} max"
+            line.append(limit, rich_style(MUTED))
+            if figures.running >= figures.max_running:
+                line.stylize(rich_style("yellow3"), 8)
+    line.append("  queued ", rich_style(MUTED))
+    if figures.queued is None:
+        line.append(short_reason(figures.absent.get("queued", "")), rich_style(ABSENT))
+    else:
+        line.append(f"{figures.queued:.0f}", rich_style("yellow3") if figures.queued > 0 else "")
+    return line
+
+
+def kv_line(figures: ServingFigures, compact: bool) -> Text:
+    line = Text()
+    line.append("KV " if compact else "KV used ", rich_style(MUTED))
+    if figures.kv_used is None:
+        line.append(short_reason(figures.absent.get("kv_used", "")), rich_style(ABSENT))
+        return line
+    line.append(fmt_tokens(figures.kv_used))
+    if figures.kv_pool is not None:
+        line.append(f" / {fmt_tokens(figures.kv_pool)}", rich_style(MUTED))
+        if figures.kv_pool > 0:
+            line.append(f" ({figures.kv_used / figures.kv_pool:.1%})")
+    elif not compact:
+        line.append(" / pool ", rich_style(MUTED))
+        line.append(short_reason(figures.absent.get("kv_pool", "")), rich_style(ABSENT))
+    if figures.full_pool is not None and figures.full_pool != "kv" and figures.token_usage is not None:
+        line.append(f"  fullest {figures.full_pool} {figures.token_usage:.0%}", rich_style("yellow3"))
+    return line
+
+
+def rank_line(figures: ServingFigures) -> Text:
+    line = Text()
+    for r in figures.kv_ranks:
+        name = f"DP{r.dp_rank}" if r.dp_rank is not None else "DP?"
+        pct = f" {r.used / r.pool:.0%}" if r.used is not None and r.pool else ""
+        line.append(f"{name} ", rich_style(MUTED))
+        line.append(f"{fmt_tokens(r.used)}{pct}  ")
+    return line
+
+
+LABEL_W = 6
+CELL_W = 8
+COMPACT_CELLS_W = 21
+
+
+def serving_body(
+    figures: ServingFigures, trend: Sequence[TrendPoint], width: int, *, compact: bool
+) -> RenderableType:
+    """The panel's lines for a `width`-cell column: fixed columns, so that the figures line up and an
+    absent figure's words never squeeze the others."""
+    cells_w = COMPACT_CELLS_W if compact else 3 * CELL_W
+    spark_w = width - LABEL_W - cells_w - 1
+    lines: list[RenderableType] = []
+    if not compact:
+        window = figures.covered_s if figures.covered_s is not None else figures.window_s
+        span = f"{window / 60:.1f} min" if window >= 90 else f"{window:.0f} s"
+        # (a line's leading blanks are dropped: it starts with a word)
+        head = Text("window".ljust(LABEL_W), rich_style(MUTED))
+        for q in ("p50", "p90", "p99"):
+            head.append(q.rjust(CELL_W), rich_style(MUTED))
+        head.append(f" {span}: p50 per scrape"[: max(0, spark_w + 1)], rich_style(MUTED))
+        lines.append(head)
+    for figure, label in LATENCIES:
+        line = Text(label.ljust(LABEL_W), rich_style(MUTED))
+        cells = latency_cells(figures, figure, compact)
+        latency: Latency | None = getattr(figures, figure)
+        if latency is None or latency.count <= 0:
+            line.append_text(cells[0])  # absent, or no request: said once, across the columns
+        else:
+            for cell in cells:
+                cell.align("right", cells_w if compact else CELL_W)
+                line.append_text(cell)
+            if spark_w >= 4:
+                line.append(" ")
+                line.append_text(sparkline([p.p50.get(figure) for p in trend], spark_w))
+        lines.append(line)
+    lines.append(request_line(figures, compact))
+    lines.append(kv_line(figures, compact))
+    if figures.kv_ranks:
+        lines.append(rank_line(figures))
+    for line in lines:
+        if isinstance(line, Text):
+            line.no_wrap = True
+            line.overflow = "ellipsis"
+    return textual_text(Group(*lines))
+
+
+class ServingPanel(Panel):
+    HELP = """\
+[b]Serving[/b] — how the server serves, over the console's window of /metrics scrapes (5 minutes).
+
+[b]TTFT[/b] time to first token, [b]ITL[/b] inter-token latency, [b]e2e[/b] request latency, [b]queue[/b]
+time in the queue: p50 / p90 / p99 of the window's requests, read from SGLang's histograms
+(docs/serving.md); the sparkline is each scrape interval's p50 over the window, blank where no
+request ended. [b]running / queued[/b] against --max-running-requests (from /server_info), [b]KV used[/b]
+against the pool, per DP rank with DP attention. A figure this server does not export says
+[b]absent[/b] and why (too old an SGLang, metrics off): never 0."""
+
+    _held: tuple[object, ...] | None = None
+    _body: RenderableType | None = None
+
+    def signature(self, snap: HostSnapshot) -> object:
+        # The session computes the figures once per scrape and hands the same object until the next: a
+        # snapshot that brings none costs nothing. A new scrape that changes no printed figure (an idle
+        # server) repaints nothing either: the signature is the panel's text.
+        serving = snap.serving
+        width = self.content_region.width
+        key = (id(serving), snap.serving_trend[-1].ts if snap.serving_trend else None, width, self.compact)
+        if self._held is not None and self._held[0] == key:
+            return self._held[1]
+        if serving is None:
+            self._body, sig = None, ("none", self.compact)
+        else:
+            body = serving_body(serving, snap.serving_trend, max(10, width), compact=self.compact)
+            lines = body.renderables if isinstance(body, Group) else [body]
+            self._body = body
+            sig = (
+                self.compact,
+                width,
+                tuple(line.plain if isinstance(line, Text) else id(line) for line in lines),
+            )
+        self._held = (key, sig, serving)  # holds the figures: their id is not reused while compared
+        return sig
+
+    def shape(self, sig: object) -> object:
+        assert isinstance(sig, tuple)
+        return (sig[0], len(sig[2]) if len(sig) > 2 else 0)
+
+    def render(self) -> RenderableType:
+        # A console in an 80-column tmux pane once failed in layout with this panel's render() returning
+        # None (tests/test_tui_pairing_tmux.py, 2 runs of 4; the cause was not found): never hand Textual
+        # None, whatever the path.
+        body = self._body_now()
+        return body if body is not None else textual_text(Text("no server reading yet", rich_style(MUTED)))
+
+    def _body_now(self) -> RenderableType | None:
+        snap = self.snap
+        if snap is None or snap.serving is None:
+            return textual_text(Text("no server reading yet", rich_style(MUTED)))
+        held = self._held
+        if (
+            self._body is not None
+            and held is not None
+            and held[2] is snap.serving
+            and isinstance(held[0], tuple)
+            and held[0][2] == self.content_region.width
+        ):
+            body, self._body = self._body, None  # a Group's Texts are styled once; rebuilt when reused
+            return body
+        width = max(10, self.content_region.width)
+        return serving_body(snap.serving, snap.serving_trend, width, compact=self.compact)
