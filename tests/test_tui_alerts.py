@@ -126,3 +126,21 @@ async def test_the_worst_alert_is_the_badge_a_failing_hook_is_said_once_and_the_
         await asyncio.sleep(1.0)  # the second run fails the same way: not said again
         assert len(failures()) == 1
         assert rings == []
+
+
+async def test_a_latency_rule_fires_on_the_sessions_serving_figures() -> None:
+    # The window's latencies reach the rules from the snapshot's serving figures (the session's window of
+    # /metrics scrapes): an ITL rule fires on them, and does not without them.
+    from tests.test_tui_serving import serving_snapshot
+
+    snap = serving_snapshot()
+    assert snap.serving is not None
+    config = AlertConfig(rules=parse_rules(["itl_p50_s > 0.000001"]), bell=False)
+    app = app_with(config)
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.post_snapshot(snap.model_copy(update={"serving": None}))
+        await pilot.pause()
+        assert "ALERT" not in plain(app.dashboards["gpu1"].header.render())
+        app.post_snapshot(snap.model_copy(update={"seq": snap.seq + 1}))
+        await pilot.pause()
+        assert await until(lambda: "ALERT itl_p50_s" in plain(app.dashboards["gpu1"].header.render()))

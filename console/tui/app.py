@@ -129,7 +129,7 @@ class ConsoleApp(App[int]):
                 entry, dash, self, me=self.me, store=self.store, read_only=read_only
             )
         self.alerts = alerts
-        self._hook = HookRunner(alerts) if alerts is not None and alerts.command is not None else None
+        self._hook = HookRunner(alerts) if alerts is not None and alerts.command else None
         self._help_screens: dict[tuple[str, str], str] = {}
         self._pacer = GcPacer()
 
@@ -198,7 +198,7 @@ class ConsoleApp(App[int]):
         if snap is not None and self.is_running and not self._exit:
             host.dashboard.show(snap)
             if self.alerts is not None:
-                host.check_alerts(snap, self.alerts.rules)
+                host.check_alerts(snap, self.alerts.rules, snap.serving)
 
     def on_alert_changed(self, message: AlertChanged) -> None:
         """A firing or a clearing: the header's badge, a feed line, the bell once per firing, the hook."""

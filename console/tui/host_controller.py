@@ -131,8 +131,9 @@ class HostController:
     ) -> None:
         """Evaluate the rules on a snapshot; each alert that fires or clears goes to the app as an
         `AlertChanged` (posted on the dashboard, so it bubbles up). The service's state is the boot's
-        (the live view runs no `systemctl show`); without `serving` the gauges come from the newest
-        `/metrics` reading and the window's latencies are absent, so their rules do not fire."""
+        (the live view runs no `systemctl show`); `serving` is the session's window of `/metrics`
+        scrapes (the snapshot's), and without it the gauges come from the newest `/metrics` reading and
+        the window's latencies are absent, so their rules do not fire."""
         if not rules:
             return
         boot = display_boot(snap.state)
