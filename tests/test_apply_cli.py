@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from console.twin.host import TwinHost
-from tests.support.cli import CLI, CTX200K, operator_env
+from tests.support.cli import CLI, CTX200K, operator_env, wait_until
 
 TIME_SCALE = 0.002
 
@@ -49,6 +49,7 @@ def _apply(home: Path, *args: str, timeout: float = 120) -> subprocess.Completed
 
 
 def _host_state(twin: TwinHost) -> tuple[dict[str, str], str]:
+    _settled(twin)
     d = twin.layout.unit_dir / f"{twin.unit}.d"
     files = {p.name: p.read_text() for p in sorted(d.iterdir())} if d.is_dir() else {}
     return files, twin.systemctl("show", "-p", "InvocationID,ActiveState,ExecStart", twin.unit).stdout
@@ -217,3 +218,13 @@ def test_profiles_validate_includes_the_planner_verdict(twin: TwinHost, tmp_path
     refused = validate(str(_profile(tmp_path, "tight", tight)))
     assert refused.returncode == 1
     assert "refused:" in refused.stdout and "2.5" in refused.stdout and "GiB of headroom" in refused.stdout
+
+
+def _settled(twin: TwinHost) -> None:
+    """Wait out a unit still between states (an earlier apply's ExecStartPost= health wait keeps it
+    "activating" after the server's ready line): "active" against "activating" is not a change, while a
+    restart shows in the InvocationID compared beside it."""
+    moving = ("activating\n", "deactivating\n", "reloading\n")
+    assert wait_until(lambda: twin.systemctl("is-active", twin.unit, check=False).stdout not in moving, 60), (
+        twin.systemctl("status", twin.unit, check=False).stdout
+    )

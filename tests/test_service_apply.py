@@ -50,12 +50,17 @@ def twin(module_twin: TwinHost) -> TwinHost:
         shutil.rmtree(dropins)
         module_twin.systemctl("daemon-reload")
         module_twin.systemctl("restart", module_twin.unit)
-    # At rest: an apply verifies on the server's ready line, while the unit may still be "activating"
-    # (its ExecStartPost= health wait), and a test compares the unit's state before and after.
-    assert wait_until(
-        lambda: module_twin.systemctl("is-active", module_twin.unit, check=False).stdout == "active\n", 60
-    ), module_twin.systemctl("status", module_twin.unit, check=False).stdout
-    return module_twin
+    return _at_rest(module_twin)
+
+
+def _at_rest(twin: TwinHost) -> TwinHost:
+    """The unit active, not still in its ExecStartPost= health wait: an apply verifies on the server's
+    ready line, while the unit may still be "activating", and a test compares the unit's state before and
+    after."""
+    assert wait_until(lambda: twin.systemctl("is-active", twin.unit, check=False).stdout == "active\n", 60), (
+        twin.systemctl("status", twin.unit, check=False).stdout
+    )
+    return twin
 
 
 @pytest.fixture
@@ -96,6 +101,7 @@ def _variant(name: str, **flags: object) -> str:
 
 def _host_state(twin: TwinHost) -> tuple[dict[str, str], str]:
     """The drop-in directory's files and the unit's invocation: what 'the host unchanged' compares."""
+    _settled(twin)
     d = twin.layout.unit_dir / f"{twin.unit}.d"
     files = {p.name: p.read_text() for p in sorted(d.iterdir())} if d.is_dir() else {}
     invocation = twin.systemctl("show", "-p", "InvocationID,ActiveState", twin.unit).stdout
@@ -173,7 +179,7 @@ async def test_no_headroom_is_refused_then_forced_into_oom_and_rolled_back(
         ctx200k = _store(work, "ctx-200k")
         assert (await ctl.apply(ctx200k.load("ctx-200k"), store=ctx200k)).ok
         before_argv = await ctl.running_argv()
-        before = _host_state(twin)
+        before = _host_state(_at_rest(twin))
 
         pv = await ctl.preview(profile)
         assert pv.valid and pv.planner_refused and not pv.ok and pv.fits is False
@@ -285,3 +291,13 @@ async def test_rollback_without_a_drop_in_is_refused(tmp_path: Path, twin: TwinH
 def test_history_is_per_host(tmp_path: Path) -> None:
     assert history_path("gpu-01", tmp_path) != history_path("gpu-02", tmp_path)
     assert history_path("a/b", tmp_path).parent == tmp_path / "restarts"
+
+
+def _settled(twin: TwinHost) -> None:
+    """Wait out a unit still between states (an earlier apply's ExecStartPost= health wait keeps it
+    "activating" after the server's ready line): "active" against "activating" is not a change, while a
+    restart shows in the InvocationID compared beside it."""
+    moving = ("activating\n", "deactivating\n", "reloading\n")
+    assert wait_until(lambda: twin.systemctl("is-active", twin.unit, check=False).stdout not in moving, 60), (
+        twin.systemctl("status", twin.unit, check=False).stdout
+    )
