@@ -195,7 +195,7 @@ async def test_b_watches_a_apply_live_and_is_refused_by_name(twin, store, tmp_pa
         b.post_message(ApplyRequested(host, "ctx-128k"))
         await pb.press("r")
         await pb.press("R")
-        await pb.pause(0.2)
+        await until(pb, "bob's three refusals", lambda: len(told_b.since(n)) >= 3)
         refusals = told_b.since(n)
         assert len(refusals) == 3, refusals
         for sentence in refusals:
@@ -285,7 +285,7 @@ async def test_stale_lock_broken_only_after_confirming_then_restart_is_audited(t
             # A restart is refused while the stale lock stands, with the way out.
             n = len(told_b.messages)
             await pb.press("r")
-            await pb.pause(0.2)
+            await until(pb, "the refusal", lambda: told_b.since(n))
             (sentence,) = told_b.since(n)
             assert "carol@jump3 holds the lock on twin: apply ctx-256k" in sentence
             assert "Break the stale lock" in sentence
