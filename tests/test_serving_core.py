@@ -20,8 +20,9 @@ from console.twin.server_engine import ITL_BUCKETS, TTFT_BUCKETS, Engine, Engine
 from console.twin.server_logs import LogWriter
 
 
-def engine(max_running: int = 64) -> Engine:
-    cfg = EngineConfig(
+def engine_config(max_running: int = 64) -> EngineConfig:
+    """The twin engine of these tests: Kimi K2.6 at TP8, a 400k pool, fast simulated time."""
+    return EngineConfig(
         max_total_num_tokens=400_000,
         max_running_requests=max_running,
         context_len=200_000,
@@ -36,7 +37,10 @@ def engine(max_running: int = 64) -> Engine:
         served_model_name="moonshotai/Kimi-K2.6",
         page_size=1,
     )
-    eng = Engine(get_scenario(), cfg, LogWriter(io.StringIO()))
+
+
+def engine(max_running: int = 64) -> Engine:
+    eng = Engine(get_scenario(), engine_config(max_running), LogWriter(io.StringIO()))
     eng.start()
     return eng
 

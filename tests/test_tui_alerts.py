@@ -102,7 +102,10 @@ async def test_the_worst_alert_is_the_badge_a_failing_hook_is_said_once_and_the_
     tmp_path: Path,
 ) -> None:
     hook = tmp_path / "broken.py"
-    hook.write_text("import sys\nsys.stdin.read()\nprint('pager down')\nsys.exit(4)\n")
+    runs = tmp_path / "runs"
+    hook.write_text(
+        f"import sys\nsys.stdin.read()\nopen({str(runs)!r}, 'a').write('run\\n')\nprint('pager down')\nsys.exit(4)\n"
+    )
     config = AlertConfig(
         rules=parse_rules(["gpu_mem_free_gib < 1", "error"]),
         bell=False,
@@ -123,7 +126,10 @@ async def test_the_worst_alert_is_the_badge_a_failing_hook_is_said_once_and_the_
             return [x for x in app.dashboards["gpu1"].feed.visible_lines() if said in x]
 
         assert await until(lambda: len(failures()) >= 1)
-        await asyncio.sleep(1.0)  # the second run fails the same way: not said again
+        # The second alert's run fails the same way: once both runs have ended, it was not said again.
+        assert await until(lambda: runs.exists() and runs.read_text().count("\n") == 2)
+        assert await until(lambda: not [w for w in app.workers if w.group == "alerts" and w.is_running])
+        await pilot.pause()
         assert len(failures()) == 1
         assert rings == []
 

@@ -73,8 +73,9 @@ def _console(twin: TwinHost, home: Path, user: str, rc: Path) -> str:
 
 def _console_pid(sock: str, pane: str) -> int:
     shell = int(_tmux(sock, "display-message", "-p", "-t", pane, "#{pane_pid}").strip())
-    out = subprocess.run(["pgrep", "-P", str(shell)], capture_output=True, text=True, check=False).stdout
-    (pid,) = [int(p) for p in out.split()]
+    # The children of this pane's own shell, from the kernel (no process search by name or parent).
+    children = Path(f"/proc/{shell}/task/{shell}/children").read_text()
+    (pid,) = [int(p) for p in children.split()]
     return pid
 
 

@@ -20,8 +20,9 @@ from console.tui.serving_panel import ServingPanel
 from console.twin.host import TwinHost
 from console.twin.load import LoadGenerator
 from console.twin.scenarios import get_scenario
-from console.twin.server_engine import Engine, EngineConfig
+from console.twin.server_engine import Engine
 from console.twin.server_logs import LogWriter
+from tests.test_serving_core import engine_config
 from tests.tui_support import NOW, corpus_events, gpu_sample, make_app, snapshot
 
 GIB = 1024.0
@@ -30,22 +31,8 @@ INTERVAL_S = 2.0
 
 
 def _engine() -> Engine:
-    cfg = EngineConfig(
-        max_total_num_tokens=400_000,
-        max_running_requests=64,
-        context_len=200_000,
-        max_req_input_len=199_000,
-        chunked_prefill_size=8192,
-        max_prefill_tokens=16384,
-        decode_log_interval=40,
-        tp_size=8,
-        time_scale=0.001,
-        decode_scale=0.05,
-        disable_radix_cache=False,
-        served_model_name="moonshotai/Kimi-K2.6",
-        page_size=1,
-    )
-    return Engine(get_scenario(), cfg, LogWriter(io.StringIO()))
+    """The twin engine of the serving tests, not started: its /metrics text is read at pinned moments."""
+    return Engine(get_scenario(), engine_config(), LogWriter(io.StringIO()))
 
 
 def pinned_scrapes(*, drop: tuple[str, ...] = ()) -> list[Scrape]:

@@ -197,7 +197,7 @@ async def run_hook(
         )
     output = terminal_safe(out.decode("utf-8", "replace"), keep_newlines=True)
     if rc != 0:
-        last = output.strip().splitlines()[-1][:200] if output.strip() else ""
+        last = output.strip().split("\n")[-1][:200] if output.strip() else ""
         said = f": {last}" if last else ""
         return HookResult(
             ok=False,
