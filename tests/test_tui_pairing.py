@@ -147,6 +147,16 @@ def palette(app: ConsoleApp) -> dict[str, str]:
         active_app.reset(token)
 
 
+def slow_boots(twin: TwinHost, scale: float) -> Path:
+    """A drop-in that runs the twin's next boots at `scale` from the next daemon-reload on; the caller
+    removes it (and reloads) when done."""
+    dropins = twin.layout.unit_dir / f"{twin.unit}.d"
+    dropins.mkdir(parents=True, exist_ok=True)
+    path = dropins / "90-test-slow-boot.conf"
+    path.write_text(f"[Service]\nEnvironment=K26_TWIN_TIME_SCALE={scale!r}\n")
+    return path
+
+
 async def watch_phases(dash: HostDashboard, boots_before: int, seen: set[str]) -> None:
     """The restart phases `dash` shows running in a boot after the first `boots_before`, into `seen`."""
     while True:
@@ -179,6 +189,10 @@ async def test_b_watches_a_apply_live_and_is_refused_by_name(twin, store, tmp_pa
         await until(pb, "alice back", lambda: others(b, host).get("alice@jump1") == "dashboard")
         boots_before = len(db.snap.state.boots)
 
+        # Alice's restart runs five times slower than the module's others, so that her lock stands
+        # through bob's three refusals however loaded the machine is (her apply reloads the unit, which
+        # reads this drop-in; a CI run saw the fast restart end between two of bob's keys).
+        slow = slow_boots(twin, TIME_SCALE * 5)
         a.post_message(ApplyRequested(host, "ctx-200k"))
         await until(pa, "alice's confirmation", lambda: isinstance(a.screen, ApplyConfirmScreen))
         seen: set[str] = set()
@@ -217,6 +231,8 @@ async def test_b_watches_a_apply_live_and_is_refused_by_name(twin, store, tmp_pa
         assert track is not None and track.action == "apply ctx-200k"
         await until(pb, "alice's apply", lambda: track.done, timeout=120)
         watching.cancel()
+        slow.unlink()
+        twin.systemctl("daemon-reload")
         assert track.ok, track.summary
         boot_phases = {p.value for p in BOOT}
         assert seen & boot_phases, seen  # at least one boot phase was seen running, not just its end
