@@ -201,5 +201,5 @@ async def test_the_session_keeps_a_bounded_window_of_scrapes_and_publishes_the_s
         assert serving.max_running is not None and serving.max_running > 0  # from /server_info
         assert serving.covered_s <= 2.0 and serving.version is not None
         await session.wait_for(lambda s: s.seq > snap.seq + 10, 30)
-        assert len(session._history.scrapes) <= 11 and len(session.snapshot.serving_trend) <= 10
+        assert len(session.fold.history.scrapes) <= 11 and len(session.snapshot.serving_trend) <= 10
         assert session.snapshot.serving is not None and session.snapshot.serving.scrapes <= 11

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from console.cli.cmd_plan import human_int
+from console.cli.cmd_record import add_record_option, check_record_path
 from console.cli.errors import UsageError
 from console.core.capacity import MAX_TOKENS, range_text
 from console.core.text import terminal_safe
@@ -38,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("host", nargs="?", metavar="HOST", help="a host in hosts.toml or an ssh target")
     p.add_argument("--hosts", type=Path, metavar="FILE", help="the hosts file (default: the user config dir)")
     add_target_options(p)
+    add_record_option(p)
     p.set_defaults(func=run)
 
 
@@ -105,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     except AlertConfigError as exc:
         raise UsageError(str(exc)) from None
     require_terminal("k26-console open")
+    check_record_path(args.record, [c.name for c in configs])
     app = ConsoleApp(
         [HostEntry(name=c.name, config=c, learn=True) for c in configs],
         read_only=args.read_only,
@@ -112,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         target_source=source,
         profile=args.profile,
         alerts=alerts,
+        record=args.record,
     )
     with Lifeline(app) as lifeline:
         code = int(app.run() or 0)

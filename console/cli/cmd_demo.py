@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from console.cli.cmd_console import add_target_options, require_terminal, resolve_target, say_why_ended
+from console.cli.cmd_record import add_record_option, check_record_path
 from console.cli.cmd_twin import scenario_argument, state_dir_argument
 from console.cli.errors import UsageError
 
@@ -40,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--state-dir", metavar="DIR", help="where the twin keeps its files (default: a temporary directory)"
     )
     add_target_options(p)
+    add_record_option(p)
     p.set_defaults(func=run)
 
 
@@ -61,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         if target is None:
             target, source = DEMO_TARGET, "demo goal"
         require_terminal("k26-console demo")
+        check_record_path(args.record, ["twin"])
         state_dir = chosen_dir if chosen_dir is not None else scratch / "twin"
         twin = TwinHost(
             state_dir,
@@ -102,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
             target_source=source,
             # The profiles screen opens on the demo's goal: from 0.85 to a verified 200k in one restart.
             profile=args.profile or DEMO_PROFILE,
+            record=args.record,
         )
         stop_twin = _Once(twin.stop_sync)
         # A closed terminal (SIGHUP: tmux kill-server, a dropped SSH), a kill or a stuck exit must still

@@ -33,6 +33,7 @@ from console.core.serving import DEFAULT_WINDOW_S, Scrape, ServingFigures, servi
 from console.core.text import json_safe, terminal_safe
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
+    from console.core.pairing import PairingView
     from console.core.snapshot import HostSnapshot
     from console.sources.alerts import AlertConfig
     from console.sources.hosts import HostConfig
@@ -175,7 +176,7 @@ async def _read(
     from console.sources.session import HostSession
     from console.sources.transport import TransportError
     from console.sources.unit_commands import ServiceError, UnitCommands
-    from console.tui.view import display_boot, gpu_rows, kv_gauge, model_name, unit_state
+    from console.tui.view import display_boot
 
     incomplete: list[str] = []
     session = HostSession(host, transport=transport, poll_server=True, server_interval_s=1.0)
@@ -248,6 +249,26 @@ async def _read(
         max_running=max_running,
         lines=[e for e in (boot.events if boot else ()) if isinstance(e, DecodeBatch | PrefillBatch)][-50:],
     )
+    return report_of(host.name, snap, svc, view, figures, target, alerts, incomplete, taken_at=time.time())
+
+
+def report_of(
+    host: str,
+    snap: HostSnapshot,
+    svc: ServiceReading,
+    view: PairingView | None,
+    figures: ServingFigures,
+    target: tuple[int | None, str | None],
+    alerts: AlertConfig,
+    incomplete: list[str],
+    *,
+    taken_at: float,
+) -> SnapshotReport:
+    """The report of one reading of a host: what `snapshot --json` prints. A replay builds it from a
+    recording's snapshot (`k26-console replay FILE --at TIME --json`)."""
+    from console.tui.view import display_boot, gpu_rows, kv_gauge, model_name, unit_state
+
+    boot = display_boot(snap.state)
     gauge = kv_gauge(snap, target=target[0], target_source=target[1])
     boot_reading = None
     if boot is not None:
@@ -268,13 +289,13 @@ async def _read(
         service_detail=svc.sub_state,
         errors_known="journal" not in incomplete,
     )
-    firing = list(evaluate(alerts.rules, inputs, host=host.name, ts=time.time()).firing.values())
+    firing = list(evaluate(alerts.rules, inputs, host=host, ts=taken_at).firing.values())
     problems = [a.message for a in firing]
     if svc.error is not None:
         problems.append(f"the service's state cannot be read: {svc.error}")
     return SnapshotReport(
-        host=host.name,
-        taken_at=time.time(),
+        host=host,
+        taken_at=taken_at,
         service=svc,
         boot=boot_reading,
         gpus=[dataclasses.asdict(row) | {"free_gib": row.free_gib} for row in gpu_rows(snap, boot)],

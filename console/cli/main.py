@@ -36,6 +36,8 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "completion",
     "export",
     "snapshot",
+    "record",
+    "replay",
 )
 
 

@@ -15,19 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from console.core.events import DecodeBatch, Event, PrefillBatch
-from console.core.gpus import HostGpuSample
-from console.core.parser import JournalParser
-from console.core.serving import DEFAULT_WINDOW_S, Scrape, ServingFigures, ServingHistory, TrendPoint
-from console.core.snapshot import FollowerStatus, FollowState, HealthState, HostSnapshot, ServerSample
-from console.core.state import HostState
+from console.core.events import Event
+from console.core.hostfold import MAX_SCRAPES, HostFold
+from console.core.recording import RecordSink, marks_between
+from console.core.serving import DEFAULT_WINDOW_S
+from console.core.snapshot import FollowerStatus, FollowState, HealthState, HostSnapshot
 from console.sources.gpus import DEFAULT_INTERVAL_S, BackendChoice, GpuPoller
 from console.sources.hosts import HostConfig
 from console.sources.journal import JournalFollower
@@ -36,10 +33,7 @@ from console.sources.transport import Backoff, Transport
 
 _NOT_FOLLOWED = FollowerStatus(state=FollowState.STOPPED, detail="the journal is not followed")
 
-
-MAX_SCRAPES = 600
-"""The most `/metrics` scrapes a session keeps, whatever its window and interval (one scrape of SGLang
-0.5.12 parsed is about 140 samples)."""
+__all__ = ["CONSUME_BATCH", "MAX_SCRAPES", "HostSession"]
 
 CONSUME_BATCH = 256
 """Journal entries parsed and folded per turn of the event loop: under 2,000 lines a second a whole
@@ -109,20 +103,16 @@ class HostSession:
         self.health_interval_s = health_interval_s
         self.idle_flush_s = idle_flush_s
         self.publish_interval_s = publish_interval_s
-        self._parser = JournalParser(host=host.name)
-        self._state = HostState()
-        self._recent: deque[Event] = deque(maxlen=keep_events)
-        self._events_total = 0
-        self._gpus: HostGpuSample | None = None
-        self._server: ServerSample | None = None
-        # The window's scrapes at the server interval (5 min at 2 s: 151), never more than MAX_SCRAPES.
-        self._history = ServingHistory(
-            window_s=serving_window_s,
-            max_scrapes=min(MAX_SCRAPES, math.ceil(serving_window_s / max(server_interval_s, 0.1)) + 1),
+        # Everything the inputs below turn into (the same code folds a replay's recorded inputs).
+        self.fold = HostFold(
+            host.name,
+            keep_events=keep_events,
+            serving_window_s=serving_window_s,
+            server_interval_s=server_interval_s,
         )
-        self._serving: ServingFigures | None = None
-        self._trend: tuple[TrendPoint, ...] = ()
-        self._max_running: float | None = None
+        self.recorder: RecordSink | None = None
+        """Where the session's inputs are recorded as they arrive (`console.sources.recording`); None:
+        not recording. Set and cleared at any time (the console's record key)."""
         self._seq = 0
         self._snapshot = self._build()
         self._published = asyncio.Event()
@@ -208,22 +198,17 @@ class HostSession:
     # ---- snapshots ---------------------------------------------------------------------------------
 
     def _build(self) -> HostSnapshot:
-        # model_construct: every part is already a validated, frozen model; re-validating a few thousand
-        # events ten times a second would be the session's largest cost.
-        return HostSnapshot.model_construct(
-            host=self.host.name,
+        return self.fold.snapshot(
             seq=self._seq,
             ts=time.time(),
             connection=self.transport.status,
             follower=self.follower.status if self.follower is not None else _NOT_FOLLOWED,
-            state=self._state,
-            gpus=self._gpus,
-            server=self._server,
-            recent=tuple(self._recent),
-            events_total=self._events_total,
-            serving=self._serving,
-            serving_trend=self._trend,
         )
+
+    def current(self) -> HostSnapshot:
+        """A snapshot of everything read so far, published now (not at the next publishing tick)."""
+        self._publish_now()
+        return self._snapshot
 
     def _publish_now(self) -> None:
         self._seq += 1
@@ -244,21 +229,41 @@ class HostSession:
     # ---- sources -----------------------------------------------------------------------------------
 
     async def _watch_connection(self) -> None:
-        async for _status in self.transport.watch():
+        async for status in self.transport.watch():
+            if self.recorder is not None:
+                self.recorder.record(self.host.name, "link", status)
             self._touch()
 
     async def _watch_follower(self) -> None:
         assert self.follower is not None
         while True:
-            await self.follower.changed()
+            status = await self.follower.changed()
+            if self.recorder is not None:
+                self.recorder.record(self.host.name, "follower", status)
             self._touch()
 
-    def _apply(self, events: list[Event]) -> None:
-        if not events:
-            return
-        self._state = self._state.apply_all(events)
-        self._recent.extend(events)
-        self._events_total += len(events)
+    def start_recording(self, recorder: RecordSink) -> None:
+        """Record from now on: first what the session holds now that a replay cannot rebuild from the
+        inputs that follow (the link, the follower, the latest readings), then every input as it comes."""
+        name = self.host.name
+        recorder.record(name, "link", self.transport.status)
+        if self.follower is not None:
+            recorder.record(name, "follower", self.follower.status)
+        if self.fold.gpus is not None:
+            recorder.record(name, "gpu", self.fold.gpus)
+        self.recorder = recorder
+
+    def _journal(self, batch: list[dict[str, Any]] | None) -> list[Event]:
+        """A batch of journal entries (None: the journal went quiet, flush), recorded then folded."""
+        before = self.fold.state
+        rec = self.recorder
+        if rec is not None:
+            rec.record(self.host.name, "journal" if batch is not None else "flush", batch)
+        events = self.fold.journal(batch) if batch is not None else self.fold.flush()
+        if rec is not None and events:
+            for kind, label in marks_between(before, self.fold.state):
+                rec.mark(self.host.name, kind, label)
+        return events
 
     async def _consume_journal(self) -> None:
         assert self.follower is not None
@@ -268,12 +273,10 @@ class HostSession:
                     batch = await self.follower.next_batch(CONSUME_BATCH)
             except TimeoutError:
                 # Quiet for a while: release a traceback the parser is holding for more lines.
-                events = self._parser.flush()
-                if events:
-                    self._apply(events)
+                if self._journal(None):
                     self._touch()
                 continue
-            self._apply(self._parser.feed_many(batch))
+            self._journal(batch)
             self._touch()
             # Let the other hosts' tasks run between batches.
             await asyncio.sleep(0)
@@ -281,7 +284,9 @@ class HostSession:
     async def _sample_gpus(self) -> None:
         assert self.poller is not None
         async for sample in self.poller.samples():
-            self._gpus = sample
+            if self.recorder is not None:
+                self.recorder.record(self.host.name, "gpu", sample)
+            self.fold.gpu(sample)
             self._touch()
 
     async def _poll_server(self) -> None:
@@ -290,11 +295,13 @@ class HostSession:
             self.transport, self.host, timeout_s=self.server_interval_s * 2
         )
         info: dict[str, str | None] | None = None
+        max_running: float | None = None
         deep_at = -1e18  # when /health (a one-token generation on the server) last ran
         while True:
             started = loop.time()
             sample = None
-            healthy = self._server is not None and self._server.health is HealthState.OK
+            last = self.fold.server
+            healthy = last is not None and last.health is HealthState.OK
             if healthy and started - deep_at < self.health_interval_s:
                 light = await self._client.light_sample()
                 if light.health is HealthState.OK:
@@ -313,30 +320,10 @@ class HostSession:
                         for key, src in (("version", "version"), ("model", "served_model_name"))
                     }
                     limit = raw.get("max_running_requests")
-                    self._max_running = float(limit) if isinstance(limit, int | float) else None
-            self._server = sample.model_copy(update=info) if info else sample
-            self._read_serving(self._server)
+                    max_running = float(limit) if isinstance(limit, int | float) else None
+            reading = sample.model_copy(update=info) if info else sample
+            if self.recorder is not None:
+                self.recorder.record(self.host.name, "server", (reading, max_running))
+            self.fold.server_reading(reading, max_running)
             self._touch()
             await asyncio.sleep(max(0.0, self.server_interval_s - (loop.time() - started)))
-
-    def _read_serving(self, sample: ServerSample) -> None:
-        """Once per server reading (never per repaint): the scrape joins the window, and the window's
-        figures are read from what each pair of scrapes added."""
-        if sample.scrape is not None and sample.ts is not None:
-            self._history.add(Scrape(ts=sample.ts, metrics=sample.scrape))
-            self._trend = tuple(self._history.trend)
-        if sample.health is not HealthState.OK and self._serving is None:
-            return
-        # The newest decode and prefill lines stand in for what the scrapes lack (metrics off).
-        decode = prefill = None
-        for event in reversed(self._recent):
-            if decode is None and isinstance(event, DecodeBatch):
-                decode = event
-            elif prefill is None and isinstance(event, PrefillBatch):
-                prefill = event
-            if decode is not None and prefill is not None:
-                break
-        lines = [e for e in (prefill, decode) if e is not None]
-        self._serving = self._history.figures(
-            version=sample.version, max_running=self._max_running, lines=lines
-        )

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from textual.actions import SkipAction
@@ -50,6 +51,7 @@ from console.tui.messages import (
 )
 from console.tui.pairing import held_by_other
 from console.tui.profiles import ProfilesScreen
+from console.tui.recording import RecordSwitch
 from console.tui.screens import HelpScreen, help_keys
 
 __all__ = ["ConsoleApp", "HostEntry"]
@@ -81,6 +83,8 @@ class ConsoleApp(App[int]):
         # lock: the key then says who and for what instead of doing nothing.
         Binding("r", "refused('a restart')", show=False),
         Binding("R", "refused('a rollback')", show=False),
+        # Starts / stops recording what the hosts send (console/tui/recording.py); F1 names it.
+        Binding("W", "record", "Record", show=False),
     ]
 
     def __init__(
@@ -96,6 +100,7 @@ class ConsoleApp(App[int]):
         profile: str | None = None,
         identity: Identity | None = None,
         alerts: AlertConfig | None = None,
+        record: Path | None = None,
     ) -> None:
         """`connect=False` opens the dashboards without sessions: the tests feed snapshots themselves.
         `store` holds the flag profiles (default: the user's, then the shipped examples); `profile` is
@@ -132,6 +137,8 @@ class ConsoleApp(App[int]):
         self._hook = HookRunner(alerts) if alerts is not None and alerts.command else None
         self._help_screens: dict[tuple[str, str], str] = {}
         self._pacer = GcPacer()
+        self.recording = RecordSwitch(self.hosts, record)
+        self._record_at_start = record is not None
 
     def compose(self) -> ComposeResult:
         if len(self.entries) == 1:
@@ -141,6 +148,7 @@ class ConsoleApp(App[int]):
                 for entry in self.entries:
                     with TabPane(entry.name, id=f"tab-{dom_id(entry.name)}"):
                         yield self.dashboards[entry.name]
+        yield self.recording.badge
         # Compact: an 80-column pane still shows restart, roll back, quit and help.
         yield KeyFooter(compact=True)
 
@@ -150,6 +158,11 @@ class ConsoleApp(App[int]):
             dash.feed.log_widget.focus()
         # Full collections of everything were 40-140 ms pauses, several a minute under load: see gcpace.
         self.call_after_refresh(self._pacer.install, self.set_interval)
+        if self.connect and self._record_at_start:
+            problem = self.recording.start()
+            if problem is not None:
+                self.notify(f"cannot record: {problem}", severity="error", timeout=30)
+        self.set_interval(1.0, self.recording.show)
         if self.connect:
             for name, host in self.hosts.items():
                 self.run_worker(host.pump(self.post_snapshot), name=f"session-{name}", group="sessions")
@@ -343,6 +356,10 @@ class ConsoleApp(App[int]):
 
     def on_unmount(self) -> None:
         self._pacer.release()
+        self.recording.stop()
+
+    def action_record(self) -> None:
+        self.recording.toggle(self.notify)
 
     async def action_quit(self) -> None:
         # Leave before the sessions close: the other consoles see this one go at once, not after its

@@ -452,6 +452,15 @@ class EventFeed(Vertical):
         self._set_static("folded", text)
 
     @property
+    def reset(self) -> None:
+        """Forget every line: a replay that seeks starts the feed again from where it lands."""
+        self._events.clear()
+        self._seen_total = 0
+        self._boot_index = None
+        self._boots = ()
+        self._errors = ()
+        self.log_widget.replace_rows([])
+
     def open_errors(self) -> list[Error]:
         return [e for e in self._errors if error_key(e) not in self._acked]
 

@@ -24,6 +24,7 @@ from console.core.flags import FlagList
 from console.core.hostfacts import HostFacts
 from console.core.pairing import AuditAction, AuditEntry, BreakRefused, Identity, LockHeld, PairingView
 from console.core.profiles import Profile, ProfileError
+from console.core.recording import RecordSink
 from console.core.serving import ServingFigures
 from console.core.snapshot import FollowState, HostSnapshot
 from console.sources.profile_store import ProfileStore
@@ -123,6 +124,23 @@ class HostController:
         """A `SnapshotReady` for this host is in flight."""
         self.alerts: dict[str, Alert] = {}
         """The host's firing alerts, by rule."""
+        self.recorder: RecordSink | None = None
+        """Where this host's inputs are being recorded (`console/tui/recording.py`), or None."""
+
+    # ---- recording -----------------------------------------------------------------------------------
+
+    def start_recording(self, recorder: RecordSink) -> None:
+        """Record this host's inputs from now on: the session's, and the pairing view and audit trail."""
+        self.recorder = recorder
+        if self.session is not None:
+            self.session.start_recording(recorder)
+        if self.link is not None and self.link.view is not None:
+            recorder.record(self.name, "view", self.link.view)
+
+    def stop_recording(self) -> None:
+        self.recorder = None
+        if self.session is not None:
+            self.session.recorder = None
 
     # ---- alerts --------------------------------------------------------------------------------------
 
@@ -172,6 +190,8 @@ class HostController:
         session = HostSession(config, **entry.session_options)  # type: ignore[arg-type]
         self.session = session
         tasks: list[asyncio.Task[None]] = []
+        if self.recorder is not None:
+            session.start_recording(self.recorder)
         try:
             await session.start()
             if entry.after_start is not None:
@@ -265,6 +285,8 @@ class HostController:
             await self.link.leave(timeout_s)
 
     def _on_view(self, view: PairingView) -> None:
+        if self.recorder is not None:
+            self.recorder.record(self.name, "view", view)
         dash = self.dashboard
         if not self.ui.is_running:
             return
@@ -286,8 +308,17 @@ class HostController:
         self.dashboard.pairing.refresh()
 
     def _on_audit(self, entries: list[AuditEntry]) -> None:
+        if entries and self.recorder is not None:
+            self.recorder.record(self.name, "audit", entries)
         if not entries or not self.ui.is_running:
             return
+        current = getattr(self.session, "current", None)
+        if callable(current):
+            # The audit lines go after every journal line read before them (a snapshot still waiting
+            # to be shown would put them earlier): the feed's order is then the inputs' order, which a
+            # replay of a recording reproduces line for line.
+            self.pending = None
+            self.dashboard.show(current())
         self.dashboard.feed.add_external([e.to_event() for e in entries])
         for entry in entries:
             if entry.action in TIMELINE_ACTIONS:

@@ -206,6 +206,11 @@ class PairingLink:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait(tasks)
 
+    async def watch_only(self) -> None:
+        """Watch the lock and follow the audit trail without a heartbeat, until cancelled: a headless
+        recorder (`k26-console record`) is not a console on the host."""
+        await asyncio.gather(self._watch(), self._follow())
+
     def poke(self) -> None:
         """Look again now rather than at the next poll (after this console took, released or broke
         the lock)."""

@@ -20,7 +20,8 @@ KEYS = """\
   ctrl+p       command palette            tab     next panel
   /            filter the event feed (regex; !regex inverts; Esc clears)
   f            follow the feed's tail     a       acknowledge pinned errors
-  z            fold / unfold earlier boots"""
+  z            fold / unfold earlier boots
+  W            start / stop recording what the hosts send (REC badge; k26-console replay FILE)"""
 
 KEYS_CHANGING = """
   p            profiles: edit, what-if, apply

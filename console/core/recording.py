@@ -1,0 +1,263 @@
+"""A console session's recording, the pure parts: what is recorded, how a chunk of records is encoded
+and compressed, the size/age policy, the marks a replay's timeline shows, and reading a time to seek to.
+
+What a session records are its *inputs*, each with the time it arrived (docs/recording.md):
+
+=========  ================================================================================
+kind       payload
+=========  ================================================================================
+journal    a batch of `journalctl -o json` entries, as the session's reader decoded them
+flush      nothing: the journal went quiet and the parser let go of a held traceback
+gpu        a `HostGpuSample`
+server     a `ServerSample` with the `/metrics` scrape it was read from, and the server's
+           `max_running_requests`
+link       the SSH link's `ConnectionStatus`
+follower   the journal follower's `FollowerStatus`
+view       the host's `PairingView` (presence, the lock)
+audit      new `AuditEntry`s of the host's audit trail
+=========  ================================================================================
+
+A replay folds them through `console.core.hostfold.HostFold` and the console's own controllers, exactly
+as live. The I/O (SQLite, the writer thread) is `console.sources.recording`.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel
+
+from console.core.gpus import HostGpuSample
+from console.core.metrics import MetricsText
+from console.core.pairing import AuditEntry, PairingView
+from console.core.snapshot import ConnectionStatus, FollowerStatus, ServerSample
+from console.core.state import HostState
+
+_dumps: Callable[[Any], bytes]
+_loads: Callable[[bytes], Any]
+try:  # orjson writes a busy journal's batch ~10x faster than json, in the writer thread (the GIL)
+    from orjson import dumps as _dumps
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - orjson is a dependency; kept importable without it
+    import json
+
+    def _dumps(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    _loads = json.loads
+
+FORMAT = "k26-console recording"
+VERSION = 1
+SUFFIX = ".k26rec"
+
+Kind = Literal["journal", "flush", "gpu", "server", "link", "follower", "view", "audit"]
+KINDS: frozenset[str] = frozenset({"journal", "flush", "gpu", "server", "link", "follower", "view", "audit"})
+MarkKind = Literal["phase", "error", "audit", "gap"]
+
+DEFAULT_MAX_BYTES = 2 * 1024**3
+"""The default size bound of a recording: 2 GiB of compressed chunks (about 11 hours of one host at
+2,000 journal lines a second, measured in docs/performance.md; days of a quiet host)."""
+DEFAULT_MAX_AGE_S = 7 * 86_400.0
+"""The default age bound: chunks older than a week are dropped."""
+COMPRESS_LEVEL = 6
+
+
+class RecordError(ValueError):
+    """A chunk or record that this version cannot read; `str()` is one sentence."""
+
+
+class RecordSink(Protocol):
+    """Where a session puts its inputs as they arrive (`console.sources.recording.Recorder`). Called on
+    the event loop: it must only queue, never write."""
+
+    def record(self, host: str, kind: str, payload: Any) -> None: ...
+
+    def mark(self, host: str, kind: str, label: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """Oldest chunks are dropped once the recording holds more than `max_bytes` of them or they are older
+    than `max_age_s` (None: no bound of that kind)."""
+
+    max_bytes: int | None = DEFAULT_MAX_BYTES
+    max_age_s: float | None = DEFAULT_MAX_AGE_S
+
+    def describe(self) -> str:
+        size = f"{self.max_bytes / 1024**2:,.0f} MiB" if self.max_bytes is not None else "no size bound"
+        age = f"{self.max_age_s / 3600:g} h" if self.max_age_s is not None else "no age bound"
+        return f"{size}, {age}"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One input as recorded: when it arrived, on which host, what kind, and its payload decoded."""
+
+    ts: float
+    host: str
+    kind: str
+    payload: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    ts: float
+    host: str
+    kind: str
+    label: str
+
+
+# ---- encoding --------------------------------------------------------------------------------------
+
+
+def _plain(kind: str, payload: Any) -> Any:
+    """The payload as JSON-able values."""
+    if kind == "journal":
+        return payload
+    if kind == "flush":
+        return None
+    if kind == "server":
+        sample, max_running = payload
+        assert isinstance(sample, ServerSample)
+        scrape = sample.scrape.model_dump(mode="json") if sample.scrape is not None else None
+        return {"sample": sample.model_dump(mode="json"), "scrape": scrape, "max_running": max_running}
+    if kind == "audit":
+        return [entry.model_dump(mode="json") for entry in payload]
+    if isinstance(payload, BaseModel):
+        return payload.model_dump(mode="json")
+    raise RecordError(f"a {kind} record cannot hold {type(payload).__name__}")
+
+
+_MODELS: dict[str, type[BaseModel]] = {
+    "gpu": HostGpuSample,
+    "link": ConnectionStatus,
+    "follower": FollowerStatus,
+    "view": PairingView,
+}
+
+
+def _typed(kind: str, plain: Any) -> Any:
+    """The payload from its JSON values (pydantic validates what comes back from the file)."""
+    if kind == "journal":
+        if not isinstance(plain, list):
+            raise RecordError("a journal record is not a list of entries")
+        return plain
+    if kind == "flush":
+        return None
+    if kind == "server":
+        sample = ServerSample.model_validate(plain["sample"])
+        if plain.get("scrape") is not None:
+            sample = sample.model_copy(update={"scrape": MetricsText.model_validate(plain["scrape"])})
+        limit = plain.get("max_running")
+        return sample, float(limit) if isinstance(limit, int | float) else None
+    if kind == "audit":
+        return [AuditEntry.model_validate(entry) for entry in plain]
+    model = _MODELS.get(kind)
+    if model is None:
+        raise RecordError(f"unknown record kind {kind!r}")
+    return model.model_validate(plain)
+
+
+def encode(records: Iterable[tuple[float, str, str, Any]]) -> tuple[bytes, int]:
+    """A chunk: the records as JSON lines, compressed; and their size before compression."""
+    lines = [_dumps([ts, host, kind, _plain(kind, payload)]) for ts, host, kind, payload in records]
+    raw = b"\n".join(lines)
+    return zlib.compress(raw, COMPRESS_LEVEL), len(raw)
+
+
+def decode(blob: bytes, *, kinds: frozenset[str] | None = None) -> list[Record]:
+    """A chunk's records, oldest first (`kinds`: only those). RecordError when it is not one."""
+    try:
+        data = zlib.decompress(blob)
+    except zlib.error:
+        raise RecordError("a chunk is not compressed as this version writes it") from None
+    out: list[Record] = []
+    for line in data.split(b"\n"):
+        try:
+            ts, host, kind, plain = _loads(line)
+        except (ValueError, TypeError):
+            raise RecordError("a chunk holds a line that is not a record") from None
+        if kinds is not None and kind not in kinds:
+            continue
+        try:
+            out.append(Record(float(ts), str(host), str(kind), _typed(str(kind), plain)))
+        except (ValueError, TypeError, KeyError) as exc:
+            if isinstance(exc, RecordError):
+                raise
+            raise RecordError(f"a {kind} record does not read back ({type(exc).__name__})") from None
+    return out
+
+
+# ---- marks on the timeline -------------------------------------------------------------------------
+
+
+def marks_between(before: HostState, after: HostState) -> list[tuple[str, str]]:
+    """What a replay's timeline marks between two states of the fold: a boot reaching a new phase (a
+    restart's steps), and new errors."""
+    out: list[tuple[str, str]] = []
+    old = {b.index: b for b in before.boots}
+    for boot in after.boots[-3:]:
+        prev = old.get(boot.index)
+        if prev is None or prev.phase != boot.phase:
+            out.append(("phase", f"boot {boot.index} {boot.phase}"))
+        seen = len(prev.errors) if prev is not None else 0
+        for error in boot.errors[seen:]:
+            out.append(("error", f"boot {boot.index} {error.category}: {error.message[:80]}"))
+    return out
+
+
+# ---- times -----------------------------------------------------------------------------------------
+
+_OFFSET = re.compile(r"^([+-])?\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?$")
+
+
+def parse_at(text: str, start: float, end: float) -> float:
+    """A moment of a recording from the operator's words: `start`, `end`, an offset from the start
+    (`90s`, `+5m`, `1h`), an offset back from the end (`-30s`), a UTC time of day on the recording's days
+    (`03:12`, `03:12:07`), or an ISO date and time (UTC unless it says otherwise). Clamped to the
+    recording; ValueError with one sentence when it is none of these."""
+    raw = text.strip()
+    word = raw.lower()
+    if word in ("start", "begin", "beginning"):
+        return start
+    if word == "end":
+        return end
+    match = _OFFSET.match(word)
+    if match is not None:
+        sign, value, unit = match.groups()
+        offset = float(value) * _UNITS[unit or "s"]
+        at = end - offset if sign == "-" else start + offset
+        return min(max(at, start), end)
+    match = _CLOCK.match(word)
+    if match is not None:
+        hh, mm, ss, frac = match.groups()
+        seconds = int(hh) * 3600 + int(mm) * 60 + int(ss or 0) + float(f"0.{frac}" if frac else 0)
+        if int(hh) > 23 or int(mm) > 59 or int(ss or 0) > 59:
+            raise ValueError(f"{raw!r} is not a time of day")
+        day = datetime.fromtimestamp(start, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        at = day.timestamp() + seconds
+        if at < start:  # a recording across midnight: the time on its second day
+            at += 86_400.0
+        return min(max(at, start), end)
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ValueError(
+            f"{raw!r} is not a moment of the recording (try 90s, +5m, -30s, 03:12:07, an ISO time, "
+            "start or end)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return min(max(moment.timestamp(), start), end)
+
+
+def clock_text(ts: float) -> str:
+    """A recording's moment as the timeline writes it (UTC)."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%H:%M:%S")
