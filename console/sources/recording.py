@@ -215,7 +215,13 @@ class Recorder:
                     self._conn.executemany(
                         "INSERT INTO marks (ts, host, kind, label) VALUES (?, ?, ?, ?)", marks
                     )
-                self._apply_policy()
+                stored = self._stored
+                self._stored += len(blob) if blob is not None else 0
+                try:
+                    self._apply_policy()
+                except BaseException:
+                    self._stored = stored
+                    raise
         except (sqlite3.Error, RecordError, OSError) as exc:
             # The console goes on without recording; its badge says why.
             self.error = _sentence(self.path, exc)
@@ -225,7 +231,6 @@ class Recorder:
             self.chunks += 1
             self.bytes_written += len(blob)
             self.raw_bytes += raw
-            self._stored += len(blob)
 
     def _apply_policy(self) -> None:
         """Drop the oldest chunks (and their marks) past the size or age bound, inside the commit."""
