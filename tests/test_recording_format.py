@@ -5,12 +5,12 @@ a recording (text, someone else's SQLite, a damaged chunk) is refused in one sen
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 import os
 import random
 import sqlite3
 import string
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
