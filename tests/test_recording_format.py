@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from console.core.gpus import HostGpuSample
-from console.core.metrics import parse_prometheus
+from console.core.metrics import SglangMetrics, parse_prometheus
 from console.core.pairing import PairingView
 from console.core.recording import RetentionPolicy, decode, encode, marks_between, parse_at
 from console.core.snapshot import FollowerStatus, FollowState, HealthState, ServerSample
@@ -54,8 +54,25 @@ def wait_until(what: str, predicate, timeout: float = 10.0) -> None:  # type: ig
 
 
 def test_every_kind_round_trips_through_a_chunk() -> None:
-    metrics = '# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name="m"} 3\n'
-    sample = ServerSample(health=HealthState.OK, status_code=200, ts=5.0, scrape=parse_prometheus(metrics))
+    metrics = (
+        "# TYPE sglang:num_running_reqs gauge\n"
+        'sglang:num_running_reqs{model_name="m"} 3\n'
+        "# TYPE sglang:time_to_first_token_seconds histogram\n"
+        'sglang:time_to_first_token_seconds_bucket{le="0.5",model_name="m"} 2\n'
+        'sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 3\n'
+        'sglang:time_to_first_token_seconds_sum{model_name="m"} 2.5\n'
+        'sglang:time_to_first_token_seconds_count{model_name="m"} 3\n'
+    )
+    scrape = parse_prometheus(metrics)
+    # The +Inf bucket: JSON has no number for it (pydantic's JSON mode writes null, which does not read back).
+    sample = ServerSample(
+        health=HealthState.OK,
+        status_code=200,
+        ts=5.0,
+        scrape=scrape,
+        metrics=SglangMetrics.from_metrics(scrape),
+    )
+    assert sample.metrics is not None and sample.metrics.time_to_first_token is not None
     records = [
         (1.0, "h", "journal", journal_entries(3)),
         (1.5, "h", "flush", None),
@@ -71,6 +88,7 @@ def test_every_kind_round_trips_through_a_chunk() -> None:
     assert back[0].payload == records[0][3]
     server, limit = back[3].payload
     assert limit == 48.0 and server.scrape == sample.scrape and server.health is HealthState.OK
+    assert server.metrics == sample.metrics
     assert back[4].payload.cursor == "c"
 
 

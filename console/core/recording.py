@@ -23,11 +23,13 @@ as live. The I/O (SQLite, the writer thread) is `console.sources.recording`.
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
@@ -115,6 +117,27 @@ class Mark:
 # ---- encoding --------------------------------------------------------------------------------------
 
 
+def _jsonable(value: Any) -> Any:
+    """A model's python dump as JSON values, keeping what JSON has no number for: pydantic's JSON mode
+    writes an infinite float (a histogram's `+Inf` bucket) as null, which does not validate back;
+    "inf" does."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    return value
+
+
+def _dump(model: BaseModel) -> Any:
+    return _jsonable(model.model_dump(mode="python"))
+
+
 def _plain(kind: str, payload: Any) -> Any:
     """The payload as JSON-able values."""
     if kind == "journal":
@@ -124,12 +147,12 @@ def _plain(kind: str, payload: Any) -> Any:
     if kind == "server":
         sample, max_running = payload
         assert isinstance(sample, ServerSample)
-        scrape = sample.scrape.model_dump(mode="json") if sample.scrape is not None else None
-        return {"sample": sample.model_dump(mode="json"), "scrape": scrape, "max_running": max_running}
+        scrape = _dump(sample.scrape) if sample.scrape is not None else None
+        return {"sample": _dump(sample), "scrape": scrape, "max_running": max_running}
     if kind == "audit":
-        return [entry.model_dump(mode="json") for entry in payload]
+        return [_dump(entry) for entry in payload]
     if isinstance(payload, BaseModel):
-        return payload.model_dump(mode="json")
+        return _dump(payload)
     raise RecordError(f"a {kind} record cannot hold {type(payload).__name__}")
 
 

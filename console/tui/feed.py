@@ -451,7 +451,6 @@ class EventFeed(Vertical):
         text.append(" · ".join(parts), "grey62")
         self._set_static("folded", text)
 
-    @property
     def reset(self) -> None:
         """Forget every line: a replay that seeks starts the feed again from where it lands."""
         self._events.clear()
@@ -461,6 +460,7 @@ class EventFeed(Vertical):
         self._errors = ()
         self.log_widget.replace_rows([])
 
+    @property
     def open_errors(self) -> list[Error]:
         return [e for e in self._errors if error_key(e) not in self._acked]
 
