@@ -89,7 +89,8 @@ async def test_a_recorded_apply_replays_from_the_old_pool_to_the_new(
     async with app.run_test(size=SIZE) as pilot:
         dash = app.dashboards[twin.name]
         await until(pilot, "the first boot", lambda: pool_of(dash.snap) == OLD_POOL)
-        assert app.recording.on and "REC" in str(app.recording.badge.render())
+        assert app.recording.on and app.recording.badge.has_class("on")
+        assert "● REC" in str(app.recording.badge.render())
         await until(pilot, "the state directory", lambda: app.hosts[twin.name].link is not None)
         app.post_message(ApplyRequested(twin.name, "ctx-200k"))
         await until(pilot, "the confirmation", lambda: isinstance(app.screen, ApplyConfirmScreen))
@@ -104,9 +105,14 @@ async def test_a_recorded_apply_replays_from_the_old_pool_to_the_new(
             "the audit outcome",
             lambda: any(isinstance(e, Audit) and e.outcome == "ok" for e in dash.feed.events()),
         )
-        await pilot.pause(1.5)
+        # Everything read so far on screen, then the recording stopped (W) in the same turn of the loop:
+        # the recording holds exactly what the feed shows.
+        ctl = app.hosts[twin.name]
+        ctl.pending = None
+        dash.show(ctl.session.current())
+        app.action_record()
+        assert not app.recording.on and not app.recording.badge.has_class("on")
         live = [feed_line(e) for e in dash.feed.events()]
-    assert not app.recording.on  # closed with the app
 
     reader = RecordingReader(path)
     replay = Replay(reader)
@@ -136,7 +142,9 @@ async def test_a_recorded_apply_replays_from_the_old_pool_to_the_new(
             if label == f"boot {new_index} ready":
                 break
         assert pool_of(rdash.snap) == new_pool
-        assert "boot" in rapp.bar.render_text(120).plain and "REPLAY" in rapp.bar.render_text(120).plain
+        # The timeline: the restart (▲) before the cursor (◆), and where the replay stands.
+        bar = rapp.bar.render_text(120).plain
+        assert bar.index("▲") < bar.index("◆") and "REPLAY ❚❚ paused 8×" in bar
         # Played from the start at 8x to the end: the feed is the live one, line for line.
         await pilot.press("home")
         await until(pilot, "the start", lambda: not rapp.seeking and replay.position == replay.start)

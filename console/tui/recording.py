@@ -95,8 +95,9 @@ class RecordSwitch:
         if rec is None:
             return
         elapsed = int(time.monotonic() - self.started)
-        size = rec.bytes_written / 1e6
-        text = Text(f"● REC {elapsed // 60}:{elapsed % 60:02d}  {size:.1f} MB  {rec.path}")
+        size = rec.bytes_written
+        shown = f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
+        text = Text(f"● REC {elapsed // 60}:{elapsed % 60:02d}  {shown}  {rec.path}")
         if rec.error is not None:
             text = Text(f"● REC stopped: {rec.error}")
         self.badge.update(text)

@@ -156,8 +156,8 @@ class ReplayApp(ConsoleApp):
         Binding("g", "goto", "Go to"),
         Binding("plus,equals_sign", "speed(1)", "Faster", show=False),
         Binding("minus", "speed(-1)", "Slower", show=False),
-        Binding("home", "edge(0)", "Start", show=False),
-        Binding("end", "edge(1)", "End", show=False),
+        Binding("home", "edge(0)", "Start", show=False, priority=True),
+        Binding("end", "edge(1)", "End", show=False, priority=True),
     ]
 
     def __init__(self, replay: Replay, path: Path, *, at: float | None = None, speed: float = 1.0) -> None:
@@ -196,7 +196,7 @@ class ReplayApp(ConsoleApp):
         self.set_interval(TICK_S, self._tick)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "jump" and isinstance(self.focused, Input):
+        if action in ("jump", "edge") and isinstance(self.focused, Input):
             return False  # the arrows move the cursor of the box being typed in
         return action not in ABSENT_ACTIONS
 
