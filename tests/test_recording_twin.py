@@ -23,7 +23,7 @@ from console.core.events import Audit
 from console.core.recording import Record
 from console.sources.hosts import load_hosts
 from console.sources.profile_store import ProfileStore, shipped_profile_dir
-from console.sources.recording import RecordingReader
+from console.sources.recording import RecordingError, RecordingReader
 from console.sources.replay import Replay
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.feed import feed_line
@@ -178,20 +178,35 @@ def _journal_records(path: Path) -> list[Record]:
         return [r for _, r in reader.records() if r.kind == "journal"]
 
 
+def _marks(path: Path, prefix: str) -> list[str]:
+    with RecordingReader(path) as reader:
+        return [m.label for m in reader.marks if m.label.startswith(prefix)]
+
+
+def _recorded(path: Path) -> list[Record]:
+    """The journal records so far; none while the recorder is still creating the file."""
+    try:
+        return _journal_records(path)
+    except RecordingError as exc:
+        assert "empty SQLite file" in str(exc) or "does not exist" in str(exc), exc
+        return []
+
+
 def test_a_recording_killed_halfway_replays_up_to_the_cut(fresh_twin: TwinHost, tmp_path: Path) -> None:
     twin, out = fresh_twin, tmp_path / "cut.k26rec"
     proc = _recorder(twin, tmp_path, out)
     try:
         deadline = time.monotonic() + 60
         # Halfway: the first boot has been read and a restart is under way.
-        while not (out.exists() and _journal_records(out)):
+        while not _recorded(out):
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             assert time.monotonic() < deadline, "nothing recorded"
             time.sleep(0.2)
         twin.systemctl("restart", "--no-block", twin.unit, check=False)
-        while sum(len(r.payload) for r in _journal_records(out)) < 60:
+        # Cut once the restart's new boot is on the recording's timeline, before it is ready.
+        while not _marks(out, "boot 1 "):
             assert time.monotonic() < deadline, "the restart was not recorded"
-            time.sleep(0.2)
+            time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
         killed_at = time.time()
@@ -210,7 +225,9 @@ def test_a_recording_killed_halfway_replays_up_to_the_cut(fresh_twin: TwinHost, 
         assert host.follower.entries == len(entries)
         assert host.follower.cursor == entries[-1]["__CURSOR"]
         assert len({e["__CURSOR"] for e in entries}) == len(entries)
-        assert host.fold.state.boots and host.fold.state.boots[0].pool.tokens == OLD_POOL
+        boots = host.fold.state.boots
+        assert len(boots) == 2 and boots[0].pool.tokens == OLD_POOL
+        assert [m for m in reader.marks if m.label.startswith("boot 1 ")]
     res = run_cli(tmp_path, "replay", str(out), "--json")
     assert res.returncode in (0, 1), res.stderr
     assert json.loads(res.stdout)["host"] == twin.name
@@ -221,7 +238,7 @@ def test_sigint_ends_a_recording_cleanly(fresh_twin: TwinHost, tmp_path: Path) -
     proc = _recorder(twin, tmp_path, out)
     try:
         deadline = time.monotonic() + 60
-        while not (out.exists() and _journal_records(out)):
+        while not _recorded(out):
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.2)
         os.killpg(proc.pid, signal.SIGINT)

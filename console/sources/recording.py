@@ -69,6 +69,8 @@ def _check_meta(conn: sqlite3.Connection, path: Path) -> dict[str, str]:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError:
         raise RecordingError(f"{path} is not a k26-console recording (not an SQLite file)") from None
+    if not tables:
+        raise RecordingError(f"{path} is an empty SQLite file, not a k26-console recording (yet)")
     if not {"meta", "chunks", "marks"} <= tables:
         raise RecordingError(f"{path} is an SQLite file but not a k26-console recording")
     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
@@ -125,16 +127,17 @@ class Recorder:
             }
             if existing and "meta" not in existing:
                 raise RecordingError(f"{self.path} is an SQLite file but not a k26-console recording")
-            for statement in _SCHEMA:
-                self._conn.execute(statement)
-            meta = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
-            if meta:
-                _check_meta(self._conn, self.path)
-            known = json.loads(meta.get("hosts", "[]")) if meta else []
-            merged = list(dict.fromkeys([*known, *hosts]))
             now = self.clock()
+            # One transaction: a reader opening the file meanwhile sees all of the schema or none of it.
             with self._conn:
-                self._conn.execute("BEGIN")
+                self._conn.execute("BEGIN IMMEDIATE")
+                for statement in _SCHEMA:
+                    self._conn.execute(statement)
+                meta = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
+                if meta:
+                    _check_meta(self._conn, self.path)
+                known = json.loads(meta.get("hosts", "[]")) if meta else []
+                merged = list(dict.fromkeys([*known, *hosts]))
                 self._conn.executemany(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
                     [("format", FORMAT), ("version", str(VERSION)), ("created", repr(now))],
