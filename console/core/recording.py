@@ -62,8 +62,8 @@ KINDS: frozenset[str] = frozenset({"journal", "flush", "gpu", "server", "link", 
 MarkKind = Literal["phase", "error", "audit", "gap"]
 
 DEFAULT_MAX_BYTES = 2 * 1024**3
-"""The default size bound of a recording: 2 GiB of compressed chunks (about 11 hours of one host at
-2,000 journal lines a second, measured in docs/performance.md; days of a quiet host)."""
+"""The default size bound of a recording: 2 GiB of compressed chunks, about 5 hours of one host at 2,000
+journal lines a second (about 400 MB an hour, docs/performance.md), weeks of a quiet host."""
 DEFAULT_MAX_AGE_S = 7 * 86_400.0
 """The default age bound: chunks older than a week are dropped."""
 COMPRESS_LEVEL = 6
