@@ -239,3 +239,30 @@ def test_replay_json_prints_the_snapshot_report(tmp_path: Path, capsys: pytest.C
     assert code in (0, 1), err
     assert report["host"] == "h" and report["taken_at"] == t[0]
     assert report["boot"]["index"] == 0 and report["pool"]["pool_tokens"] is not None
+
+
+async def test_a_recording_started_mid_session_replays_what_the_session_had_read(tmp_path: Path) -> None:
+    """The W key starts a recording long after the boot: the replay still knows the boot and its pool."""
+    from console.sources.hosts import HostConfig
+    from console.sources.session import HostSession
+    from console.tui.view import display_boot
+
+    session = HostSession(
+        HostConfig(name="h", ssh="127.0.0.1"), follow_journal=False, sample_gpus=False, poll_server=False
+    )
+    lines = CASE.read_text(encoding="utf-8").removesuffix("\n").split("\n")
+    session.fold.journal(journal_entries(len(lines)))
+    live = display_boot(session.fold.state)
+    assert live is not None and live.pool.tokens is not None
+    path = tmp_path / "late.k26rec"
+    with Recorder(path, hosts=["h"]) as rec:
+        session.start_recording(rec)
+        session.recorder = None
+    with RecordingReader(path) as reader:
+        replay = Replay(reader)
+        replay.seek(replay.end)
+        snap = replay.snapshot("h")
+    boot = display_boot(snap.state)
+    assert boot is not None and boot.pool.tokens == live.pool.tokens and boot.phase == live.phase
+    assert snap.events_total == session.fold.events_total and snap.recent == tuple(session.fold.recent)
+    await session.close()

@@ -82,6 +82,14 @@ class HostFold:
         self.recent.extend(events)
         self.events_total += len(events)
 
+    def seed(self, state: HostState, recent: Iterable[Event], events_total: int) -> None:
+        """Start from what another fold had made (a recording begun mid-session): its state and its
+        newest events. A traceback the other parser was holding is not carried over."""
+        self.state = state
+        self.recent.clear()
+        self.recent.extend(recent)
+        self.events_total = events_total
+
     def gpu(self, sample: HostGpuSample) -> None:
         self.gpus = sample
 

@@ -11,6 +11,8 @@ flush      nothing: the journal went quiet and the parser let go of a held trace
 gpu        a `HostGpuSample`
 server     a `ServerSample` with the `/metrics` scrape it was read from, and the server's
            `max_running_requests`
+seed       what the session had folded when a recording started mid-session (the `W` key): its
+           `HostState`, its recent events and their count; a replay starts its fold from it
 link       the SSH link's `ConnectionStatus`
 follower   the journal follower's `FollowerStatus`
 view       the host's `PairingView` (presence, the lock)
@@ -34,6 +36,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
+from console.core.events import EVENT_ADAPTER
 from console.core.gpus import HostGpuSample
 from console.core.metrics import MetricsText
 from console.core.pairing import AuditEntry, PairingView
@@ -151,6 +154,9 @@ def _plain(kind: str, payload: Any) -> Any:
         return {"sample": _dump(sample), "scrape": scrape, "max_running": max_running}
     if kind == "audit":
         return [_dump(entry) for entry in payload]
+    if kind == "seed":
+        state, recent, total = payload
+        return {"state": _dump(state), "recent": [_dump(e) for e in recent], "events_total": total}
     if isinstance(payload, BaseModel):
         return _dump(payload)
     raise RecordError(f"a {kind} record cannot hold {type(payload).__name__}")
@@ -180,6 +186,9 @@ def _typed(kind: str, plain: Any) -> Any:
         return sample, float(limit) if isinstance(limit, int | float) else None
     if kind == "audit":
         return [AuditEntry.model_validate(entry) for entry in plain]
+    if kind == "seed":
+        recent = tuple(EVENT_ADAPTER.validate_python(e) for e in plain["recent"])
+        return HostState.model_validate(plain["state"]), recent, int(plain["events_total"])
     model = _MODELS.get(kind)
     if model is None:
         raise RecordError(f"unknown record kind {kind!r}")

@@ -63,6 +63,11 @@ class HostReplay:
             )
         elif kind == "flush":
             self.fold.flush()
+        elif kind == "seed":
+            # A recording begun mid-session starts from what the session had made, unless this replay
+            # already folded journal input of its own (a second recording appended to the file).
+            if self.fold.events_total == 0:
+                self.fold.seed(*payload)
         elif kind == "gpu":
             self.fold.gpu(payload)
         elif kind == "server":

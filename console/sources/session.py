@@ -244,8 +244,12 @@ class HostSession:
 
     def start_recording(self, recorder: RecordSink) -> None:
         """Record from now on: first what the session holds now that a replay cannot rebuild from the
-        inputs that follow (the link, the follower, the latest readings), then every input as it comes."""
+        inputs that follow (what the journal has made so far, the link, the follower, the latest GPU
+        sample), then every input as it comes."""
         name = self.host.name
+        fold = self.fold
+        if fold.events_total:
+            recorder.record(name, "seed", (fold.state, tuple(fold.recent), fold.events_total))
         recorder.record(name, "link", self.transport.status)
         if self.follower is not None:
             recorder.record(name, "follower", self.follower.status)
