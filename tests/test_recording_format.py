@@ -119,6 +119,13 @@ def test_a_reader_sees_what_an_open_writer_has_committed(tmp_path: Path) -> None
         replay.seek(replay.end)
         assert replay.hosts["h"].follower.entries == 200
         assert replay.snapshot("h").events_total > 0
+        # A replay at the end of a file still being written follows it.
+        assert not replay.refresh()
+        rec.record("h", "journal", journal_entries(50, start=200))
+        wait_until("the replay sees the third chunk", replay.refresh)
+        replay.play_to(replay.end)
+        assert replay.hosts["h"].follower.entries == 250
+        assert replay.hosts["h"].follower.cursor == f"s=1;i={249:x}"
         reader.close()
     finally:
         rec.close()
@@ -266,3 +273,25 @@ async def test_a_recording_started_mid_session_replays_what_the_session_had_read
     assert boot is not None and boot.pool.tokens == live.pool.tokens and boot.phase == live.phase
     assert snap.events_total == session.fold.events_total and snap.recent == tuple(session.fold.recent)
     await session.close()
+
+
+def test_a_replay_following_a_bounded_file_keeps_its_place_when_the_head_is_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "follow.k26rec"
+    rec = Recorder(path, hosts=["h"], policy=RetentionPolicy(max_bytes=150_000, max_age_s=None))
+    for i in range(4):
+        rec.record("h", "journal", [{**e, "__CURSOR": f"c{i}-{j}"} for j, e in enumerate(_noise(100))])
+        rec._write()
+    reader = RecordingReader(path)
+    replay = Replay(reader)
+    replay.seek(replay.end)
+    seen = replay.hosts["h"].follower.entries
+    for i in range(4, 8):
+        rec.record("h", "journal", [{**e, "__CURSOR": f"c{i}-{j}"} for j, e in enumerate(_noise(100))])
+        rec._write()
+    assert rec.dropped_chunks >= 2  # the head went, and with it chunks the replay had read
+    assert replay.refresh()
+    replay.play_to(replay.end)
+    host = replay.hosts["h"]
+    assert host.follower.entries == seen + 400 and host.follower.cursor == "c7-99"
+    reader.close()
+    rec.close()

@@ -169,6 +169,21 @@ class Replay:
             self._records = None
         return None
 
+    def refresh(self) -> bool:
+        """Read the recording's index again (a console may still be writing it); True when it grew.
+        Chunks the size/age bound dropped meanwhile shift the cursor's and the checkpoints' places."""
+        before = [c[0] for c in self.reader.chunks]
+        self.reader.refresh()
+        ids = {c[0] for c in self.reader.chunks}
+        dropped = sum(1 for i in before if i not in ids)
+        if dropped:
+            self._chunk = max(0, self._chunk - dropped)
+            if self._chunk == 0:
+                self._offset, self._records = 0, None
+            for cp in self._checkpoints:
+                cp.chunk = max(0, cp.chunk - dropped)
+        return len(self.reader.chunks) > len(before) - dropped
+
     def next_ts(self) -> float | None:
         """When the next record arrived (None at the end)."""
         record = self._peek()

@@ -35,8 +35,9 @@ from console.tui.view import rich_style
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 TICK_S = 0.1
-RECORDS_PER_TICK = 20_000
-"""Records folded per tick at most: a burst replayed at 8x never holds the screen for long."""
+RECORDS_PER_TICK = 256
+"""Records folded per tick at most (a journal record holds up to 256 entries): a burst replayed at 8x
+never holds the screen for long; the replay falls behind instead."""
 ABSENT_ACTIONS = frozenset({"restart", "rollback", "apply", "probe", "profiles", "refused", "record"})
 
 
@@ -138,6 +139,7 @@ class ReplayApp(ConsoleApp):
     """The console over a recording. Nothing here can reach a host: there is no session, no transport,
     no service controller, and the keys and commands that would use them do not exist."""
 
+    TITLE = "k26-console replay"
     inherit_bindings = False
     ENABLE_COMMAND_PALETTE = False
     COMMANDS = set()  # noqa: RUF012
@@ -221,7 +223,8 @@ class ReplayApp(ConsoleApp):
         except RecordingError as exc:
             self.problem, self.playing = str(exc), False
         self._publish()
-        if replay.next_ts() is None:
+        # At the end: a recording a console still writes has grown meanwhile, else the play stops.
+        if replay.next_ts() is None and not replay.refresh():
             self.playing = False
         self.bar.show()
 
