@@ -29,7 +29,7 @@ from console.tui.app import ConsoleApp, HostEntry
 from console.tui.feed import feed_line
 from console.tui.messages import ApplyRequested
 from console.tui.replay import ReplayApp, ReplayDashboard
-from console.tui.screens import ApplyConfirmScreen
+from console.tui.screens import ApplyConfirmScreen, HelpScreen
 from console.tui.view import display_boot
 from console.twin.host import TwinHost
 from tests.support.cli import CLI, operator_env, run_cli
@@ -128,6 +128,11 @@ async def test_a_recorded_apply_replays_from_the_old_pool_to_the_new(
         keys = {b.binding.action.split("(")[0] for b in rapp.active_bindings.values()}
         assert not keys & {"restart", "rollback", "apply", "probe", "profiles", "refused", "record"}
         assert rdash.check_action("restart", ()) is False and rapp.hosts[twin.name].session is None
+        await pilot.press("f1")
+        await until(pilot, "the help", lambda: isinstance(rapp.screen, HelpScreen))
+        assert "Keys (replay)" in rapp.screen.keys and "profiles" not in rapp.screen.keys.split("Nothing")[0]
+        await pilot.press("escape")
+        await until(pilot, "the dashboard", lambda: not isinstance(rapp.screen, HelpScreen))
         # The start: the old boot once its ready line was read.
         first_ready = replay.mark_named("ready")
         assert first_ready is not None

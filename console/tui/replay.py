@@ -38,6 +38,18 @@ TICK_S = 0.1
 RECORDS_PER_TICK = 256
 """Records folded per tick at most (a journal record holds up to 256 entries): a burst replayed at 8x
 never holds the screen for long; the replay falls behind instead."""
+REPLAY_KEYS = """\
+[b]Keys (replay)[/b]
+  space        play / pause (at the end: from the start)     .      step: the next recorded input
+  ← →          10 s back / forward                           [ ]    a minute back / forward (also shift+← →)
+  n N          the next / previous restart phase or error    e      the next error
+  g            go to a time: 90s, +5m, -30s, 03:12:07 (UTC), an ISO time, start, end
+  + -          speed 0.25x to 8x                              Home End  the start / the end
+  /            filter the event feed (regex; !regex inverts)  f      follow the feed's tail
+  z            fold / unfold earlier boots                    a      acknowledge pinned errors
+  q            quit                                           F1     this help
+Nothing in a replay reaches a host: apply, restart, roll back, probe, profiles and the lock are absent."""
+
 ABSENT_ACTIONS = frozenset({"restart", "rollback", "apply", "probe", "profiles", "refused", "record"})
 
 
@@ -117,11 +129,6 @@ class ReplayBar(Vertical):
             text.append(f"  next: {upcoming.label} at {clock_text(upcoming.ts)}", rich_style("grey70"))
         if app.problem:
             text.append(f"\n{app.problem}", rich_style("bold red"))
-        text.append(
-            "\nspace play/pause  . step  ←/→ ±10s  shift+←/→ [ ] ±1min  n/N next/prev phase or error  "
-            "e next error  g go to  +/- speed  Home/End",
-            rich_style("grey62"),
-        )
         return text
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -204,6 +211,11 @@ class ReplayApp(ConsoleApp):
 
     def looking_at(self, host: str) -> str:
         return "replay"
+
+    def action_help(self) -> None:
+        from console.tui.screens import HelpScreen
+
+        self.push_screen(HelpScreen("", read_only=True, keys=REPLAY_KEYS))
 
     def active_feed_focus(self) -> None:
         dash = self.active_dashboard
