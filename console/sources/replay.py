@@ -8,7 +8,8 @@ which gives them to the console's own controllers as live.
 
 Seeking forward folds the records in between; seeking back restarts from the nearest checkpoint (a copy
 of every host's fold, taken each `checkpoint_every_s` of recording time as the cursor passes), so a
-replay reads the file once and then seeks back and forth at the cost of at most one interval.
+replay reads the file once and then seeks back and forth at the cost of at most one interval
+(`CHECKPOINT_S`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from console.core.pairing import AuditEntry, PairingView
 from console.core.recording import Mark, Record
 from console.core.snapshot import ConnectionStatus, FollowerStatus, HostSnapshot
 from console.sources.recording import RecordingReader
+
+CHECKPOINT_S = 15.0
+"""Recording time between two checkpoints of the fold: a seek back costs at most this much input (at
+2,000 journal lines/s about a second of CPU, docs/performance.md)."""
 
 AUDIT_KEPT = 500
 """Audit entries kept per host for the feed after a seek (the live feed holds 5,000 lines in all)."""
@@ -103,7 +108,7 @@ class Replay:
         reader: RecordingReader,
         *,
         keep_events: int = 2000,
-        checkpoint_every_s: float = 60.0,
+        checkpoint_every_s: float = CHECKPOINT_S,
     ) -> None:
         self.reader = reader
         self.keep_events = keep_events
