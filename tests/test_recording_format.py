@@ -295,3 +295,33 @@ def test_a_replay_following_a_bounded_file_keeps_its_place_when_the_head_is_drop
     assert host.follower.entries == seen + 400 and host.follower.cursor == "c7-99"
     reader.close()
     rec.close()
+
+
+def test_a_checkpoint_of_the_fold_is_independent_of_it() -> None:
+    from console.core.hostfold import HostFold
+
+    metrics = 'sglang:num_running_reqs{model_name="m"} 3\n'
+    fold = HostFold("h")
+    lines = CASE.read_text(encoding="utf-8").removesuffix("\n").split("\n")
+    fold.journal(journal_entries(len(lines) // 2))
+    for i in range(5):
+        scrape = parse_prometheus(metrics)
+        fold.server_reading(ServerSample(health=HealthState.OK, ts=float(i), scrape=scrape), None)
+    copy = fold.checkpoint()
+    before = (fold.state, tuple(fold.recent), fold.events_total, len(fold.history.scrapes), fold.serving)
+    copy.journal(journal_entries(len(lines) - len(lines) // 2, start=len(lines) // 2))
+    copy.flush()
+    copy.server_reading(ServerSample(health=HealthState.OK, ts=9.0, scrape=parse_prometheus(metrics)), 8.0)
+    assert (
+        fold.state,
+        tuple(fold.recent),
+        fold.events_total,
+        len(fold.history.scrapes),
+        fold.serving,
+    ) == before
+    assert copy.events_total > fold.events_total and len(copy.history.scrapes) == 6
+    # and the copy goes on exactly as the original would have
+    fold.journal(journal_entries(len(lines) - len(lines) // 2, start=len(lines) // 2))
+    fold.flush()
+    fold.server_reading(ServerSample(health=HealthState.OK, ts=9.0, scrape=parse_prometheus(metrics)), 8.0)
+    assert fold.state == copy.state and fold.serving == copy.serving
