@@ -245,7 +245,7 @@ class HostSession:
     def start_recording(self, recorder: RecordSink) -> None:
         """Record from now on: first what the session holds now that a replay cannot rebuild from the
         inputs that follow (what the journal has made so far, the link, the follower, the latest GPU
-        sample), then every input as it comes."""
+        sample and server reading), then every input as it comes."""
         name = self.host.name
         fold = self.fold
         if fold.events_total:
@@ -253,8 +253,10 @@ class HostSession:
         recorder.record(name, "link", self.transport.status)
         if self.follower is not None:
             recorder.record(name, "follower", self.follower.status)
-        if self.fold.gpus is not None:
-            recorder.record(name, "gpu", self.fold.gpus)
+        if fold.gpus is not None:
+            recorder.record(name, "gpu", fold.gpus)
+        if fold.server is not None:
+            recorder.record(name, "server", (fold.server, fold.max_running))
         self.recorder = recorder
 
     def _journal(self, batch: list[dict[str, Any]] | None) -> list[Event]:
