@@ -53,8 +53,13 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.time_scale <= 100:
         raise UsageError(f"--time-scale must be a positive number up to 100, not {args.time_scale}.")
+    from console.tui.recording import recordings_dir
+
     scenario = scenario_argument(args.scenario)
     chosen_dir = state_dir_argument(args.state_dir)
+    # The operator's own recordings directory, read before the sandbox hides it: a recording started
+    # with W outlives the demo.
+    recordings = recordings_dir()
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="k26-demo-")))
         stack.enter_context(sandbox(scratch / "operator"))
@@ -107,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
             profile=args.profile or DEMO_PROFILE,
             record=args.record,
         )
+        app.recording.directory = recordings
         stop_twin = _Once(twin.stop_sync)
         # A closed terminal (SIGHUP: tmux kill-server, a dropped SSH), a kill or a stuck exit must still
         # stop the twin's supervisor and server, as `q` does, rather than leave them running.

@@ -22,11 +22,15 @@ if TYPE_CHECKING:
     from console.tui.host_controller import HostController
 
 
-def default_recording_path(hosts: list[str]) -> Path:
+def recordings_dir() -> Path:
     """Where the record key writes when the console was not given `--record FILE`."""
+    return Path(platformdirs.user_state_dir("k26-console")) / "recordings"
+
+
+def default_recording_path(hosts: list[str], directory: Path | None = None) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     name = "-".join("".join(c if c.isalnum() or c in "-_." else "_" for c in h) for h in hosts[:3])
-    return Path(platformdirs.user_state_dir("k26-console")) / "recordings" / f"{stamp}-{name}.k26rec"
+    return (directory or recordings_dir()) / f"{stamp}-{name}.k26rec"
 
 
 class RecBadge(Static):
@@ -53,6 +57,8 @@ class RecordSwitch:
     def __init__(self, controllers: dict[str, HostController], path: Path | None = None) -> None:
         self.controllers = controllers
         self.path = path
+        self.directory: Path | None = None
+        """Where a recording started with the key goes (default: `recordings_dir()` when started)."""
         self.recorder: Recorder | None = None
         self.started = 0.0
         self.badge = RecBadge(id="rec-badge")
@@ -65,7 +71,7 @@ class RecordSwitch:
         """Start recording; None, or why it could not start (one sentence)."""
         if self.recorder is not None:
             return None
-        path = self.path or default_recording_path(list(self.controllers))
+        path = self.path or default_recording_path(list(self.controllers), self.directory)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             recorder = Recorder(path, hosts=list(self.controllers)).start()
