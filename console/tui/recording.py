@@ -39,6 +39,7 @@ class RecBadge(Static):
     DEFAULT_CSS = """
     RecBadge {
         dock: bottom;
+        margin-bottom: 1;  /* above the key footer: docked widgets overlap */
         height: 1;
         width: 100%;
         display: none;

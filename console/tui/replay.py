@@ -68,7 +68,8 @@ class ReplayBar(Vertical):
     the keys."""
 
     DEFAULT_CSS = """
-    ReplayBar { dock: bottom; height: auto; background: $panel; }
+    /* Above the key footer, which is docked at the bottom too (docked widgets overlap). */
+    ReplayBar { dock: bottom; height: auto; margin-bottom: 1; background: $panel; }
     ReplayBar Static { height: auto; padding: 0 1; }
     ReplayBar Input { display: none; }
     ReplayBar Input.on { display: block; }
