@@ -325,3 +325,24 @@ def test_a_checkpoint_of_the_fold_is_independent_of_it() -> None:
     fold.flush()
     fold.server_reading(ServerSample(health=HealthState.OK, ts=9.0, scrape=parse_prometheus(metrics)), 8.0)
     assert fold.state == copy.state and fold.serving == copy.serving
+
+
+@pytest.mark.parametrize("command", [["demo"], ["open", "gpu-a"]])
+def test_record_on_the_console_refuses_a_file_that_is_not_a_recording(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    foreign = tmp_path / "notes.db"
+    conn = sqlite3.connect(foreign)
+    conn.execute("CREATE TABLE notes (t TEXT)")
+    conn.commit()
+    conn.close()
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts.gpu-a]\nssh = "127.0.0.1"\n')
+    extra = ["--hosts", str(hosts)] if command[0] == "open" else []
+    before = foreign.read_bytes()
+    code, _out, err = run_main([*command, *extra, "--record", str(foreign)], capsys)
+    assert code == 2 and "is an SQLite file but not a k26-console recording" in one_sentence(err)
+    assert foreign.read_bytes() == before  # not even switched to WAL
+    conn = sqlite3.connect(foreign)
+    assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["notes"]  # untouched
+    conn.close()

@@ -106,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
         alerts = load_alert_config(args.hosts)
     except AlertConfigError as exc:
         raise UsageError(str(exc)) from None
-    require_terminal("k26-console open")
     check_record_path(args.record, [c.name for c in configs])
+    require_terminal("k26-console open")
     app = ConsoleApp(
         [HostEntry(name=c.name, config=c, learn=True) for c in configs],
         read_only=args.read_only,

@@ -67,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
         target, source = resolve_target(args)
         if target is None:
             target, source = DEMO_TARGET, "demo goal"
-        require_terminal("k26-console demo")
         check_record_path(args.record, ["twin"])
+        require_terminal("k26-console demo")
         state_dir = chosen_dir if chosen_dir is not None else scratch / "twin"
         twin = TwinHost(
             state_dir,

@@ -117,16 +117,17 @@ class Recorder:
         self._stored = 0
         try:
             self._conn = _connect(self.path, create=True)
+            # Someone else's file is refused before anything is written to it (the WAL switch included).
+            existing = {
+                row[0] for row in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+            if existing:
+                _check_meta(self._conn, self.path)
             self._conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # only takes effect on a new file
             mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
             if mode is None or str(mode[0]).lower() != "wal":
                 raise RecordingError(f"{self.path} cannot be written in WAL mode (a network file system?)")
             self._conn.execute("PRAGMA synchronous = NORMAL")
-            existing = {
-                row[0] for row in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            }
-            if existing and "meta" not in existing:
-                raise RecordingError(f"{self.path} is an SQLite file but not a k26-console recording")
             now = self.clock()
             # One transaction: a reader opening the file meanwhile sees all of the schema or none of it.
             with self._conn:
@@ -151,10 +152,14 @@ class Recorder:
             self._stored = int(
                 self._conn.execute("SELECT COALESCE(SUM(length(blob)), 0) FROM chunks").fetchone()[0]
             )
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, RecordingError, OSError) as exc:
+            with contextlib.suppress(sqlite3.Error, AttributeError):
+                self._conn.close()
+            if isinstance(exc, RecordingError):
+                raise
+            if isinstance(exc, OSError):
+                raise RecordingError(f"{self.path} cannot be written: {exc.strerror or exc}") from None
             raise RecordingError(_sentence(self.path, exc)) from None
-        except OSError as exc:
-            raise RecordingError(f"{self.path} cannot be written: {exc.strerror or exc}") from None
 
     # ---- called on the event loop: queue only ----------------------------------------------------------
 
