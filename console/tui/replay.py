@@ -292,6 +292,7 @@ class ReplayApp(ConsoleApp):
             ctl.pending = None
             ctl.alerts = {}
             dash.feed.reset()
+            dash.throughput.reset()
             base = snap.events_total - len(snap.recent)
             for count, entries in host.audits:
                 if count < base:

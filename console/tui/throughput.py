@@ -105,6 +105,14 @@ class ThroughputChart(Widget):
         """The newest decode line's time: the /metrics rate stands in only where lines are sparse."""
         self._trend_at = -1e18
 
+    def reset(self) -> None:
+        """Forget every point (a replay that seeks draws again from where it lands)."""
+        self._buckets = {}
+        self._seen_total = None
+        self.idle_at = None
+        self._line_at = self._trend_at = -1e18
+        self._dirty = True
+
     @property
     def samples(self) -> list[tuple[float, float]]:
         """One (second, mean tok/s) per second that had any, oldest first."""
