@@ -346,3 +346,17 @@ def test_record_on_the_console_refuses_a_file_that_is_not_a_recording(
     conn = sqlite3.connect(foreign)
     assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["notes"]  # untouched
     conn.close()
+
+
+def test_a_replay_evaluates_the_alert_rules_but_never_rings_nor_runs_the_hook(tmp_path: Path) -> None:
+    from console.sources.alerts import default_alert_config
+    from console.tui.replay import ReplayApp
+
+    path = tmp_path / "a.k26rec"
+    with Recorder(path, hosts=["h"]) as rec:
+        rec.record("h", "journal", journal_entries(10))
+    config = default_alert_config().model_copy(update={"command": ("sh", "-c", "touch paged"), "bell": True})
+    with RecordingReader(path) as reader:
+        app = ReplayApp(Replay(reader), path, alerts=config)
+        assert app.alerts is not None and app.alerts.rules == config.rules
+        assert app.alerts.command is None and not app.alerts.bell and app._hook is None

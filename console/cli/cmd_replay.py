@@ -10,10 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from console.cli.cmd_plan import human_int
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from console.core.text import json_safe, terminal_safe
+
+if TYPE_CHECKING:
+    from console.sources.alerts import AlertConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -76,11 +80,23 @@ def run(args: argparse.Namespace) -> int:
         from console.tui.replay import ReplayApp
 
         require_terminal("k26-console replay")
-        return int(ReplayApp(replay, args.file, at=at, speed=args.speed).run() or 0)
+        alerts = _alert_rules()
+        return int(ReplayApp(replay, args.file, at=at, speed=args.speed, alerts=alerts).run() or 0)
     except RecordingError as exc:
         raise UsageError(f"{str(exc).rstrip('.')}.") from None
     finally:
         reader.close()
+
+
+def _alert_rules() -> AlertConfig:
+    """The `[alerts]` rules of the default hosts file, else the default set (a replay never runs the
+    hook nor rings the bell)."""
+    from console.sources.alerts import AlertConfigError, load_alert_config
+
+    try:
+        return load_alert_config(None)
+    except AlertConfigError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _print_json(replay: object, args: argparse.Namespace, at: float) -> int:
@@ -88,7 +104,6 @@ def _print_json(replay: object, args: argparse.Namespace, at: float) -> int:
     from console.cli.cmd_snapshot import ServiceReading, report_of
     from console.core.alerts import service_state_of_boot
     from console.core.serving import DEFAULT_WINDOW_S, serving_figures
-    from console.sources.alerts import default_alert_config
     from console.sources.replay import Replay
     from console.tui.view import display_boot
 
@@ -114,7 +129,7 @@ def _print_json(replay: object, args: argparse.Namespace, at: float) -> int:
         replay.hosts[name].view,
         figures,
         resolve_target(args),
-        default_alert_config(),
+        _alert_rules(),
         [],
         taken_at=replay.position,
     )

@@ -25,6 +25,7 @@ from textual.containers import Vertical
 from textual.widgets import Input, Static
 
 from console.core.recording import Record, clock_text, parse_at
+from console.sources.alerts import AlertConfig
 from console.sources.recording import RecordingError
 from console.sources.replay import Replay
 from console.tui.app import ConsoleApp
@@ -170,11 +171,22 @@ class ReplayApp(ConsoleApp):
         Binding("end", "edge(1)", "End", show=False, priority=True),
     ]
 
-    def __init__(self, replay: Replay, path: Path, *, at: float | None = None, speed: float = 1.0) -> None:
+    def __init__(
+        self,
+        replay: Replay,
+        path: Path,
+        *,
+        at: float | None = None,
+        speed: float = 1.0,
+        alerts: AlertConfig | None = None,
+    ) -> None:
+        """`alerts`: the rules evaluated again on the replayed snapshots, as live; never the bell nor the
+        hook (a replay must not page anybody), whatever the config says."""
         self.replay = replay
         self.path = path
         entries = [HostEntry(name=name) for name in replay.host_names]
-        super().__init__(entries, read_only=True, connect=False, clock=self._now)
+        quiet = alerts.model_copy(update={"bell": False, "command": None}) if alerts is not None else None
+        super().__init__(entries, read_only=True, connect=False, clock=self._now, alerts=quiet)
         # The live dashboards and controllers, swapped for ones without the keys that reach a host.
         for entry in entries:
             dash = ReplayDashboard(
@@ -291,6 +303,7 @@ class ReplayApp(ConsoleApp):
             snap = replay.snapshot(name)
             ctl.pending = None
             ctl.alerts = {}
+            dash.header.show_alert(None, 0)
             dash.feed.reset()
             dash.throughput.reset()
             base = snap.events_total - len(snap.recent)
