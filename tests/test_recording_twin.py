@@ -183,6 +183,11 @@ def _journal_records(path: Path) -> list[Record]:
         return [r for _, r in reader.records() if r.kind == "journal"]
 
 
+def _kinds(path: Path) -> set[str]:
+    with RecordingReader(path) as reader:
+        return {r.kind for _, r in reader.records()}
+
+
 def _marks(path: Path, prefix: str) -> list[str]:
     with RecordingReader(path) as reader:
         return [m.label for m in reader.marks if m.label.startswith(prefix)]
@@ -246,6 +251,12 @@ def test_sigint_ends_a_recording_cleanly(fresh_twin: TwinHost, tmp_path: Path) -
         while not _recorded(out):
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.2)
+        # The lock and presence are recorded, and the recorder is not a console on the host: no heartbeat.
+        while not _kinds(out) >= {"view", "gpu", "server", "link", "follower"}:
+            assert proc.poll() is None and time.monotonic() < deadline, _kinds(out)
+            time.sleep(0.2)
+        presence = twin.layout.root / "home" / ".k26-console" / "presence"
+        assert not list(presence.glob("*.json"))
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:
