@@ -35,7 +35,7 @@ from console.core.export import (
 )
 from console.core.models import ModelConfigError
 from console.core.planning import boot_source, latest_sized, plan_restart, resolve_model
-from console.core.probe import ProbeRecord
+from console.core.probe_history import ProbeRecord
 from console.core.snapshot import HostSnapshot
 from console.core.state import Boot
 from console.core.text import terminal_safe

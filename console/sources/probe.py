@@ -36,7 +36,6 @@ from console.core.probe import (
     ProbeMeasurement,
     ProbePhase,
     ProbeProgress,
-    ProbeRecord,
     ProbeReport,
     ProbeResult,
     ProbeStatus,
@@ -49,13 +48,12 @@ from console.core.probe import (
     kv_bytes_per_token,
     live_tok_s,
     random_prompt,
-    records_of,
     refusal,
     refused_result,
     summarize,
     sweep_fit,
-    tok_s_by_depth,
 )
+from console.core.probe_history import ProbeRecord, records_of, tok_s_by_depth
 from console.core.profiles import Verified
 from console.core.text import json_safe
 from console.sources.gpus import LocalRunner, NvidiaSmiSampler, Runner

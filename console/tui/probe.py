@@ -33,7 +33,6 @@ from textual.worker import Worker
 
 from console.core.pairing import Identity
 from console.core.probe import (
-    Curve,
     ProbePhase,
     ProbeProgress,
     ProbeReport,
@@ -42,8 +41,8 @@ from console.core.probe import (
     fmt_depth,
     fmt_pct,
     parse_depths,
-    report_curve,
 )
+from console.core.probe_history import Curve, report_curve
 from console.sources.profile_store import ProfileStore
 from console.tui.footer import KeyFooter
 from console.tui.plot import AXIS_STYLE, CURRENT_STYLE, EARLIER_MARKERS, plot_text
@@ -423,7 +422,7 @@ class ProbeScreen(Screen[None]):
         return None if self.not_in_force else self.profile
 
     async def _earlier(self, exclude: str | None = None) -> list[Curve]:
-        from console.core.probe import curves_from_history
+        from console.core.probe_history import curves_from_history
         from console.sources.probe import load_history
 
         records = await asyncio.to_thread(load_history, self.history, host=self.host.name)

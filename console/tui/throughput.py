@@ -11,7 +11,7 @@ from typing import Any
 from rich.text import Text
 from textual.widget import Widget
 
-from console.core.probe import throughput_points
+from console.core.probe_history import throughput_points
 from console.core.snapshot import HostSnapshot
 from console.tui.plot import AXIS_STYLE, CURRENT_STYLE, plot_text
 from console.tui.view import rich_style, textual_text
