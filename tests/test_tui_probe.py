@@ -28,7 +28,7 @@ from console.core.probe import (
 )
 from console.core.probe_history import Curve, throughput_points
 from console.sources.hosts import HostConfig
-from console.sources.probe import load_history
+from console.sources.probe_history import load_history
 from console.tui.app import css_paths
 from console.tui.probe import DepthChart, ProbePanel, ProbeScreen, depth_chart
 from console.tui.throughput import ThroughputChart

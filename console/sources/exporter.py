@@ -42,7 +42,7 @@ from console.core.text import terminal_safe
 from console.sources.confirm import read_pending
 from console.sources.hosts import HostConfig
 from console.sources.hoststate import HostStateDir, HostStateError
-from console.sources.probe import load_history
+from console.sources.probe_history import load_history
 from console.sources.profile_store import ProfileStore
 from console.sources.session import HostSession
 from console.sources.transport import TransportError

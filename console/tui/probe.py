@@ -423,7 +423,7 @@ class ProbeScreen(Screen[None]):
 
     async def _earlier(self, exclude: str | None = None) -> list[Curve]:
         from console.core.probe_history import curves_from_history
-        from console.sources.probe import load_history
+        from console.sources.probe_history import load_history
 
         records = await asyncio.to_thread(load_history, self.history, host=self.host.name)
         curves = curves_from_history(records, self.host.name, exclude_run=exclude)
