@@ -20,9 +20,10 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from console.core.alerts import Alert, Rule, alert_inputs, evaluate
+from console.core.audit import AuditAction, AuditEntry
 from console.core.flags import FlagList
 from console.core.hostfacts import HostFacts
-from console.core.pairing import AuditAction, AuditEntry, BreakRefused, Identity, LockHeld, PairingView
+from console.core.pairing import BreakRefused, Identity, LockHeld, PairingView
 from console.core.profiles import Profile, ProfileError
 from console.core.serving import ServingFigures
 from console.core.snapshot import FollowState, HostSnapshot

@@ -17,7 +17,8 @@ from datetime import datetime
 from rich.text import Text
 from textual.widget import Widget
 
-from console.core.pairing import AuditEntry, Identity, PairingView, fmt_span
+from console.core.audit import AuditEntry
+from console.core.pairing import Identity, PairingView, fmt_span
 from console.sources.hoststate import HostStateDir, HostStateError
 from console.sources.transport import TransportError
 from console.tui.view import textual_text
