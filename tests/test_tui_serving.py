@@ -87,12 +87,14 @@ def _show(snap: HostSnapshot):
     return run_before
 
 
-def test_dashboard_with_the_serving_panel(snap_compare) -> None:
-    assert snap_compare(make_app(), terminal_size=(160, 48), run_before=_show(serving_snapshot()))
+@pytest.mark.parametrize("theme", ["dark", "light", "high-contrast"])
+def test_dashboard_with_the_serving_panel(snap_compare, theme: str) -> None:
+    assert snap_compare(make_app(theme=theme), terminal_size=(160, 48), run_before=_show(serving_snapshot()))
 
 
-def test_dashboard_with_the_serving_panel_at_100x30(snap_compare) -> None:
-    assert snap_compare(make_app(), terminal_size=(100, 30), run_before=_show(serving_snapshot()))
+@pytest.mark.parametrize("theme", ["dark", "light", "high-contrast"])
+def test_dashboard_with_the_serving_panel_at_100x30(snap_compare, theme: str) -> None:
+    assert snap_compare(make_app(theme=theme), terminal_size=(100, 30), run_before=_show(serving_snapshot()))
 
 
 def _panel_text(app: ConsoleApp, host: str = "gpu1") -> str:

@@ -62,6 +62,7 @@ def make_app(
     target: int | None = 200_000,
     store: ProfileStore | None = None,
     profile: str | None = None,
+    theme: str = "dark",
 ) -> ConsoleApp:
     """A console with no session; profiles come from `store` (default: only the shipped examples, so a
     test never reads or writes the user's own)."""
@@ -75,6 +76,7 @@ def make_app(
         connect=False,
         store=store if store is not None else ProfileStore([shipped] if shipped else []),
         profile=profile,
+        theme=theme,
     )
 
 

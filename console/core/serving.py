@@ -148,6 +148,9 @@ class ServingFigures(BaseModel):
     covered_s: float | None = None
     """What the window really was: from the first to the last scrape used (None with one scrape)."""
     scrapes: int = 0
+    as_of: float | None = None
+    """When the newest scrape of the window was read (epoch seconds; None without one): how old the
+    figures are, which the dashboard says once it is more than a few scrape intervals."""
     resets: int = 0
     """Counter resets seen between scrapes in the window (a server restart)."""
     version: str | None = None
@@ -503,6 +506,8 @@ def serving_figures(
     resets = 0
     if len(window) >= 2:
         fields["covered_s"] = window[-1].ts - window[0].ts
+    if window:
+        fields["as_of"] = window[-1].ts
     last = window[-1].metrics if window else None
 
     def need_two(figure: str) -> None:
