@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -402,6 +402,44 @@ def trend_point(delta: PairDelta) -> TrendPoint:
 _READ = MetricsText()
 
 
+class WindowSum:
+    """The sum of a sliding window of histogram increases (oldest out first), at a merge or two per
+    scrape instead of one per pair of the window: the queue of two stacks. New increases go on the back
+    stack with its running sum; when the oldest must leave and the front stack is empty, the back stack
+    is turned over into the front one, each entry holding the sum of itself and every newer one in the
+    front, so the front's top is the sum of the whole front. Exact for the counts (whole numbers);
+    `None` entries (a pair that lacks the histogram) count as nothing."""
+
+    def __init__(self) -> None:
+        self._front: list[HistogramDelta | None] = []
+        self._back: list[HistogramDelta | None] = []
+        self._back_sum: HistogramDelta | None = None
+
+    @staticmethod
+    def _add(a: HistogramDelta | None, b: HistogramDelta | None) -> HistogramDelta | None:
+        if a is None or b is None:
+            return a if b is None else b
+        return merge_deltas((a, b))
+
+    def push(self, delta: HistogramDelta | None) -> None:
+        self._back.append(delta)
+        self._back_sum = self._add(self._back_sum, delta)
+
+    def pop(self) -> None:
+        if not self._front:
+            acc: HistogramDelta | None = None
+            for delta in reversed(self._back):
+                acc = self._add(delta, acc)
+                self._front.append(acc)
+            self._back.clear()
+            self._back_sum = None
+        if self._front:
+            self._front.pop()
+
+    def total(self) -> HistogramDelta | None:
+        return self._add(self._front[-1] if self._front else None, self._back_sum)
+
+
 class ServingHistory:
     """A bounded, rolling list of timestamped scrapes and what each successive pair added, so that the
     window's figures cost one pair's reading per scrape (a full window of 150 scrapes read afresh costs
@@ -413,6 +451,25 @@ class ServingHistory:
         self.scrapes: deque[Scrape] = deque(maxlen=max(2, max_scrapes))
         self.deltas: deque[PairDelta] = deque(maxlen=max(1, max_scrapes - 1))
         self.trend: deque[TrendPoint] = deque(maxlen=max(1, max_scrapes - 1))
+        # Each histogram's sum over `deltas`, kept as they come and go (summing the window afresh at
+        # every scrape was the console's largest idle cost with the serving panel).
+        self._sums = {name: WindowSum() for names in LATENCY_METRICS.values() for name in names}
+
+    def _push(self, delta: PairDelta) -> None:
+        if len(self.deltas) == self.deltas.maxlen:
+            self._pop()
+        self.deltas.append(delta)
+        for name, window_sum in self._sums.items():
+            window_sum.push(delta.histograms.get(name))
+
+    def _pop(self) -> None:
+        self.deltas.popleft()
+        for window_sum in self._sums.values():
+            window_sum.pop()
+
+    def histogram_sums(self) -> dict[str, HistogramDelta | None]:
+        """Each latency histogram's increase over the window's pairs (`merge_deltas` of `deltas`)."""
+        return {name: window_sum.total() for name, window_sum in self._sums.items()}
 
     def add(self, scrape: Scrape) -> None:
         if self.scrapes and scrape.ts <= self.scrapes[-1].ts:
@@ -420,7 +477,7 @@ class ServingHistory:
         if self.scrapes:
             before = self.scrapes[-1]
             delta = pair_delta(before, scrape)
-            self.deltas.append(delta)
+            self._push(delta)
             self.trend.append(trend_point(delta))
             # Read once: only the newest scrape's samples are needed again (its gauges, the next pair).
             self.scrapes[-1] = Scrape(ts=before.ts, metrics=_READ)
@@ -429,7 +486,7 @@ class ServingHistory:
         while len(self.scrapes) > 1 and self.scrapes[0].ts < start:
             self.scrapes.popleft()
         while self.deltas and self.deltas[0].start_ts < self.scrapes[0].ts:
-            self.deltas.popleft()
+            self._pop()
         while len(self.trend) > len(self.deltas):
             self.trend.popleft()
 
@@ -447,6 +504,7 @@ class ServingHistory:
             max_running=max_running,
             lines=lines,
             deltas=self.deltas,
+            sums=self.histogram_sums(),
         )
 
 
@@ -474,6 +532,7 @@ def serving_figures(
     max_running: float | None = None,
     lines: Sequence[DecodeBatch | PrefillBatch] = (),
     deltas: Sequence[PairDelta] | None = None,
+    sums: Mapping[str, HistogramDelta | None] | None = None,
 ) -> ServingFigures:
     """The serving figures of the window ending at the newest scrape.
 
@@ -481,15 +540,21 @@ def serving_figures(
     in for a figure the scrapes lack (no `--enable-metrics`, or an old server), and say so in
     `sources`. `deltas`, when given, are the window's successive pairs already read (`pair_delta`, one
     per pair of successive scrapes of the window): the figures are the same, without reading every
-    scrape of the window again (`ServingHistory` keeps them)."""
+    scrape of the window again (`ServingHistory` keeps them). `sums`, with `deltas`: each histogram's
+    sum over them, already added up (`ServingHistory.histogram_sums`)."""
     window = in_window(scrapes, window_s)
     if deltas is not None:
         start = window[0].ts if window else math.inf
+        given = len(deltas)
         deltas = [d for d in deltas if d.start_ts >= start]
+        if len(deltas) != given:
+            sums = None  # they were summed over pairs the window has left
 
     def hist(name: str) -> HistogramDelta | None:
         if deltas is None:
             return histogram_increase(window, name)
+        if sums is not None and name in sums:
+            return sums[name]
         return merge_deltas([d.histograms[name] for d in deltas if name in d.histograms])
 
     def counter(name: str) -> tuple[float | None, int]:
