@@ -68,7 +68,7 @@ class ConsoleCommands(Provider):
                 partial(self._set_theme, name),
                 "in use"
                 if name == self.app.theme
-                else "for this session; [ui] theme in the config keeps one",
+                else "for this session (the config file's ui.theme keeps one)",
             )
         dash = app.active_dashboard
         if dash is None:

@@ -126,7 +126,7 @@ def pairing_text(
         for i, p in enumerate(others):
             if i:
                 out.append(", ", palette().muted)
-            out.append(p.who, "bold bright_cyan")
+            out.append(p.who, palette().style("info", bold=True))
             detail = f" ({p.looking_at}, " if p.looking_at else " ("
             out.append(f"{detail}since {_clock(p.since)})", palette().muted)
     else:

@@ -35,7 +35,6 @@ from console.tui.view import (
     kv_gauge,
     model_name,
     restart_timeline,
-    rich_style,
     textual_text,
     unit_state,
 )
@@ -542,7 +541,7 @@ after it, and the timeline ends in the verification verdict (R rolls back after 
     audit trail's last word on the restart ("alice applied ctx-200k; restart 5m12s; verified ...")."""
 
     def set_note(self, note: Text | str | None) -> None:
-        note = Text(note, rich_style("bright_cyan")) if isinstance(note, str) else note
+        note = Text(note, palette().info) if isinstance(note, str) else note
         if note == self.note:
             return
         self.note = note

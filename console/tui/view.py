@@ -47,7 +47,7 @@ _R = TypeVar("_R")
 def textual_text(renderable: _R) -> _R:
     """Hand Textual a Rich `Text` with its styles as Rich `Style` objects (see `rich_style`): Textual
     turns a Text into its own content and parses string styles with its own colour names, so `grey50`
-    or `[green3]` in help markup came out in the default colour and cost a did-you-mean search at every
+    or `green3` in help markup came out in the default colour and cost a did-you-mean search at every
     render. Other renderables are drawn by Rich itself and pass through."""
     if not isinstance(renderable, Text):
         return renderable
