@@ -326,12 +326,12 @@ async def test_header_age_repaints_only_when_what_it_says_changes() -> None:
         header._tick()
         assert refreshes == [1]  # drawn as it stands
         now[0] = NOW + 60
-        assert header.age_label() == ("1m02s ago", "red")
+        assert header.age_label() == ("1m02s ago", palette().bad)
         fresh = gpu_sample([250.0 * GIB] * 8, 288 * GIB).model_copy(update={"ts": NOW + 59})
         header.refresh = lambda *a, **k: refreshes.append(2)  # type: ignore[method-assign]
         header.show(snapshot([], fresh, seq=2))
         assert refreshes == [1, 2]
-        assert header.age_label() == ("< 5s ago", "green3")
+        assert header.age_label() == ("< 5s ago", palette().ok)
 
 
 async def test_a_host_that_answers_nothing_has_no_fresh_sample() -> None:
@@ -354,4 +354,4 @@ async def test_a_host_that_answers_nothing_has_no_fresh_sample() -> None:
         loading = ServerSample(health=HealthState.STARTING, status_code=503, ts=NOW - 1)
         app.post_snapshot(snapshot([], lost, seq=2).model_copy(update={"server": loading}))
         await pilot.pause()
-        assert header.age_label() == ("< 5s ago", "green3")
+        assert header.age_label() == ("< 5s ago", palette().ok)
