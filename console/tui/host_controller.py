@@ -34,7 +34,7 @@ from console.tui.pairing import TIMELINE_ACTIONS, PairingLink, held_by_other, lo
 from console.tui.profiles import HostView
 from console.tui.screens import ApplyChoice, ApplyConfirmScreen, ConfirmScreen, prediction_text
 from console.tui.themes import palette
-from console.tui.view import display_boot, rich_style
+from console.tui.view import display_boot
 
 CONSOLE_HEARTBEAT_S = 5.0
 CONSOLE_POLL_S = 4.0
@@ -308,7 +308,7 @@ class HostController:
                 if view is not None and view.lock_stale
                 else palette().style("warn", bold=True)
             )
-            self.dashboard.timeline.set_note(Text(note, rich_style(style)))
+            self.dashboard.timeline.set_note(Text(note, style))
             return
         self.dashboard.timeline.set_note(self.last_audit.line() if self.last_audit is not None else None)
 
