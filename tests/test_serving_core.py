@@ -20,11 +20,11 @@ from console.core.serving import (
     HistogramDelta,
     Scrape,
     ServingHistory,
-    WindowSum,
     histogram_increase,
     merge_deltas,
     serving_figures,
 )
+from console.core.window_sum import WindowSum
 from console.twin.scenarios import get_scenario
 from console.twin.server_engine import ITL_BUCKETS, TTFT_BUCKETS, Engine, EngineConfig
 from console.twin.server_logs import LogWriter
@@ -268,11 +268,17 @@ def _deltas(draw: st.DrawFn) -> HistogramDelta | None:
     )
 
 
+def _add(a: HistogramDelta, b: HistogramDelta) -> HistogramDelta:
+    got = merge_deltas((a, b))
+    assert got is not None
+    return got
+
+
 @given(st.lists(st.one_of(_deltas(), st.just("pop")), max_size=80))
 @settings(max_examples=200, deadline=None)
 def test_a_window_sum_is_the_sum_of_its_window(ops: list[HistogramDelta | str | None]) -> None:
     """`WindowSum` (what `ServingHistory` keeps per histogram) against summing the window afresh."""
-    window_sum = WindowSum()
+    window_sum = WindowSum(_add)
     window: list[HistogramDelta | None] = []
     for op in ops:
         if op == "pop":

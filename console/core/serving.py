@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.events import DecodeBatch, PrefillBatch
 from console.core.metrics import MetricsText
+from console.core.window_sum import WindowSum
 
 DEFAULT_WINDOW_S = 300.0
 QUANTILES = (0.5, 0.9, 0.99)
@@ -402,42 +403,10 @@ def trend_point(delta: PairDelta) -> TrendPoint:
 _READ = MetricsText()
 
 
-class WindowSum:
-    """The sum of a sliding window of histogram increases (oldest out first), at a merge or two per
-    scrape instead of one per pair of the window: the queue of two stacks. New increases go on the back
-    stack with its running sum; when the oldest must leave and the front stack is empty, the back stack
-    is turned over into the front one, each entry holding the sum of itself and every newer one in the
-    front, so the front's top is the sum of the whole front. Exact for the counts (whole numbers);
-    `None` entries (a pair that lacks the histogram) count as nothing."""
-
-    def __init__(self) -> None:
-        self._front: list[HistogramDelta | None] = []
-        self._back: list[HistogramDelta | None] = []
-        self._back_sum: HistogramDelta | None = None
-
-    @staticmethod
-    def _add(a: HistogramDelta | None, b: HistogramDelta | None) -> HistogramDelta | None:
-        if a is None or b is None:
-            return a if b is None else b
-        return merge_deltas((a, b))
-
-    def push(self, delta: HistogramDelta | None) -> None:
-        self._back.append(delta)
-        self._back_sum = self._add(self._back_sum, delta)
-
-    def pop(self) -> None:
-        if not self._front:
-            acc: HistogramDelta | None = None
-            for delta in reversed(self._back):
-                acc = self._add(delta, acc)
-                self._front.append(acc)
-            self._back.clear()
-            self._back_sum = None
-        if self._front:
-            self._front.pop()
-
-    def total(self) -> HistogramDelta | None:
-        return self._add(self._front[-1] if self._front else None, self._back_sum)
+def _add_deltas(a: HistogramDelta, b: HistogramDelta) -> HistogramDelta:
+    merged = merge_deltas((a, b))
+    assert merged is not None  # two deltas in, their sum out
+    return merged
 
 
 class ServingHistory:
@@ -453,7 +422,9 @@ class ServingHistory:
         self.trend: deque[TrendPoint] = deque(maxlen=max(1, max_scrapes - 1))
         # Each histogram's sum over `deltas`, kept as they come and go (summing the window afresh at
         # every scrape was the console's largest idle cost with the serving panel).
-        self._sums = {name: WindowSum() for names in LATENCY_METRICS.values() for name in names}
+        self._sums: dict[str, WindowSum[HistogramDelta]] = {
+            name: WindowSum(_add_deltas) for names in LATENCY_METRICS.values() for name in names
+        }
 
     def _push(self, delta: PairDelta) -> None:
         if len(self.deltas) == self.deltas.maxlen:
