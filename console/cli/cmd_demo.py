@@ -11,7 +11,14 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from console.cli.cmd_console import add_target_options, require_terminal, resolve_target, say_why_ended
+from console.cli.cmd_console import (
+    add_target_options,
+    add_theme_option,
+    require_terminal,
+    resolve_target,
+    resolve_theme,
+    say_why_ended,
+)
 from console.cli.cmd_twin import scenario_argument, state_dir_argument
 from console.cli.errors import UsageError
 
@@ -40,11 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--state-dir", metavar="DIR", help="where the twin keeps its files (default: a temporary directory)"
     )
     add_target_options(p)
+    add_theme_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from console.sources.hosts import load_hosts
+    from console.sources.hosts import HostsError, load_hosts
     from console.tui.app import ConsoleApp, HostEntry
     from console.tui.lifeline import Lifeline, end_now
     from console.twin.host import DEFAULT_SCENARIO, TwinError, TwinHost
@@ -53,6 +61,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--time-scale must be a positive number up to 100, not {args.time_scale}.")
     scenario = scenario_argument(args.scenario)
     chosen_dir = state_dir_argument(args.state_dir)
+    # Before the sandbox hides the operator's own config: the demo draws in the operator's theme.
+    try:
+        configured = load_hosts().ui.theme if args.theme is None else None
+    except HostsError as exc:
+        raise UsageError(str(exc)) from None
+    theme = resolve_theme(args.theme, configured)
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="k26-demo-")))
         stack.enter_context(sandbox(scratch / "operator"))
@@ -102,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
             target_source=source,
             # The profiles screen opens on the demo's goal: from 0.85 to a verified 200k in one restart.
             profile=args.profile or DEMO_PROFILE,
+            theme=theme,
         )
         stop_twin = _Once(twin.stop_sync)
         # A closed terminal (SIGHUP: tmux kill-server, a dropped SSH), a kill or a stuck exit must still

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.events import DecodeBatch, PrefillBatch
 from console.core.metrics import MetricsText
+from console.core.window_sum import WindowSum
 
 DEFAULT_WINDOW_S = 300.0
 QUANTILES = (0.5, 0.9, 0.99)
@@ -148,6 +149,9 @@ class ServingFigures(BaseModel):
     covered_s: float | None = None
     """What the window really was: from the first to the last scrape used (None with one scrape)."""
     scrapes: int = 0
+    as_of: float | None = None
+    """When the newest scrape of the window was read (epoch seconds; None without one): how old the
+    figures are, which the dashboard says once it is more than a few scrape intervals."""
     resets: int = 0
     """Counter resets seen between scrapes in the window (a server restart)."""
     version: str | None = None
@@ -399,6 +403,12 @@ def trend_point(delta: PairDelta) -> TrendPoint:
 _READ = MetricsText()
 
 
+def _add_deltas(a: HistogramDelta, b: HistogramDelta) -> HistogramDelta:
+    merged = merge_deltas((a, b))
+    assert merged is not None  # two deltas in, their sum out
+    return merged
+
+
 class ServingHistory:
     """A bounded, rolling list of timestamped scrapes and what each successive pair added, so that the
     window's figures cost one pair's reading per scrape (a full window of 150 scrapes read afresh costs
@@ -410,6 +420,27 @@ class ServingHistory:
         self.scrapes: deque[Scrape] = deque(maxlen=max(2, max_scrapes))
         self.deltas: deque[PairDelta] = deque(maxlen=max(1, max_scrapes - 1))
         self.trend: deque[TrendPoint] = deque(maxlen=max(1, max_scrapes - 1))
+        # Each histogram's sum over `deltas`, kept as they come and go (summing the window afresh at
+        # every scrape was the console's largest idle cost with the serving panel).
+        self._sums: dict[str, WindowSum[HistogramDelta]] = {
+            name: WindowSum(_add_deltas) for names in LATENCY_METRICS.values() for name in names
+        }
+
+    def _push(self, delta: PairDelta) -> None:
+        if len(self.deltas) == self.deltas.maxlen:
+            self._pop()
+        self.deltas.append(delta)
+        for name, window_sum in self._sums.items():
+            window_sum.push(delta.histograms.get(name))
+
+    def _pop(self) -> None:
+        self.deltas.popleft()
+        for window_sum in self._sums.values():
+            window_sum.pop()
+
+    def histogram_sums(self) -> dict[str, HistogramDelta | None]:
+        """Each latency histogram's increase over the window's pairs (`merge_deltas` of `deltas`)."""
+        return {name: window_sum.total() for name, window_sum in self._sums.items()}
 
     def add(self, scrape: Scrape) -> None:
         if self.scrapes and scrape.ts <= self.scrapes[-1].ts:
@@ -417,7 +448,7 @@ class ServingHistory:
         if self.scrapes:
             before = self.scrapes[-1]
             delta = pair_delta(before, scrape)
-            self.deltas.append(delta)
+            self._push(delta)
             self.trend.append(trend_point(delta))
             # Read once: only the newest scrape's samples are needed again (its gauges, the next pair).
             self.scrapes[-1] = Scrape(ts=before.ts, metrics=_READ)
@@ -426,7 +457,7 @@ class ServingHistory:
         while len(self.scrapes) > 1 and self.scrapes[0].ts < start:
             self.scrapes.popleft()
         while self.deltas and self.deltas[0].start_ts < self.scrapes[0].ts:
-            self.deltas.popleft()
+            self._pop()
         while len(self.trend) > len(self.deltas):
             self.trend.popleft()
 
@@ -444,6 +475,7 @@ class ServingHistory:
             max_running=max_running,
             lines=lines,
             deltas=self.deltas,
+            sums=self.histogram_sums(),
         )
 
 
@@ -471,6 +503,7 @@ def serving_figures(
     max_running: float | None = None,
     lines: Sequence[DecodeBatch | PrefillBatch] = (),
     deltas: Sequence[PairDelta] | None = None,
+    sums: Mapping[str, HistogramDelta | None] | None = None,
 ) -> ServingFigures:
     """The serving figures of the window ending at the newest scrape.
 
@@ -478,15 +511,21 @@ def serving_figures(
     in for a figure the scrapes lack (no `--enable-metrics`, or an old server), and say so in
     `sources`. `deltas`, when given, are the window's successive pairs already read (`pair_delta`, one
     per pair of successive scrapes of the window): the figures are the same, without reading every
-    scrape of the window again (`ServingHistory` keeps them)."""
+    scrape of the window again (`ServingHistory` keeps them). `sums`, with `deltas`: each histogram's
+    sum over them, already added up (`ServingHistory.histogram_sums`)."""
     window = in_window(scrapes, window_s)
     if deltas is not None:
         start = window[0].ts if window else math.inf
+        given = len(deltas)
         deltas = [d for d in deltas if d.start_ts >= start]
+        if len(deltas) != given:
+            sums = None  # they were summed over pairs the window has left
 
     def hist(name: str) -> HistogramDelta | None:
         if deltas is None:
             return histogram_increase(window, name)
+        if sums is not None and name in sums:
+            return sums[name]
         return merge_deltas([d.histograms[name] for d in deltas if name in d.histograms])
 
     def counter(name: str) -> tuple[float | None, int]:
@@ -503,6 +542,8 @@ def serving_figures(
     resets = 0
     if len(window) >= 2:
         fields["covered_s"] = window[-1].ts - window[0].ts
+    if window:
+        fields["as_of"] = window[-1].ts
     last = window[-1].metrics if window else None
 
     def need_two(figure: str) -> None:

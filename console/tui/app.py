@@ -51,6 +51,7 @@ from console.tui.messages import (
 from console.tui.pairing import held_by_other
 from console.tui.profiles import ProfilesScreen
 from console.tui.screens import HelpScreen, help_keys
+from console.tui.themes import DEFAULT_THEME, THEMES
 
 __all__ = ["ConsoleApp", "HostEntry"]
 
@@ -96,13 +97,17 @@ class ConsoleApp(App[int]):
         profile: str | None = None,
         identity: Identity | None = None,
         alerts: AlertConfig | None = None,
+        theme: str = DEFAULT_THEME,
     ) -> None:
         """`connect=False` opens the dashboards without sessions: the tests feed snapshots themselves.
         `store` holds the flag profiles (default: the user's, then the shipped examples); `profile` is
         the one the profiles screen opens on. `identity` is who this console says it is on the hosts
         (default: the local login, this machine, this process). `alerts` are the rules, the bell and the
-        hook (`console/sources/alerts.py`); None: no alerts."""
+        hook (`console/sources/alerts.py`); None: no alerts. `theme`: dark, light or high-contrast
+        (console/tui/themes.py)."""
         super().__init__()
+        for registered in THEMES.values():
+            self.register_theme(registered)
         self.me = identity or local_identity()
         self.entries = entries
         self.read_only = read_only
@@ -132,6 +137,7 @@ class ConsoleApp(App[int]):
         self._hook = HookRunner(alerts) if alerts is not None and alerts.command else None
         self._help_screens: dict[tuple[str, str], str] = {}
         self._pacer = GcPacer()
+        self.theme = theme
 
     def compose(self) -> ComposeResult:
         if len(self.entries) == 1:
@@ -155,6 +161,14 @@ class ConsoleApp(App[int]):
                 self.run_worker(host.pump(self.post_snapshot), name=f"session-{name}", group="sessions")
             # The lock's age counts up, and what this console looks at changes with its screens.
             self.set_interval(1.0, self._tick_pairing)
+
+    def watch_theme(self) -> None:
+        # After Textual's own watcher has restyled the CSS: the widgets' Rich text follows (the first
+        # theme, set before the app runs, is drawn from the start).
+        if not self.is_running:
+            return
+        for dash in self.dashboards.values():
+            self.call_next(dash.restyle)
 
     # ---- hosts ---------------------------------------------------------------------------------------
 

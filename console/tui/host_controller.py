@@ -34,7 +34,8 @@ from console.tui.messages import AlertChanged
 from console.tui.pairing import TIMELINE_ACTIONS, PairingLink, held_by_other, lock_note, refusal
 from console.tui.profiles import HostView
 from console.tui.screens import ApplyChoice, ApplyConfirmScreen, ConfirmScreen, prediction_text
-from console.tui.view import display_boot, rich_style
+from console.tui.themes import palette
+from console.tui.view import display_boot
 
 CONSOLE_HEARTBEAT_S = 5.0
 CONSOLE_POLL_S = 4.0
@@ -303,8 +304,12 @@ class HostController:
         view = link.view
         note = lock_note(view, self.me, link.state.now())
         if note is not None:
-            style = "bold red" if view is not None and view.lock_stale else "bold yellow3"
-            self.dashboard.timeline.set_note(Text(note, rich_style(style)))
+            style = (
+                palette().style("bad", bold=True)
+                if view is not None and view.lock_stale
+                else palette().style("warn", bold=True)
+            )
+            self.dashboard.timeline.set_note(Text(note, style))
             return
         self.dashboard.timeline.set_note(self.last_audit.line() if self.last_audit is not None else None)
 
