@@ -41,9 +41,9 @@ LEVEL_VARIABLES = {
     "ok": "success",
     "warn": "warning",
     "critical": "error",
-    "muted": "text-muted",
 }
-"""Each level's theme variable: the overview's colours follow the console's theme."""
+"""Each level's theme variable: the overview's colours follow the console's theme. A muted cell (no
+figure yet) is dim text of the theme's own foreground."""
 
 
 class FleetTable(DataTable[Text]):
@@ -127,6 +127,7 @@ class FleetView(Vertical):
             except (KeyError, ColorParseError):
                 continue
             styles[level] = Style(color=colour.rich_color, bold=level == "critical")
+        styles["muted"] = Style(dim=True)
         self._styles = styles
         self._shown.clear()  # every cell is drawn again in the theme's colours
 

@@ -30,6 +30,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 """(key, header) of each column, in order."""
 
+FRESH_S = 5.0
 STALE_S = 30.0
 """A host heard from longer ago than this is shown as such even while its link says up."""
 
@@ -73,7 +74,7 @@ def _gen_tok_s(snap: HostSnapshot) -> float | None:
     """The serving window's generation rate, else the newest decode line's (as the dashboard's chart)."""
     if snap.serving is not None and snap.serving.gen_tok_s is not None:
         return snap.serving.gen_tok_s
-    for event in reversed(snap.recent[-200:]):
+    for event in reversed(snap.recent):
         if isinstance(event, DecodeBatch) and event.gen_throughput is not None:
             return event.gen_throughput
     return None
@@ -136,7 +137,9 @@ def fleet_row(
     if stamp is None:
         seen = Cell("never", "muted")
     else:
+        # As the dashboard's header: a fresh host reads `< 5s ago` rather than a figure turning every second.
         age = max(0.0, now - stamp)
-        seen = Cell(f"{fmt_duration(age)} ago", "ok" if age < STALE_S else "critical")
+        text = f"< {FRESH_S:g}s ago" if age < FRESH_S else f"{fmt_duration(age)} ago"
+        seen = Cell(text, "ok" if age < STALE_S else "critical")
     cells = (Cell(name), state, pool, verdict_cell, gen_cell, _alert(alerts), _lock(view), seen)
     return FleetRow(host, cells, unreachable)
