@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from console.core.fleet import GPU, HEARTBEAT, SERVER, STATE_POLL, fleet_cost_per_s, poll_plan
@@ -35,7 +37,7 @@ def test_the_fleet_spends_no_more_than_its_budget_plus_the_host_on_screen(hosts:
 
 def test_intervals_never_shrink_as_the_fleet_grows_and_stop_at_their_ceilings() -> None:
     plans = [poll_plan(n) for n in range(1, 400)]
-    for a, b in zip(plans, plans[1:], strict=False):
+    for a, b in itertools.pairwise(plans):
         assert b.gpu_s >= a.gpu_s and b.server_s >= a.server_s
         assert b.state_poll_s >= a.state_poll_s and b.heartbeat_s >= a.heartbeat_s
     big = poll_plan(1000)
