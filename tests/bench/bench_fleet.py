@@ -153,7 +153,9 @@ def start_twins(root: Path, count: int, time_scale: float) -> list[Any]:
     deadline = time.monotonic() + 120 + 10 * len(twins)
     waiting = list(twins)
     while waiting and time.monotonic() < deadline:
-        waiting = [t for t in waiting if t.systemctl("is-active", t.unit, check=False).stdout.strip() != "active"]
+        waiting = [
+            t for t in waiting if t.systemctl("is-active", t.unit, check=False).stdout.strip() != "active"
+        ]
         time.sleep(1.0)
     if waiting:
         _say(f"{len(waiting)} twins did not become active: {[t.name for t in waiting]}")
@@ -251,7 +253,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hosts", type=int, default=32, help="twins to follow (default 32)")
     ap.add_argument("--seconds", type=float, default=30.0, help="length of each measuring window")
-    ap.add_argument("--settle", type=float, default=20.0, help="seconds after every host is up, before a window")
+    ap.add_argument(
+        "--settle", type=float, default=20.0, help="seconds after every host is up, before a window"
+    )
     ap.add_argument("--time-scale", type=float, default=0.02, help="the twins' startup time multiplier")
     ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-pace comparison")
     ap.add_argument("--child", choices=["console"], help=argparse.SUPPRESS)
