@@ -10,6 +10,7 @@ from console.core.snapshot import ConnectionStatus, ConnState, HostSnapshot
 from console.sources.profile_store import ProfileStore, shipped_profile_dir
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.fleet import FLEET_TAB
+from console.tui.fleet_rows import Cell, seen_cell
 from tests.tui_support import NOW, corpus_events, gpu_sample, snapshot
 
 SIZE = (160, 48)
@@ -134,3 +135,12 @@ async def test_one_host_has_no_overview() -> None:
 
 def test_fleet_overview_snapshot(snap_compare) -> None:
     assert snap_compare(fleet_app(), terminal_size=SIZE, run_before=feed)
+
+
+def test_last_heard_is_fresh_within_the_pace_then_counts_in_five_second_steps() -> None:
+    snap = host_snapshot("gpu-a", "case-31")  # its GPU sample is 2 s old at NOW
+    assert seen_cell(snap, NOW, 8.0) == Cell("< 8s ago", "ok")
+    assert seen_cell(snap, NOW + 10, 8.0) == Cell("10s ago", "warn")  # 12 s: the 10 s step
+    assert seen_cell(snap, NOW + 13, 8.0) == Cell("15s ago", "warn")
+    assert seen_cell(snap, NOW + 100, 8.0) == Cell("1m42s ago", "critical")
+    assert seen_cell(None, NOW) == Cell("—", "muted")

@@ -50,11 +50,11 @@ class FleetTable(DataTable[Text]):
     """The overview's table; Enter or a click on a row opens that host."""
 
     HELP = (
-        "# Fleet overview\n\nOne row per host, from the same readings as its dashboard: the service's "
+        "[b]Fleet overview[/b]\n\nOne row per host, from the same readings as its dashboard: the service's "
         "state (or why it cannot be reached), the KV pool against the target context, the post-restart "
         "verdict, generation tok/s, the worst alert firing, who holds the lock and how many consoles "
-        "look at the host, and when it was last heard from.\n\n**Enter** (or a click) opens the host's "
-        "dashboard; **o** comes back here. The title says how often the hosts not on screen are polled."
+        "look at the host, and when it was last heard from.\n\n[b]Enter[/b] (or a click) opens the host's "
+        "dashboard; [b]o[/b] comes back here. The title says how often the hosts not on screen are polled."
     )
 
 
@@ -111,7 +111,9 @@ class FleetView(Vertical):
             for i, (key, _) in enumerate(COLUMNS):
                 cell = row.cells[i]
                 if before is None or before.cells[i] != cell:
-                    self.table.update_cell(row.host, key, self._text(cell), update_width=True)
+                    # A column is measured again only when a cell grows: measuring redraws the table.
+                    wider = before is None or len(cell.text) > len(before.cells[i].text)
+                    self.table.update_cell(row.host, key, self._text(cell), update_width=wider)
             self._shown[row.host] = row
 
     def _restyle(self) -> None:

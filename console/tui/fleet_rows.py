@@ -102,6 +102,22 @@ def _alert(firing: Iterable[Alert]) -> Cell:
     return Cell(f"{top.rule}{more}", "critical" if top.severity == "critical" else "warn")
 
 
+def seen_cell(snap: HostSnapshot | None, now: float, fresh_s: float = FRESH_S) -> Cell:
+    """When the host was last heard from. Under `fresh_s` (the overview passes twice the GPU interval in
+    force: a host sampled every 4 s is never fresher than that) it reads `< Ns ago`; older, it counts in
+    5-second steps, so a row is redrawn at most every 5 s rather than every second."""
+    stamp = freshest(snap) if snap is not None else None
+    if snap is None:
+        return Cell("—", "muted")
+    if stamp is None:
+        return Cell("never", "muted")
+    age = max(0.0, now - stamp)
+    if age < fresh_s:
+        return Cell(f"< {fresh_s:g}s ago", "ok")
+    shown = age if age >= 60 else 5 * (age // 5)
+    return Cell(f"{fmt_duration(shown)} ago", "warn" if age < STALE_S else "critical")
+
+
 def fleet_row(
     host: str,
     snap: HostSnapshot | None,
@@ -111,14 +127,34 @@ def fleet_row(
     view: PairingView | None = None,
     now: float,
     note: str | None = None,
+    fresh_s: float = FRESH_S,
 ) -> FleetRow:
     """The row of `host`: `snap` is its newest snapshot (None before the first), `target` the
     console's target context, `alerts` the firing ones, `view` its presence and lock, `now` the
     console's clock, `note` what the header says before a session exists (starting, failed)."""
+    row = host_row(host, snap, target=target, alerts=alerts, view=view, note=note)
+    return with_seen(row, seen_cell(snap, now, fresh_s))
+
+
+def with_seen(row: FleetRow, seen: Cell) -> FleetRow:
+    """The row with its `last heard` cell (the one cell that moves with the clock alone)."""
+    return FleetRow(row.host, (*row.cells[:-1], seen), row.unreachable)
+
+
+def host_row(
+    host: str,
+    snap: HostSnapshot | None,
+    *,
+    target: int | None,
+    alerts: Iterable[Alert] = (),
+    view: PairingView | None = None,
+    note: str | None = None,
+) -> FleetRow:
+    """Every cell but `last heard` (left blank): what only a new snapshot, alert or view can change."""
     name = terminal_safe(host)
     state, unreachable = _state(snap, note)
+    blank = Cell("—", "muted")
     if snap is None:
-        blank = Cell("—", "muted")
         return FleetRow(host, (Cell(name), state, blank, blank, blank, _alert(alerts), _lock(view), blank))
     gauge = kv_gauge(snap, target=target)
     if gauge.pool_tokens is None:
@@ -133,13 +169,5 @@ def fleet_row(
     )
     gen = _gen_tok_s(snap)
     gen_cell = Cell(f"{gen:,.1f}" if gen is not None else "—", "normal" if gen is not None else "muted")
-    stamp = freshest(snap)
-    if stamp is None:
-        seen = Cell("never", "muted")
-    else:
-        # As the dashboard's header: a fresh host reads `< 5s ago` rather than a figure turning every second.
-        age = max(0.0, now - stamp)
-        text = f"< {FRESH_S:g}s ago" if age < FRESH_S else f"{fmt_duration(age)} ago"
-        seen = Cell(text, "ok" if age < STALE_S else "critical")
-    cells = (Cell(name), state, pool, verdict_cell, gen_cell, _alert(alerts), _lock(view), seen)
+    cells = (Cell(name), state, pool, verdict_cell, gen_cell, _alert(alerts), _lock(view), blank)
     return FleetRow(host, cells, unreachable)
