@@ -33,8 +33,7 @@ from console.sources.profile_store import ProfileStore
 from console.sources.shipped import stylesheets as css_paths
 from console.tui.commands import ConsoleCommands
 from console.tui.dashboard import MUTATING_ACTIONS, HostDashboard, dom_id
-from console.tui.fleet import FLEET_MIN_HOSTS, FLEET_TAB, OPENS_ON_FLEET, FleetPacer, FleetView
-from console.tui.fleet_rows import FRESH_S, FleetRow, host_row, seen_cell, with_seen
+from console.tui.fleet import FLEET_MIN_HOSTS, FLEET_TAB, OPENS_ON_FLEET, FleetPacer, FleetRows, FleetView
 from console.tui.footer import KeyFooter
 from console.tui.gcpace import GcPacer
 from console.tui.host_controller import HostController
@@ -139,15 +138,13 @@ class ConsoleApp(App[int]):
         self.fleet: FleetView | None = None
         """The overview (console/tui/fleet.py), with two hosts or more."""
         self.fleet_pacer: FleetPacer | None = None
-        self._fleet_cache: dict[str, tuple[tuple[object, ...], FleetRow]] = {}
         self._held: dict[str, HostSnapshot] = {}
         """The newest snapshot of each host whose dashboard is not on screen, shown when it comes back."""
         if len(entries) >= FLEET_MIN_HOSTS:
             self.fleet_pacer = FleetPacer(entries)
             self.fleet_pacer.show(None if len(entries) >= OPENS_ON_FLEET else entries[0].name)
-            self.fleet = FleetView(
-                [e.name for e in entries], self.fleet_rows, plan=self.fleet_pacer.background
-            )
+            rows = FleetRows(self, self.fleet_pacer)
+            self.fleet = FleetView([e.name for e in entries], rows.rows, plan=self.fleet_pacer.background)
 
     def compose(self) -> ComposeResult:
         if len(self.entries) == 1:
@@ -288,32 +285,6 @@ class ConsoleApp(App[int]):
     def latest_snapshot(self, host: str) -> HostSnapshot | None:
         held = self._held.get(host)
         return held if held is not None else self.dashboards[host].snap
-
-    def fleet_rows(self) -> list[FleetRow]:
-        """The overview's rows. A row is computed again only when its host's snapshot, alerts, presence
-        view or note changed; otherwise only its `last heard` cell moves with the clock."""
-        now = self.clock()
-        fresh = max(FRESH_S, 2 * self.fleet_pacer.background.gpu_s) if self.fleet_pacer else FRESH_S
-        rows = []
-        for name, ctl in self.hosts.items():
-            snap = self.latest_snapshot(name)
-            view = ctl.link.view if ctl.link is not None else None
-            alerts = tuple(ctl.alerts.values())
-            note = ctl.dashboard.header.note
-            key = (snap, view, *alerts, note)
-            cached = self._fleet_cache.get(name)
-            # By identity: snapshots, views and alerts are immutable and replaced when they change.
-            if (
-                cached is not None
-                and len(cached[0]) == len(key)
-                and all(a is b for a, b in zip(cached[0], key, strict=True))
-            ):
-                row = cached[1]
-            else:
-                row = host_row(name, snap, target=self.target, alerts=alerts, view=view, note=note)
-                self._fleet_cache[name] = (key, row)
-            rows.append(with_seen(row, seen_cell(snap, now, fresh)))
-        return rows
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if self.fleet is None or event.tabbed_content.id != "hosts":

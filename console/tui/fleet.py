@@ -23,7 +23,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable
 
 from console.core.fleet import PollPlan, poll_plan
-from console.tui.fleet_rows import COLUMNS, Cell, FleetRow
+from console.tui.fleet_rows import COLUMNS, FRESH_S, Cell, FleetRow, host_row, seen_cell, with_seen
 from console.tui.host_entry import HostEntry
 from console.tui.messages import HostChosen
 
@@ -150,6 +150,43 @@ class FleetView(Vertical):
 
     def focus_table(self) -> None:
         self.table.focus()
+
+
+class FleetRows:
+    """The overview's rows off the app's controllers. A row is computed again only when its host's
+    snapshot, alerts, presence view or note changed (all immutable, replaced when they change: compared
+    by identity); otherwise only its `last heard` cell moves with the clock."""
+
+    def __init__(self, app: Any, pacer: FleetPacer) -> None:
+        self.app = app
+        """The `ConsoleApp`: its controllers (`hosts`), `latest_snapshot`, `target` and `clock`."""
+        self.pacer = pacer
+        self._cache: dict[str, tuple[tuple[object, ...], FleetRow]] = {}
+
+    def rows(self) -> list[FleetRow]:
+        app = self.app
+        now = app.clock()
+        # A host sampled every 4 s is never fresher than that: fresh is twice the GPU interval in force.
+        fresh = max(FRESH_S, 2 * self.pacer.background.gpu_s)
+        rows = []
+        for name, ctl in app.hosts.items():
+            snap = app.latest_snapshot(name)
+            view = ctl.link.view if ctl.link is not None else None
+            alerts = tuple(ctl.alerts.values())
+            note = ctl.dashboard.header.note
+            key = (snap, view, *alerts, note)
+            cached = self._cache.get(name)
+            if (
+                cached is not None
+                and len(cached[0]) == len(key)
+                and all(a is b for a, b in zip(cached[0], key, strict=True))
+            ):
+                row = cached[1]
+            else:
+                row = host_row(name, snap, target=app.target, alerts=alerts, view=view, note=note)
+                self._cache[name] = (key, row)
+            rows.append(with_seen(row, seen_cell(snap, now, fresh)))
+        return rows
 
 
 class FleetPacer:
