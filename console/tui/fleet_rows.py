@@ -21,10 +21,10 @@ from console.tui.view import display_boot, fmt_duration, fmt_tokens, freshest, k
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("host", "host"),
     ("state", "service"),
-    ("pool", "KV pool / target"),
+    ("pool", "pool / target"),
     ("verdict", "verdict"),
     ("gen", "gen tok/s"),
-    ("alert", "worst alert"),
+    ("alert", "alert"),
     ("lock", "lock · consoles"),
     ("seen", "last heard"),
 )
