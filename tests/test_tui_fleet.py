@@ -9,7 +9,7 @@ from console.core.alerts import Alert, Severity, TransitionKind
 from console.core.snapshot import ConnectionStatus, ConnState, HostSnapshot
 from console.sources.profile_store import ProfileStore, shipped_profile_dir
 from console.tui.app import ConsoleApp, HostEntry
-from console.tui.fleet import FLEET_TAB
+from console.tui.fleet import FLEET_TAB, FleetPacer
 from console.tui.fleet_rows import Cell, seen_cell
 from tests.tui_support import NOW, corpus_events, gpu_sample, snapshot
 
@@ -144,3 +144,16 @@ def test_last_heard_is_fresh_within_the_pace_then_counts_in_five_second_steps() 
     assert seen_cell(snap, NOW + 13, 8.0) == Cell("15s ago", "warn")
     assert seen_cell(snap, NOW + 100, 8.0) == Cell("1m42s ago", "critical")
     assert seen_cell(None, NOW) == Cell("—", "muted")
+
+
+def test_intervals_an_entry_sets_itself_are_left_alone() -> None:
+    entries = [HostEntry(f"h{i:02d}") for i in range(32)]
+    entries[0].session_options = {"gpu_interval_s": 0.5}
+    entries[0].pairing_options = {"poll_s": 1.0}
+    pacer = FleetPacer(entries)
+    pacer.show(None)
+    assert entries[0].session_options == {"gpu_interval_s": 0.5, "server_interval_s": 8.0}
+    assert entries[0].pairing_options == {"poll_s": 1.0, "heartbeat_s": 16.0}
+    pacer.show("h00")
+    assert entries[0].session_options == {"gpu_interval_s": 0.5, "server_interval_s": 2.0}
+    assert entries[1].session_options == {"gpu_interval_s": 4.0, "server_interval_s": 8.0}
