@@ -96,6 +96,10 @@ async def test_four_hosts_open_on_the_overview_with_a_row_each_and_drill_in() ->
         assert app.active_dashboard is None
         assert app.fleet_pacer.on_screen is None
         assert app.looking_at("gpu-a") == "fleet overview"
+        # One click on the third row opens gpu-c (the header is the table's first line).
+        await pilot.click("#fleet-table", offset=(2, 3))
+        await pilot.pause()
+        assert app.active_dashboard is app.dashboards["gpu-c"]
 
 
 async def test_the_on_screen_host_polls_at_its_dashboards_pace_the_others_share_the_budget() -> None:

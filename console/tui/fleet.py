@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.color import Color, ColorParseError
 from textual.containers import Vertical
@@ -56,6 +57,17 @@ class FleetTable(DataTable[Text]):
         "look at the host, and when it was last heard from.\n\n[b]Enter[/b] (or a click) opens the host's "
         "dashboard; [b]o[/b] comes back here. The title says how often the hosts not on screen are polled."
     )
+
+    async def _on_click(self, event: events.Click) -> None:
+        # DataTable opens a row on the second click (the first only highlights it): one click on a
+        # host's row opens it, as Enter does.
+        meta = event.style.meta
+        row, column = meta.get("row"), meta.get("column")
+        on_row = isinstance(row, int) and row >= 0 and isinstance(column, int) and column >= 0
+        again = on_row and (row, column) == tuple(self.cursor_coordinate)  # DataTable selects this one
+        await super()._on_click(event)
+        if on_row and not again and self.cursor_coordinate.row == row:
+            self._post_selected_message()
 
 
 class FleetView(Vertical):
