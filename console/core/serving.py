@@ -442,6 +442,14 @@ class ServingHistory:
         """Each latency histogram's increase over the window's pairs (`merge_deltas` of `deltas`)."""
         return {name: window_sum.total() for name, window_sum in self._sums.items()}
 
+    def resize(self, max_scrapes: int) -> None:
+        """A new bound (the scrape interval changed); the newest scrapes and pairs are kept."""
+        if max(2, max_scrapes) == self.scrapes.maxlen:
+            return
+        self.scrapes = deque(self.scrapes, maxlen=max(2, max_scrapes))
+        self.deltas = deque(self.deltas, maxlen=max(1, max_scrapes - 1))
+        self.trend = deque(self.trend, maxlen=max(1, max_scrapes - 1))
+
     def add(self, scrape: Scrape) -> None:
         if self.scrapes and scrape.ts <= self.scrapes[-1].ts:
             return  # out of order: the window is built on time

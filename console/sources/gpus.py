@@ -409,9 +409,12 @@ class _StreamSampler:
     ) -> None:
         self.transport = transport
         self.interval_s = max(MIN_INTERVAL_S, interval_s)
+        self._own_patience = patience_s is None
         self.patience_s = patience_s if patience_s is not None else max(3.0, 3 * self.interval_s)
         self._samples: asyncio.Queue[HostGpuSample | None] = asyncio.Queue(maxsize=4)
         self._reader: asyncio.Task[None] | None = None
+        self._retired: set[asyncio.Task[None]] = set()
+        """Streams replaced by `retune`: their end is not news (no error sample)."""
         self._last_exit: str | None = None
         self.streams_started = 0
 
@@ -450,7 +453,29 @@ class _StreamSampler:
         except (ValueError, TransportError) as exc:
             self._last_exit = str(exc)
         finally:
-            self._put(None)
+            task = asyncio.current_task()
+            if task in self._retired:
+                self._retired.discard(task)
+            else:
+                self._put(None)
+
+    def retune(self, interval_s: float) -> None:
+        """Sample every `interval_s` from now on: the host's loop keeps its own time, so the stream is
+        started again with the new interval (one SSH channel closed, one opened); a `sample()` waiting
+        meanwhile gets the new stream's first sample."""
+        interval_s = max(MIN_INTERVAL_S, interval_s)
+        if interval_s == self.interval_s:
+            return
+        self.interval_s = interval_s
+        if self._own_patience:
+            self.patience_s = max(3.0, 3 * interval_s)
+        old = self._reader
+        if old is not None and not old.done():
+            self._retired.add(old)
+            old.cancel()
+            self._reader = asyncio.get_running_loop().create_task(
+                self._read(), name=f"gpu-{self.backend}-{self._host}"
+            )
 
     def _error(self, detail: str) -> HostGpuSample:
         return HostGpuSample(
@@ -607,10 +632,21 @@ class GpuPoller:
                 if delay > 0 and not self.sampler.self_paced:
                     # A stream keeps its own schedule on the host; waiting for its line is the tick.
                     await asyncio.sleep(delay)
+                if isinstance(self.sampler, _StreamSampler) and self.sampler.interval_s != self.interval_s:
+                    self.sampler.retune(self.interval_s)  # changed while the sampler was being chosen
                 yield await self.sampler.sample()
                 next_at = max(next_at + self.interval_s, loop.time())
         finally:
             await self.close()
+
+    def set_interval(self, interval_s: float) -> None:
+        """A new interval from the next tick on; a streaming sampler restarts its stream with it."""
+        interval_s = max(MIN_INTERVAL_S, interval_s)
+        if interval_s == self.interval_s:
+            return
+        self.interval_s = interval_s
+        if isinstance(self.sampler, _StreamSampler):
+            self.sampler.retune(interval_s)
 
     async def close(self) -> None:
         if self.sampler is not None:

@@ -130,6 +130,7 @@ class HostSession:
         self._tasks: list[asyncio.Task[None]] = []
         self._client: ServerClient | None = None
         self._closed = False
+        self._server_wake = asyncio.Event()
 
     # ---- reading -----------------------------------------------------------------------------------
 
@@ -197,6 +198,18 @@ class HostSession:
             await self._client.aclose()
         await self.transport.close()
         self._publish_now()
+
+    def set_intervals(self, *, gpu_s: float | None = None, server_s: float | None = None) -> None:
+        """Poll the GPUs and the server at new intervals (the fleet view slows the hosts not on screen:
+        `console.core.fleet`). A shorter interval takes effect now, not after the old one runs out."""
+        if gpu_s is not None and self.poller is not None:
+            self.poller.set_interval(gpu_s)
+        if server_s is not None and server_s != self.server_interval_s:
+            sooner = server_s < self.server_interval_s
+            self.server_interval_s = server_s
+            self._history.resize(min(MAX_SCRAPES, math.ceil(self._history.window_s / max(server_s, 0.1)) + 1))
+            if sooner:
+                self._server_wake.set()
 
     async def __aenter__(self) -> HostSession:
         await self.start()
@@ -317,7 +330,10 @@ class HostSession:
             self._server = sample.model_copy(update=info) if info else sample
             self._read_serving(self._server)
             self._touch()
-            await asyncio.sleep(max(0.0, self.server_interval_s - (loop.time() - started)))
+            self._server_wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, self.server_interval_s - (loop.time() - started))):
+                    await self._server_wake.wait()
 
     def _read_serving(self, sample: ServerSample) -> None:
         """Once per server reading (never per repaint): the scrape joins the window, and the window's

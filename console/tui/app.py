@@ -33,6 +33,7 @@ from console.sources.profile_store import ProfileStore
 from console.sources.shipped import stylesheets as css_paths
 from console.tui.commands import ConsoleCommands
 from console.tui.dashboard import MUTATING_ACTIONS, HostDashboard, dom_id
+from console.tui.fleet import FLEET_MIN_HOSTS, FLEET_TAB, OPENS_ON_FLEET, FleetPacer, FleetRows, FleetView
 from console.tui.footer import KeyFooter
 from console.tui.gcpace import GcPacer
 from console.tui.host_controller import HostController
@@ -82,6 +83,8 @@ class ConsoleApp(App[int]):
         # lock: the key then says who and for what instead of doing nothing.
         Binding("r", "refused('a restart')", show=False),
         Binding("R", "refused('a rollback')", show=False),
+        # Back to the fleet overview from a host's dashboard (only with two hosts or more).
+        Binding("o", "fleet", "Fleet"),
     ]
 
     def __init__(
@@ -138,12 +141,28 @@ class ConsoleApp(App[int]):
         self._help_screens: dict[tuple[str, str], str] = {}
         self._pacer = GcPacer()
         self.theme = theme
+        self.fleet: FleetView | None = None
+        """The overview (console/tui/fleet.py), with two hosts or more."""
+        self.fleet_pacer: FleetPacer | None = None
+        self._held: dict[str, HostSnapshot] = {}
+        """The newest snapshot of each host whose dashboard is not on screen, shown when it comes back."""
+        if len(entries) >= FLEET_MIN_HOSTS:
+            self.fleet_pacer = FleetPacer(entries)
+            self.fleet_pacer.show(None if len(entries) >= OPENS_ON_FLEET else entries[0].name)
+            rows = FleetRows(self, self.fleet_pacer)
+            self.fleet = FleetView([e.name for e in entries], rows.rows, plan=self.fleet_pacer.background)
 
     def compose(self) -> ComposeResult:
         if len(self.entries) == 1:
             yield self.dashboards[self.entries[0].name]
         else:
-            with TabbedContent(id="hosts"):
+            first = (
+                FLEET_TAB if len(self.entries) >= OPENS_ON_FLEET else f"tab-{dom_id(self.entries[0].name)}"
+            )
+            with TabbedContent(id="hosts", initial=first):
+                if self.fleet is not None:
+                    with TabPane("fleet", id=FLEET_TAB):
+                        yield self.fleet
                 for entry in self.entries:
                     with TabPane(entry.name, id=f"tab-{dom_id(entry.name)}"):
                         yield self.dashboards[entry.name]
@@ -154,6 +173,8 @@ class ConsoleApp(App[int]):
         dash = self.active_dashboard
         if dash is not None:
             dash.feed.log_widget.focus()
+        elif self.fleet is not None:
+            self.fleet.focus_table()
         # Full collections of everything were 40-140 ms pauses, several a minute under load: see gcpace.
         self.call_after_refresh(self._pacer.install, self.set_interval)
         if self.connect:
@@ -180,6 +201,8 @@ class ConsoleApp(App[int]):
             return self.dashboards[self.entries[0].name]
         with contextlib.suppress(Exception):
             active = self.query_one(TabbedContent).active
+            if active == FLEET_TAB:
+                return None
             for entry in self.entries:
                 if f"tab-{dom_id(entry.name)}" == active:
                     return self.dashboards[entry.name]
@@ -189,6 +212,9 @@ class ConsoleApp(App[int]):
         if len(self.entries) > 1:
             self.query_one(TabbedContent).active = f"tab-{dom_id(name)}"
         dash = self.dashboards.get(name)
+        held = self._held.pop(name, None)
+        if dash is not None and held is not None:
+            dash.show(held)  # now: a controller reads the dashboard's snapshot right after this
         if dash is not None:
             self.call_after_refresh(dash.feed.log_widget.focus)
 
@@ -210,7 +236,12 @@ class ConsoleApp(App[int]):
         snap, host.pending = host.pending, None
         # A snapshot that arrives while the app shuts down finds its widgets already gone.
         if snap is not None and self.is_running and not self._exit:
-            host.dashboard.show(snap)
+            if self.fleet is None or self.active_dashboard is host.dashboard:
+                host.dashboard.show(snap)
+            else:
+                # Behind another tab the dashboard would be laid out for nobody: it gets the newest
+                # snapshot when it comes on screen (the feed takes the events in between from it).
+                self._held[host.name] = snap
             if self.alerts is not None:
                 host.check_alerts(snap, self.alerts.rules, snap.serving)
 
@@ -255,11 +286,40 @@ class ConsoleApp(App[int]):
             what = "probe"
         elif ctl is not None and ctl.busy is not None:
             what = ctl.busy
+        elif self.fleet is not None and self.active_dashboard is None:
+            what = "fleet overview"
         else:
             what = "dashboard"
         if self.read_only:
             return "read-only" if what == "dashboard" else f"read-only, {what}"
         return what
+
+    # ---- the fleet overview -------------------------------------------------------------------------
+
+    def latest_snapshot(self, host: str) -> HostSnapshot | None:
+        held = self._held.get(host)
+        return held if held is not None else self.dashboards[host].snap
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if self.fleet is None or event.tabbed_content.id != "hosts":
+            return
+        dash = self.active_dashboard
+        if dash is not None:
+            held = self._held.pop(dash.entry.name, None)
+            if held is not None:
+                dash.show(held)
+        else:
+            self.fleet.refresh_rows()
+        if self.fleet_pacer is not None:
+            self.fleet_pacer.show(dash.entry.name if dash is not None else None, self.hosts)
+
+    def action_fleet(self) -> None:
+        if self.fleet is None:
+            raise SkipAction()
+        while isinstance(self.screen, ProfilesScreen):
+            self.screen.action_close()
+        self.query_one(TabbedContent).active = FLEET_TAB
+        self.call_after_refresh(self.fleet.focus_table)
 
     def _tick_pairing(self) -> None:
         for host in self.hosts.values():
@@ -375,6 +435,8 @@ class ConsoleApp(App[int]):
             raise SkipAction()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "fleet":
+            return self.fleet is not None and self.active_dashboard is not None
         if action == "refused":
             # Only while another console holds the lock (read-only keys stay silent and hidden).
             dash = self.active_dashboard
