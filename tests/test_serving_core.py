@@ -16,14 +16,8 @@ from hypothesis import strategies as st
 
 from console.core.events import DecodeBatch
 from console.core.metrics import parse_prometheus
-from console.core.serving import (
-    HistogramDelta,
-    Scrape,
-    ServingHistory,
-    histogram_increase,
-    merge_deltas,
-    serving_figures,
-)
+from console.core.serving import HistogramDelta, Scrape, histogram_increase, merge_deltas, serving_figures
+from console.core.serving_history import ServingHistory
 from console.core.window_sum import WindowSum
 from console.twin.scenarios import get_scenario
 from console.twin.server_engine import ITL_BUCKETS, TTFT_BUCKETS, Engine, EngineConfig

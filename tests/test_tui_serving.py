@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from console.core.metrics import parse_prometheus
-from console.core.serving import Scrape, ServingHistory, TrendPoint
+from console.core.serving import Scrape, TrendPoint
+from console.core.serving_history import ServingHistory
 from console.core.snapshot import ConnectionStatus, ConnState, HealthState, HostSnapshot, ServerSample
 from console.sources.hosts import load_hosts
 from console.tui.app import ConsoleApp, HostEntry

@@ -8,95 +8,23 @@ counter deltas over the time the window's scrapes really span. Gauges (running, 
 token usage) are the newest scrape's.
 
 Which metric each figure reads, and since which SGLang version it is exported, is the table
-`METRICS`; a figure the server does not export is `None` and named in `ServingFigures.absent` with the
+`serving_metrics.METRICS`; a figure the server does not export is `None` and named in `ServingFigures.absent` with the
 reason, never shown as zero. Nothing here does I/O or knows the time: scrapes carry their own times.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.events import DecodeBatch, PrefillBatch
 from console.core.metrics import MetricsText
-from console.core.window_sum import WindowSum
+from console.core.serving_metrics import absent_reason
 
 DEFAULT_WINDOW_S = 300.0
 QUANTILES = (0.5, 0.9, 0.99)
-
-
-class MetricName(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    since: str
-    """The first SGLang release read that exports it: v0.4.6.post5 is the oldest read, so `0.4.6` means
-    "0.4.6 or earlier"."""
-    note: str = ""
-
-
-# Read from SGLang's metrics collector: v0.4.6.post5 `srt/metrics/collector.py`, v0.5.12.post1 and 0.5.23
-# `srt/observability/metrics_collector.py` (docs/serving.md has the table, per figure).
-METRICS: dict[str, MetricName] = {
-    m.name: m
-    for m in (
-        MetricName(name="sglang:num_running_reqs", since="0.4.6"),
-        MetricName(name="sglang:num_queue_reqs", since="0.4.6"),
-        MetricName(name="sglang:num_used_tokens", since="0.4.6"),
-        MetricName(name="sglang:token_usage", since="0.4.6", note="the max over the KV and state pools"),
-        MetricName(name="sglang:gen_throughput", since="0.4.6"),
-        MetricName(name="sglang:cache_hit_rate", since="0.4.6"),
-        MetricName(name="sglang:spec_accept_length", since="0.4.6"),
-        MetricName(name="sglang:prompt_tokens_total", since="0.4.6"),
-        MetricName(name="sglang:generation_tokens_total", since="0.4.6"),
-        MetricName(name="sglang:cached_tokens_total", since="0.4.6"),
-        MetricName(name="sglang:num_requests_total", since="0.4.6"),
-        MetricName(name="sglang:time_to_first_token_seconds", since="0.4.6"),
-        MetricName(name="sglang:inter_token_latency_seconds", since="0.4.6"),
-        MetricName(
-            name="sglang:time_per_output_token_seconds",
-            since="0.3.0",
-            note="older servers' per-request figure; v0.5.12.post1 no longer exports it",
-        ),
-        MetricName(name="sglang:e2e_request_latency_seconds", since="0.4.6"),
-        MetricName(name="sglang:queue_time_seconds", since="0.5.12"),
-        MetricName(name="sglang:max_total_num_tokens", since="0.5.12"),
-        MetricName(name="sglang:kv_used_tokens", since="0.5.12"),
-        MetricName(name="sglang:kv_available_tokens", since="0.5.12"),
-        MetricName(name="sglang:full_token_usage", since="0.5.12", note="hybrid SWA models"),
-        MetricName(name="sglang:swa_token_usage", since="0.5.12", note="hybrid SWA models"),
-        MetricName(name="sglang:mamba_usage", since="0.5.12", note="hybrid mamba models: the state pool"),
-        MetricName(name="sglang:spec_accept_rate", since="0.5.12"),
-    )
-}
-
-
-def version_tuple(version: str | None) -> tuple[int, ...] | None:
-    """`0.5.12.post1` → (0, 5, 12, 1); None when unknown or unreadable."""
-    if not version:
-        return None
-    parts: list[int] = []
-    for piece in version.strip().lstrip("v").replace("post", "").replace("rc", ".").split("."):
-        digits = "".join(c for c in piece if c.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts) or None
-
-
-def absent_reason(metric: str, version: str | None) -> str:
-    """Why a scrape holds no `metric`: too old a server, or not exported by this one (metrics off, a
-    figure of a feature not in use)."""
-    known = METRICS.get(metric)
-    have = version_tuple(version)
-    if known is not None and have is not None:
-        since = version_tuple(known.since)
-        if since is not None and have < since:
-            return f"{metric} is exported from SGLang {known.since} on; this server runs {version}"
-    return f"this server does not export {metric}"
 
 
 class Scrape(BaseModel):
@@ -398,93 +326,6 @@ def trend_point(delta: PairDelta) -> TrendPoint:
     return TrendPoint(
         ts=delta.end_ts, p50=p50, gen_tok_s=gen[0] / span if gen is not None and span > 0 else None
     )
-
-
-_READ = MetricsText()
-
-
-def _add_deltas(a: HistogramDelta, b: HistogramDelta) -> HistogramDelta:
-    merged = merge_deltas((a, b))
-    assert merged is not None  # two deltas in, their sum out
-    return merged
-
-
-class ServingHistory:
-    """A bounded, rolling list of timestamped scrapes and what each successive pair added, so that the
-    window's figures cost one pair's reading per scrape (a full window of 150 scrapes read afresh costs
-    about 0.1 s of CPU). A scrape's samples are dropped once the next pair is read: only its time stays.
-    `max_scrapes` bounds it whatever the scrape interval."""
-
-    def __init__(self, *, window_s: float = DEFAULT_WINDOW_S, max_scrapes: int = 151) -> None:
-        self.window_s = window_s
-        self.scrapes: deque[Scrape] = deque(maxlen=max(2, max_scrapes))
-        self.deltas: deque[PairDelta] = deque(maxlen=max(1, max_scrapes - 1))
-        self.trend: deque[TrendPoint] = deque(maxlen=max(1, max_scrapes - 1))
-        # Each histogram's sum over `deltas`, kept as they come and go (summing the window afresh at
-        # every scrape was the console's largest idle cost with the serving panel).
-        self._sums: dict[str, WindowSum[HistogramDelta]] = {
-            name: WindowSum(_add_deltas) for names in LATENCY_METRICS.values() for name in names
-        }
-
-    def _push(self, delta: PairDelta) -> None:
-        if len(self.deltas) == self.deltas.maxlen:
-            self._pop()
-        self.deltas.append(delta)
-        for name, window_sum in self._sums.items():
-            window_sum.push(delta.histograms.get(name))
-
-    def _pop(self) -> None:
-        self.deltas.popleft()
-        for window_sum in self._sums.values():
-            window_sum.pop()
-
-    def histogram_sums(self) -> dict[str, HistogramDelta | None]:
-        """Each latency histogram's increase over the window's pairs (`merge_deltas` of `deltas`)."""
-        return {name: window_sum.total() for name, window_sum in self._sums.items()}
-
-    def resize(self, max_scrapes: int) -> None:
-        """A new bound (the scrape interval changed); the newest scrapes and pairs are kept."""
-        if max(2, max_scrapes) == self.scrapes.maxlen:
-            return
-        self.scrapes = deque(self.scrapes, maxlen=max(2, max_scrapes))
-        self.deltas = deque(self.deltas, maxlen=max(1, max_scrapes - 1))
-        self.trend = deque(self.trend, maxlen=max(1, max_scrapes - 1))
-
-    def add(self, scrape: Scrape) -> None:
-        if self.scrapes and scrape.ts <= self.scrapes[-1].ts:
-            return  # out of order: the window is built on time
-        if self.scrapes:
-            before = self.scrapes[-1]
-            delta = pair_delta(before, scrape)
-            self._push(delta)
-            self.trend.append(trend_point(delta))
-            # Read once: only the newest scrape's samples are needed again (its gauges, the next pair).
-            self.scrapes[-1] = Scrape(ts=before.ts, metrics=_READ)
-        self.scrapes.append(scrape)
-        start = scrape.ts - self.window_s
-        while len(self.scrapes) > 1 and self.scrapes[0].ts < start:
-            self.scrapes.popleft()
-        while self.deltas and self.deltas[0].start_ts < self.scrapes[0].ts:
-            self._pop()
-        while len(self.trend) > len(self.deltas):
-            self.trend.popleft()
-
-    def figures(
-        self,
-        *,
-        version: str | None = None,
-        max_running: float | None = None,
-        lines: Sequence[DecodeBatch | PrefillBatch] = (),
-    ) -> ServingFigures:
-        return serving_figures(
-            self.scrapes,
-            window_s=self.window_s,
-            version=version,
-            max_running=max_running,
-            lines=lines,
-            deltas=self.deltas,
-            sums=self.histogram_sums(),
-        )
 
 
 # ---------------------------------------------------------------------------------------------- figures

@@ -25,7 +25,8 @@ from typing import Any
 from console.core.events import DecodeBatch, Event, PrefillBatch
 from console.core.gpus import HostGpuSample
 from console.core.parser import JournalParser
-from console.core.serving import DEFAULT_WINDOW_S, Scrape, ServingFigures, ServingHistory, TrendPoint
+from console.core.serving import DEFAULT_WINDOW_S, Scrape, ServingFigures, TrendPoint
+from console.core.serving_history import ServingHistory
 from console.core.snapshot import FollowerStatus, FollowState, HealthState, HostSnapshot, ServerSample
 from console.core.state import HostState
 from console.sources.gpus import DEFAULT_INTERVAL_S, BackendChoice, GpuPoller
