@@ -14,10 +14,11 @@ from console.core.pairing import Identity
 from console.core.snapshot import HostSnapshot
 from console.sources.hoststate import local_identity
 from console.tui.feed import EventFeed
+from console.tui.header import HeaderBar
 from console.tui.host_entry import HostEntry
 from console.tui.messages import ProbeRequested, ProfilesRequested, RestartRequested, RollbackRequested
 from console.tui.pairing import PairingBar, held_by_other
-from console.tui.panels import GpuPanel, HeaderBar, KvPanel, TimelinePanel, VerdictBanner
+from console.tui.panels import GpuPanel, KvPanel, TimelinePanel, VerdictBanner
 from console.tui.serving_panel import ServingPanel
 from console.tui.throughput import ThroughputChart
 from console.tui.track import ApplyTrack
