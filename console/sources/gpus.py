@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import shlex
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -36,152 +35,19 @@ from console.core.gpus import (
     parse_nvidia_smi_gpus,
     sample_from_agent_line,
 )
+from console.sources.gpu_agent import (
+    _nvml_sample,
+    _nvml_start,
+    agent_argv,
+    nvidia_smi_apps_argv,
+    nvidia_smi_argv,
+)
 from console.sources.transport import CommandResult, Transport, TransportError
 
 MIN_INTERVAL_S = 0.25
 DEFAULT_INTERVAL_S = 1.0
 
 BackendChoice = Literal["auto", "nvml", "agent", "nvidia-smi"]
-
-
-# ---- NVML reading, shared by the local sampler and the agent script -----------------------------------
-# These two functions are sent to remote hosts as source text: they use only their `nvml` argument and
-# builtins, and Python 3.6-compatible syntax (the host's python3 is whatever SGLang runs on).
-
-
-def _nvml_start(nvml: Any) -> dict[str, Any] | None:
-    """Initialise NVML; None when ready, else the sample that says why not."""
-    missing = getattr(nvml, "NVMLError_LibraryNotFound", None)
-    try:
-        nvml.nvmlInit()
-    except Exception as exc:
-        if missing is not None and isinstance(exc, missing):
-            return {"state": "nvml_missing", "detail": "the NVML library is not installed on this host."}
-        return {"state": "error", "detail": "NVML did not start: " + str(exc) + "."}
-    return None
-
-
-def _nvml_sample(nvml: Any) -> dict[str, Any]:
-    """One sample of every GPU, as a plain dict of the `HostGpuSample` fields."""
-
-    def text(value: object) -> object:
-        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-    def call(fn: Callable[..., Any], *args: object) -> Any:
-        # Each field on its own: a card that cannot report one thing still reports the rest.
-        try:
-            return fn(*args)
-        except Exception:
-            return None
-
-    mib = 1024.0 * 1024.0
-    try:
-        count = nvml.nvmlDeviceGetCount()
-    except Exception as exc:
-        return {"state": "error", "detail": "NVML could not count the GPUs: " + str(exc) + "."}
-    gpus: list[dict[str, Any]] = []
-    for index in range(count):
-        handle = call(nvml.nvmlDeviceGetHandleByIndex, index)
-        if handle is None:
-            gpus.append({"index": index})
-            continue
-        memory = call(nvml.nvmlDeviceGetMemoryInfo, handle)
-        rates = call(nvml.nvmlDeviceGetUtilizationRates, handle)
-        processes: list[dict[str, Any]] = []
-        for proc in call(nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []:
-            pid = getattr(proc, "pid", None)
-            used = getattr(proc, "usedGpuMemory", None)
-            name = call(nvml.nvmlSystemGetProcessName, pid) if pid is not None else None
-            processes.append(
-                {
-                    "pid": pid,
-                    "name": text(name),
-                    "used_memory_mib": used / mib if isinstance(used, int) else None,
-                }
-            )
-        gpus.append(
-            {
-                "index": index,
-                "name": text(call(nvml.nvmlDeviceGetName, handle)),
-                "uuid": text(call(nvml.nvmlDeviceGetUUID, handle)),
-                "utilization_pct": getattr(rates, "gpu", None),
-                "memory_used_mib": memory.used / mib if memory is not None else None,
-                "memory_total_mib": memory.total / mib if memory is not None else None,
-                "processes": processes,
-            }
-        )
-    return {"state": "ok" if gpus else "no_gpus", "gpus": gpus}
-
-
-_AGENT_MAIN = """
-def _agent(interval):
-    import json, os, sys, threading, time
-
-    def emit(obj):
-        sys.stdout.write(json.dumps(obj) + "\\n")
-        sys.stdout.flush()
-
-    def watch_stdin():
-        # The console stops the agent by closing the channel. Root sessions ignore SSH signals, so
-        # the end of stdin is the one stop signal that always arrives.
-        try:
-            while sys.stdin.buffer.read(4096):
-                pass
-        finally:
-            os._exit(0)
-
-    threading.Thread(target=watch_stdin, daemon=True).start()
-    try:
-        import pynvml as nvml
-    except ImportError:
-        emit({"state": "nvml_missing", "detail": "python3 on this host has no pynvml (nvidia-ml-py)."})
-        return
-    failed = _nvml_start(nvml)
-    if failed is not None:
-        emit(failed)
-        return
-    while True:
-        started = time.time()
-        try:
-            emit(_nvml_sample(nvml))
-        except (BrokenPipeError, OSError):
-            os._exit(0)
-        time.sleep(max(0.0, interval - (time.time() - started)))
-
-
-try:
-    _agent(float(sys.argv[1]))
-finally:
-    # os._exit: a normal exit would wait a second for the stdin thread's lock at shutdown.
-    try:
-        sys.stdout.flush()
-    except Exception:
-        pass
-    os._exit(0)
-"""
-
-
-def agent_script() -> str:
-    """The self-contained NVML agent sent as `python3 -c SCRIPT INTERVAL`."""
-    # The functions' annotations name typing objects the host's Python never imports: keep them unevaluated.
-    head = "from __future__ import annotations\nimport os, sys"
-    return "\n".join([head, inspect.getsource(_nvml_start), inspect.getsource(_nvml_sample), _AGENT_MAIN])
-
-
-def agent_argv(interval_s: float, python: str = "python3") -> list[str]:
-    return [python, "-c", agent_script(), f"{interval_s:g}"]
-
-
-def nvidia_smi_argv() -> list[str]:
-    return ["nvidia-smi", f"--query-gpu={','.join(GPU_QUERY_FIELDS)}", "--format=csv,noheader,nounits"]
-
-
-def nvidia_smi_apps_argv() -> list[str]:
-    return [
-        "nvidia-smi",
-        f"--query-compute-apps={','.join(APPS_QUERY_FIELDS)}",
-        "--format=csv,noheader,nounits",
-    ]
 
 
 # ---- samplers -----------------------------------------------------------------------------------------
