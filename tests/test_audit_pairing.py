@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from console.core.pairing import AuditEntry, Identity, LockInfo, PairingView, Presence, pair_audit
+from console.core.audit import AuditEntry, pair_audit
+from console.core.pairing import Identity, LockInfo, PairingView, Presence
 from console.sources.hosts import load_hosts
 from console.sources.hoststate import HostStateDir
 from console.sources.transport import Transport

@@ -16,12 +16,12 @@ from console.core.capacity import (
     Speculative,
     calibrate,
     default_max_running_requests,
-    plan,
     pool_tokens,
     req_to_token_bytes,
     resolve_max_running_requests,
     sizing_rule_for,
 )
+from console.core.capacity_plan import plan
 from console.core.models import (
     CATALOGUE,
     ModelConfigError,

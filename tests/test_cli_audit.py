@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from console.core.pairing import AuditEntry, Identity
+from console.core.audit import AuditEntry
+from console.core.pairing import Identity
 from console.sources.hosts import load_hosts
 from console.sources.hoststate import HostStateDir
 from console.sources.transport import Transport

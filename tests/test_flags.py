@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from console.core.flag_validation import validate_flags
 from console.core.flags import (
     FlagError,
     FlagList,
@@ -20,7 +21,6 @@ from console.core.flags import (
     parse_argv,
     render_flags,
     same_value,
-    validate_flags,
 )
 
 REF = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "sglang-args"

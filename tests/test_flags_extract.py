@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from console.core.flags import FlagList, validate_flags
+from console.core.flag_validation import validate_flags
+from console.core.flags import FlagList
 from console.tools.extract_sglang_args import ExtractError, dump, extract, main
 
 MONOLITHIC = {

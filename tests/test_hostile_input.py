@@ -301,7 +301,7 @@ def test_a_remote_journal_is_split_on_newline_only() -> None:
 
 
 def test_probe_history_keeps_a_record_holding_u2028(tmp_path: Path) -> None:
-    from console.sources.probe import append_history, load_history
+    from console.sources.probe_history import append_history, load_history
 
     report = _report("gpu1", model="kimi\u2028k2.6\x85", gpu="RTX", error="a\u2028b\x1e")
     path = append_history(report, tmp_path / "history.jsonl")

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from console.core.pairing import AuditEntry, BreakRefused, Identity, LockHeld
+from console.core.audit import AuditEntry
+from console.core.pairing import BreakRefused, Identity, LockHeld
 from console.sources.hosts import HostConfig, load_hosts
 from console.sources.hoststate import HostStateDir, Lock
 from console.sources.transport import Transport

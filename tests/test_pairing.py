@@ -10,10 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
+from console.core.audit import AUDIT_LINE_MAX_BYTES, AuditEntry, parse_audit
 from console.core.events import EVENT_KINDS, Audit, event_from_json
 from console.core.pairing import (
-    AUDIT_LINE_MAX_BYTES,
-    AuditEntry,
     Identity,
     LockHeld,
     LockInfo,
@@ -22,7 +21,6 @@ from console.core.pairing import (
     fmt_span,
     is_stale,
     lock_sentence,
-    parse_audit,
 )
 
 T0 = datetime(2026, 5, 30, 12, 1, 33, tzinfo=UTC)

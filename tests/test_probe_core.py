@@ -13,14 +13,12 @@ from console.core.models import get_model
 from console.core.parser import parse_lines
 from console.core.probe import (
     ProbeMeasurement,
-    ProbeRecord,
     ProbeReport,
     ProbeResult,
     ProbeStatus,
     ProbeTarget,
     ProbeVerdict,
     ServerLimits,
-    curves_from_history,
     diagnose,
     failed_result,
     generate_payload,
@@ -34,9 +32,8 @@ from console.core.probe import (
     refusal,
     summarize,
     sweep_fit,
-    throughput_points,
-    tok_s_by_depth,
 )
+from console.core.probe_history import ProbeRecord, curves_from_history, throughput_points, tok_s_by_depth
 from console.sources.probe import limits_from_info, limits_from_journal
 
 KIMI_CELL = 70_272  # 576 latent elements x 61 layers x 2 bytes (sglang.md §7)
@@ -295,7 +292,7 @@ def _report(
 
 
 def test_history_curves_group_runs_and_skip_this_one() -> None:
-    from console.core.probe import records_of
+    from console.core.probe_history import records_of
 
     t0 = datetime(2026, 5, 30, 22, 0, tzinfo=UTC)
     records: list[ProbeRecord] = []

@@ -25,7 +25,8 @@ from console.core.parser import parse_lines
 from console.core.probe import ProbePhase, ProbeProgress, ProbeStatus, ProbeVerdict
 from console.core.profiles import parse_profile
 from console.sources.hosts import HostConfig, load_hosts
-from console.sources.probe import load_history, open_prober, run_probe
+from console.sources.probe import open_prober, run_probe
+from console.sources.probe_history import load_history
 from console.sources.profile_store import ProfileStore, shipped_profile_dir
 from console.twin.host import TwinHost
 from console.twin.unitfile import render_exec

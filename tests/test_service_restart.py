@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from console.core.pairing import AuditEntry, Identity
+from console.core.audit import AuditEntry
+from console.core.pairing import Identity
 from console.core.parser import parse_lines
 from console.core.state import fold_boots
 from console.sources.hosts import HostConfig, load_hosts

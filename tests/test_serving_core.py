@@ -11,10 +11,14 @@ import math
 import statistics
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from console.core.events import DecodeBatch
 from console.core.metrics import parse_prometheus
-from console.core.serving import Scrape, ServingHistory, histogram_increase, serving_figures
+from console.core.serving import HistogramDelta, Scrape, histogram_increase, merge_deltas, serving_figures
+from console.core.serving_history import ServingHistory
+from console.core.window_sum import WindowSum
 from console.twin.scenarios import get_scenario
 from console.twin.server_engine import ITL_BUCKETS, TTFT_BUCKETS, Engine, EngineConfig
 from console.twin.server_logs import LogWriter
@@ -239,3 +243,51 @@ def test_the_history_is_bounded_whatever_the_window() -> None:
     assert len(history.scrapes) == 10 and len(history.deltas) == 9 and len(history.trend) == 9
     figures = history.figures()
     assert figures.scrapes == 10 and figures.covered_s == 9.0 and figures.gen_tok_s == 0.0
+
+
+_BOUNDS = (0.01, 0.1, 1.0, math.inf)
+
+
+@st.composite
+def _deltas(draw: st.DrawFn) -> HistogramDelta | None:
+    if draw(st.booleans()) and draw(st.booleans()):
+        return None  # a pair that lacks the histogram
+    counts = draw(st.lists(st.integers(0, 50), min_size=len(_BOUNDS), max_size=len(_BOUNDS)))
+    cumulative = [float(sum(counts[: i + 1])) for i in range(len(counts))]
+    return HistogramDelta(
+        buckets=tuple(zip(_BOUNDS, cumulative, strict=True)),
+        count=cumulative[-1],
+        sum=draw(st.floats(0, 100)),
+        resets=draw(st.integers(0, 1)),
+    )
+
+
+def _add(a: HistogramDelta, b: HistogramDelta) -> HistogramDelta:
+    got = merge_deltas((a, b))
+    assert got is not None
+    return got
+
+
+@given(st.lists(st.one_of(_deltas(), st.just("pop")), max_size=80))
+@settings(max_examples=200, deadline=None)
+def test_a_window_sum_is_the_sum_of_its_window(ops: list[HistogramDelta | str | None]) -> None:
+    """`WindowSum` (what `ServingHistory` keeps per histogram) against summing the window afresh."""
+    window_sum = WindowSum(_add)
+    window: list[HistogramDelta | None] = []
+    for op in ops:
+        if op == "pop":
+            if window:
+                window.pop(0)
+                window_sum.pop()
+        else:
+            assert not isinstance(op, str)
+            window.append(op)
+            window_sum.push(op)
+        want = merge_deltas([d for d in window if d is not None])
+        got = window_sum.total()
+        if want is None:
+            assert got is None
+        else:
+            assert got is not None
+            assert (got.buckets, got.count, got.resets) == (want.buckets, want.count, want.resets)
+            assert math.isclose(got.sum, want.sum, rel_tol=1e-9, abs_tol=1e-9)

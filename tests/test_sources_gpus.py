@@ -29,14 +29,13 @@ from console.core.gpus import (
     parse_nvidia_smi_gpus,
     sample_from_agent_line,
 )
+from console.sources.gpu_agent import agent_argv, agent_script
 from console.sources.gpus import (
     GpuPoller,
     LocalRunner,
     NvidiaSmiBlocks,
     NvidiaSmiSampler,
     NvmlSampler,
-    agent_argv,
-    agent_script,
     nvidia_smi_loop_argv,
     nvidia_smi_sample,
     open_sampler,

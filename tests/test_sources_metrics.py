@@ -7,9 +7,14 @@ series ending in `+Inf`, `_sum`, `_count`), for a DP-attention server with two s
 
 from __future__ import annotations
 
+import io
 import math
 
-from console.core.metrics import SglangMetrics, as_numbers, parse_prometheus
+from console.core.metrics import PrometheusReader, SglangMetrics, as_numbers, parse_prometheus
+from console.twin.scenarios import get_scenario
+from console.twin.server_engine import Engine
+from console.twin.server_logs import LogWriter
+from tests.test_serving_core import engine_config
 
 MODEL = 'model_name="moonshotai/Kimi-K2.6",engine_type="unified"'
 SCRAPE = f"""\
@@ -119,3 +124,33 @@ def test_an_empty_or_foreign_scrape_is_all_none_not_an_error() -> None:
     foreign = SglangMetrics.from_text("# TYPE up gauge\nup 1\n")
     assert foreign.series == 0
     assert as_numbers(parse_prometheus(SCRAPE))["sglang:num_running_reqs"] == 5.0
+
+
+def test_the_reader_parses_again_only_the_families_that_changed() -> None:
+    reader = PrometheusReader()
+    first = reader.read(SCRAPE)
+    assert first == parse_prometheus(SCRAPE)
+    families = SCRAPE.count("# HELP")
+    assert reader.parsed_blocks == families
+    assert reader.read(SCRAPE) == first and reader.parsed_blocks == families  # an idle server's scrape
+    busier = SCRAPE.replace("} 3.0\n", "} 4.0\n", 1)  # one gauge moved
+    assert reader.read(busier) == parse_prometheus(busier)
+    assert reader.parsed_blocks == families + 1
+    assert reader.read(busier).total("sglang:num_running_reqs") == 6.0
+    # a line the parser refuses: the whole text read line by line, as parse_prometheus reads it
+    odd = busier + "sglang:z{broken 1.0\n"
+    assert reader.read(odd) == parse_prometheus(odd) and reader.read(odd).skipped_lines == 1
+    # families without HELP, and samples before any comment, are blocks of their own
+    bare = "sglang:a 1\n# TYPE sglang:b gauge\nsglang:b 2\n# TYPE sglang:c counter\nsglang:c_total 3\n"
+    fresh = PrometheusReader()
+    assert fresh.read(bare) == parse_prometheus(bare) and fresh.parsed_blocks == 3
+
+
+def test_the_reader_reads_the_twin_s_scrapes_as_they_move() -> None:
+    eng = Engine(get_scenario(), engine_config(), LogWriter(io.StringIO()))
+    reader = PrometheusReader()
+    for step in range(6):
+        eng.itl.observe(0.02 + step / 1000)
+        eng.generation_tokens_total += 100 * step
+        text = eng.metrics_text()
+        assert reader.read(text) == parse_prometheus(text), step

@@ -220,7 +220,7 @@ async def test_a_probe_is_kept_in_a_profile_only_when_that_profile_runs(
     `[verified]` only when the unit runs that profile as apply writes it; otherwise to the history alone,
     and the probe screen says so. (The twin runs ctx-200k here, applied by the fixture.)"""
     twin = twin_at_200k
-    from console.sources.probe import load_history
+    from console.sources.probe_history import load_history
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
     other = await _probe_with(twin, store, tmp_path, "ctx-128k")

@@ -14,6 +14,7 @@ from rich.text import Text
 from console.core.events import Unit
 from console.tui.bars import stacked_bar
 from console.tui.messages import RestartRequested
+from console.tui.themes import palette
 from console.tui.view import gpu_rows, kv_gauge, restart_timeline
 from tests.tui_support import NOW, corpus_events, gpu_sample, make_app, snapshot
 
@@ -211,7 +212,7 @@ def _cells(bar: Text) -> list[tuple[str, str | None, str | None]]:
 )
 @settings(max_examples=300, deadline=None)
 def test_stacked_bar_matches_its_definition(parts: list[tuple[float, str]], total: float, width: int) -> None:
-    bar = stacked_bar(parts, total, width)
+    bar = stacked_bar(parts, total, width, empty="grey19")
     assert len(bar.plain) == width
     assert _cells(bar) == _reference_bar(parts, total, width)
 
@@ -320,17 +321,17 @@ async def test_header_age_repaints_only_when_what_it_says_changes() -> None:
         now[0] = NOW + 10
         header._tick()
         assert refreshes == [1]
-        assert header.age_label() == ("12s ago", "yellow3")
+        assert header.age_label() == ("12s ago", palette().warn)
         assert "freshest sample 12s ago" in plain(header.render())  # the repaint the tick asked for
         header._tick()
         assert refreshes == [1]  # drawn as it stands
         now[0] = NOW + 60
-        assert header.age_label() == ("1m02s ago", "red")
+        assert header.age_label() == ("1m02s ago", palette().bad)
         fresh = gpu_sample([250.0 * GIB] * 8, 288 * GIB).model_copy(update={"ts": NOW + 59})
         header.refresh = lambda *a, **k: refreshes.append(2)  # type: ignore[method-assign]
         header.show(snapshot([], fresh, seq=2))
         assert refreshes == [1, 2]
-        assert header.age_label() == ("< 5s ago", "green3")
+        assert header.age_label() == ("< 5s ago", palette().ok)
 
 
 async def test_a_host_that_answers_nothing_has_no_fresh_sample() -> None:
@@ -348,9 +349,9 @@ async def test_a_host_that_answers_nothing_has_no_fresh_sample() -> None:
         silent = ServerSample(health=HealthState.DOWN, detail="nothing answers", ts=NOW)
         app.post_snapshot(snapshot([], lost).model_copy(update={"server": silent}))
         await pilot.pause()
-        assert header.age_label() == ("none yet", "grey50")
+        assert header.age_label() == ("none yet", palette().faint)
         assert "freshest sample none yet" in plain(header.render())
         loading = ServerSample(health=HealthState.STARTING, status_code=503, ts=NOW - 1)
         app.post_snapshot(snapshot([], lost, seq=2).model_copy(update={"server": loading}))
         await pilot.pause()
-        assert header.age_label() == ("< 5s ago", "green3")
+        assert header.age_label() == ("< 5s ago", palette().ok)

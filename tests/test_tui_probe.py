@@ -16,7 +16,6 @@ from textual.widgets import Button, Input
 
 from console.core.parser import parse_lines
 from console.core.probe import (
-    Curve,
     ProbePhase,
     ProbeProgress,
     ProbeReport,
@@ -26,10 +25,10 @@ from console.core.probe import (
     refused_result,
     summarize,
     sweep_fit,
-    throughput_points,
 )
+from console.core.probe_history import Curve, throughput_points
 from console.sources.hosts import HostConfig
-from console.sources.probe import load_history
+from console.sources.probe_history import load_history
 from console.tui.app import css_paths
 from console.tui.probe import DepthChart, ProbePanel, ProbeScreen, depth_chart
 from console.tui.throughput import ThroughputChart
@@ -107,7 +106,7 @@ def test_throughput_chart(snap_compare) -> None:
 
 def test_depth_chart_draws_every_curve_with_its_marker() -> None:
     report = finished_sweep()
-    from console.core.probe import report_curve
+    from console.core.probe_history import report_curve
 
     text = depth_chart(report_curve(report), EARLIER, 80, 20)
     plain = text.plain

@@ -12,11 +12,13 @@ from collections.abc import Iterator
 import pytest
 
 from console.core.metrics import parse_prometheus
-from console.core.serving import Scrape, ServingHistory
-from console.core.snapshot import HostSnapshot
+from console.core.serving import Scrape, TrendPoint
+from console.core.serving_history import ServingHistory
+from console.core.snapshot import ConnectionStatus, ConnState, HealthState, HostSnapshot, ServerSample
 from console.sources.hosts import load_hosts
 from console.tui.app import ConsoleApp, HostEntry
-from console.tui.serving_panel import ServingPanel
+from console.tui.serving_panel import ServingPanel, scrape_interval, staleness
+from console.tui.themes import palette
 from console.twin.host import TwinHost
 from console.twin.load import LoadGenerator
 from console.twin.scenarios import get_scenario
@@ -87,12 +89,14 @@ def _show(snap: HostSnapshot):
     return run_before
 
 
-def test_dashboard_with_the_serving_panel(snap_compare) -> None:
-    assert snap_compare(make_app(), terminal_size=(160, 48), run_before=_show(serving_snapshot()))
+@pytest.mark.parametrize("theme", ["dark", "light", "high-contrast"])
+def test_dashboard_with_the_serving_panel(snap_compare, theme: str) -> None:
+    assert snap_compare(make_app(theme=theme), terminal_size=(160, 48), run_before=_show(serving_snapshot()))
 
 
-def test_dashboard_with_the_serving_panel_at_100x30(snap_compare) -> None:
-    assert snap_compare(make_app(), terminal_size=(100, 30), run_before=_show(serving_snapshot()))
+@pytest.mark.parametrize("theme", ["dark", "light", "high-contrast"])
+def test_dashboard_with_the_serving_panel_at_100x30(snap_compare, theme: str) -> None:
+    assert snap_compare(make_app(theme=theme), terminal_size=(100, 30), run_before=_show(serving_snapshot()))
 
 
 def _panel_text(app: ConsoleApp, host: str = "gpu1") -> str:
@@ -191,3 +195,68 @@ async def test_with_the_serving_panel_every_gpu_the_gauge_and_five_event_rows_st
         dash.serving.focus()
         await pilot.pause()
         assert on_screen(app, "22.9ms") and on_screen(app, "queued 3"), "\n".join(screen_text(app))
+
+
+def test_figures_are_stale_after_three_scrape_intervals_or_a_link_down() -> None:
+    snap = serving_snapshot()
+    assert snap.serving is not None and snap.serving.as_of == NOW  # the newest scrape of the window
+    assert scrape_interval(snap.serving_trend) == INTERVAL_S
+    # 2 s scrapes: three intervals are 6 s, under the 10 s floor (a scrape that times out takes 4 s)
+    assert staleness(snap, NOW + 10.0) is None
+    assert staleness(snap, NOW + 11.0) == "⚠ stale 11s: the last /metrics reading"
+    # a 5 s interval: stale after 15 s
+    slow = snap.model_copy(
+        update={"serving_trend": tuple(TrendPoint(ts=NOW - 5.0 * i) for i in range(10, -1, -1))}
+    )
+    assert staleness(slow, NOW + 14.0) is None and staleness(slow, NOW + 16.0) is not None
+    # the link or the server down: the figures are the last good ones at once
+    down = snap.model_copy(
+        update={"connection": ConnectionStatus(host="gpu1", state=ConnState.RETRYING, since=NOW)}
+    )
+    assert staleness(down, NOW + 1.0) == "⚠ stale 1s: the last /metrics reading, link retrying"
+    dead = snap.model_copy(update={"server": ServerSample(health=HealthState.DOWN, ts=NOW + 2.0)})
+    assert staleness(dead, NOW + 3.0) == "⚠ stale 3s: the last /metrics reading, server down"
+
+
+async def test_the_panel_marks_old_figures_stale_and_faint() -> None:
+    clock = [NOW]
+    app = make_app(clock=lambda: clock[0])
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.post_snapshot(serving_snapshot())
+        await pilot.pause()
+        panel: ServingPanel = app.dashboards["gpu1"].serving
+        pal = palette()
+
+        def colours() -> set[str]:
+            strips = panel.render_lines(panel.region.reset_offset)
+            return {
+                seg.style.color.triplet.hex.upper()
+                for strip in strips
+                for seg in strip
+                if seg.style is not None
+                and seg.style.color is not None
+                and seg.style.color.triplet is not None
+            }
+
+        assert "stale" not in _panel_text(app)
+        assert pal.colour("info") in colours()  # the sparklines, live
+        # No snapshot comes (the session is stuck): the panel's own clock ages the figures.
+        clock[0] = NOW + 42.0
+        deadline = time.monotonic() + 10.0
+        while "stale" not in _panel_text(app) and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        text = _panel_text(app)
+        assert text.splitlines()[1] == "⚠ stale 42s: the last /metrics reading"  # under the border
+        assert "TTFT" in text and "320ms" in text  # the last figures stay, marked
+        drawn = colours()
+        assert (
+            pal.colour("info") not in drawn and pal.colour("faint") in drawn and pal.colour("warn") in drawn
+        )
+        # A fresh scrape: live again.
+        fresh = serving_snapshot()
+        assert fresh.serving is not None
+        app.post_snapshot(
+            fresh.model_copy(update={"serving": fresh.serving.model_copy(update={"as_of": NOW + 41.0})})
+        )
+        await pilot.pause()
+        assert "stale" not in _panel_text(app)

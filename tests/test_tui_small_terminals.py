@@ -92,7 +92,7 @@ async def test_the_profile_editor_keeps_room_to_edit(size: tuple[int, int]) -> N
 
 async def test_without_room_for_the_chart_its_latest_figure_goes_under_the_gpu_bars() -> None:
     from console.core.parser import parse_lines
-    from console.core.probe import throughput_points
+    from console.core.probe_history import throughput_points
     from tests.tui_support import CORPUS, NOW
 
     points = throughput_points(parse_lines((CORPUS / "case-26.log").read_text().splitlines()))

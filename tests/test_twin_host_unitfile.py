@@ -11,15 +11,14 @@ from hypothesis import strategies as st
 from console.twin.unitfile import (
     UnitSyntaxError,
     expand_specifiers,
-    load_service,
     parse_exec,
-    parse_unit_text,
     quote_word,
     render_environment,
     render_exec,
     replace_env_argv,
     split_words,
 )
+from console.twin.unitload import load_service, parse_unit_text
 
 TABLE = {"n": "sglang.service", "N": "sglang", "p": "sglang", "H": "gpu1", "t": "/run", "i": ""}
 

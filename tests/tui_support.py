@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -62,6 +62,8 @@ def make_app(
     target: int | None = 200_000,
     store: ProfileStore | None = None,
     profile: str | None = None,
+    theme: str = "dark",
+    clock: Callable[[], float] | None = None,
 ) -> ConsoleApp:
     """A console with no session; profiles come from `store` (default: only the shipped examples, so a
     test never reads or writes the user's own)."""
@@ -71,10 +73,11 @@ def make_app(
         read_only=read_only,
         target=target,
         target_source="--target-context" if target else None,
-        clock=lambda: NOW,
+        clock=clock if clock is not None else lambda: NOW,
         connect=False,
         store=store if store is not None else ProfileStore([shipped] if shipped else []),
         profile=profile,
+        theme=theme,
     )
 
 

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from console.cli.errors import EXIT_OK, UsageError
 from console.cli.tables import cell, render, table
-from console.core.pairing import AuditEntry, AuditLog, AuditRecord
+from console.core.audit import AuditEntry, AuditLog, AuditRecord
 from console.core.text import terminal_safe
 
 

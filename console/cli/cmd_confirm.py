@@ -21,7 +21,7 @@ from console.cli.errors import EXIT_OK, CheckFailed, UsageError
 from console.cli.hostchange import Printer, render_outcome, take_lock
 from console.cli.remote import connected, inventory_host
 from console.core.apply import judge
-from console.core.pairing import AuditEntry
+from console.core.audit import AuditEntry
 from console.core.profiles import ProfileError
 from console.core.text import terminal_safe
 from console.sources.profile_store import ProfileStore

@@ -27,6 +27,32 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", metavar="NAME", help="take the gauge's target from this saved profile")
 
 
+THEME_NAMES = ("dark", "light", "high-contrast")
+"""The console's themes (console/tui/themes.py, which tests/test_tui_themes.py holds to this list): named
+here so that building the parser never imports Textual."""
+
+
+def add_theme_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--theme",
+        metavar="NAME",
+        help=f"the console's colours: {', '.join(THEME_NAMES)} (default: [ui] theme in the hosts file, else dark)",
+    )
+
+
+def resolve_theme(choice: str | None, configured: str | None) -> str:
+    """--theme, else the hosts file's `[ui] theme`, else dark; an unknown name is one sentence."""
+    name = choice if choice is not None else configured
+    if name is None:
+        return THEME_NAMES[0]
+    if name not in THEME_NAMES:
+        where = "--theme" if choice is not None else "[ui] theme in the hosts file"
+        raise UsageError(
+            f"{where} names no theme {terminal_safe(repr(name))}: choose one of {', '.join(THEME_NAMES)}."
+        )
+    return name
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "open",
@@ -40,6 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--hosts", type=Path, metavar="FILE", help="the hosts file (default: the user config dir)")
     add_target_options(p)
     add_record_option(p)
+    add_theme_option(p)
     p.set_defaults(func=run)
 
 
@@ -100,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         where = hosts.path or "the hosts file"
         raise UsageError(f"no host given and {where} lists none; name a HOST or add [hosts.NAME] tables.")
     target, source = resolve_target(args)
+    theme = resolve_theme(args.theme, hosts.ui.theme)
     from console.sources.alerts import AlertConfigError, load_alert_config
 
     try:
@@ -116,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         profile=args.profile,
         alerts=alerts,
         record=args.record,
+        theme=theme,
     )
     with Lifeline(app) as lifeline:
         code = int(app.run() or 0)

@@ -10,17 +10,33 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from console.cli.cmd_console import add_target_options, require_terminal, resolve_target, say_why_ended
+from console.cli.cmd_console import (
+    add_target_options,
+    add_theme_option,
+    require_terminal,
+    resolve_target,
+    resolve_theme,
+    say_why_ended,
+)
 from console.cli.cmd_record import add_record_option, check_record_path
 from console.cli.cmd_twin import scenario_argument, state_dir_argument
 from console.cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from console.sources.hosts import HostConfig
+    from console.tui.host_entry import HostEntry
+    from console.twin.host import TwinHost
 
 DEMO_TARGET = 200_000
 """The incident's goal: a 200k-token context (the twin boots with the first, too small, flags)."""
 DEMO_PROFILE = "ctx-200k"
 DEMO_TIME_SCALE = 0.02
 """A five-minute restart plays in about six seconds."""
+MAX_DEMO_HOSTS = 32
+"""Each twin is a simulated server, a journal writer and an SSH endpoint: 32 is what the fleet benchmark
+(tests/bench/bench_fleet.py) follows on a 2-core machine."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -38,25 +54,45 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--scenario", default=None, help="simulated deployment (default: the twin's default)")
     p.add_argument(
-        "--state-dir", metavar="DIR", help="where the twin keeps its files (default: a temporary directory)"
+        "--state-dir",
+        metavar="DIR",
+        help="where the twin keeps its files (default: a temporary directory); with --hosts, one "
+        "subdirectory per twin",
+    )
+    p.add_argument(
+        "--hosts",
+        type=int,
+        default=1,
+        metavar="N",
+        help=f"simulate N hosts (1-{MAX_DEMO_HOSTS}), each a twin on its own loopback address: from 2 the "
+        "console has the fleet overview, from 4 it opens on it",
     )
     add_target_options(p)
     add_record_option(p)
+    add_theme_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from console.sources.hosts import load_hosts
-    from console.tui.app import ConsoleApp, HostEntry
+    from console.sources.hosts import HostsError, load_hosts
+    from console.tui.app import ConsoleApp
     from console.tui.lifeline import Lifeline, end_now
-    from console.twin.host import DEFAULT_SCENARIO, TwinError, TwinHost
+    from console.twin.host import DEFAULT_SCENARIO, TwinHost
 
     if not 0 < args.time_scale <= 100:
         raise UsageError(f"--time-scale must be a positive number up to 100, not {args.time_scale}.")
     from console.tui.recording import recordings_dir
 
+    if not 1 <= args.hosts <= MAX_DEMO_HOSTS:
+        raise UsageError(f"--hosts must be a whole number from 1 to {MAX_DEMO_HOSTS}, not {args.hosts}.")
     scenario = scenario_argument(args.scenario)
     chosen_dir = state_dir_argument(args.state_dir)
+    # Before the sandbox hides the operator's own config: the demo draws in the operator's theme.
+    try:
+        configured = load_hosts().ui.theme if args.theme is None else None
+    except HostsError as exc:
+        raise UsageError(str(exc)) from None
+    theme = resolve_theme(args.theme, configured)
     # The operator's own recordings directory, read before the sandbox hides it: a recording started
     # with W outlives the demo.
     recordings = recordings_dir()
@@ -67,53 +103,36 @@ def run(args: argparse.Namespace) -> int:
         target, source = resolve_target(args)
         if target is None:
             target, source = DEMO_TARGET, "demo goal"
-        check_record_path(args.record, ["twin"])
+        names = ["twin"] if args.hosts == 1 else [f"twin-{i + 1}" for i in range(args.hosts)]
+        check_record_path(args.record, names)
         require_terminal("k26-console demo")
-        state_dir = chosen_dir if chosen_dir is not None else scratch / "twin"
-        twin = TwinHost(
-            state_dir,
-            name="twin",
-            scenario=scenario or DEFAULT_SCENARIO,
-            time_scale=args.time_scale,
-            ssh_port=0,
-            start_service=False,
-        )
-
-        def prepare():
-            try:
-                twin.start_sync()
-            except TwinError as exc:
-                raise RuntimeError(f"the simulated host did not start: {exc}") from None
-            config = load_hosts(twin.hosts_toml).get(twin.name)
-            if config is None:
-                raise RuntimeError("the simulated host wrote no hosts entry")
-            return config
-
-        def start_service() -> None:
-            # Started once the console follows the journal, so the boot plays on the timeline. Without
-            # waiting for the boot: a quit in the meantime would wait for it (asyncio.run's executor
-            # shutdown), ~6 s past a SIGTERM.
-            twin.systemctl("start", "--no-block", twin.unit, check=False)
-
-        entry = HostEntry(
-            name="twin",
-            simulated=True,
-            sandbox=True,
-            prepare=prepare,
-            after_start=start_service,
-            session_options={"gpu_interval_s": 1.0},
-        )
+        base = chosen_dir if chosen_dir is not None else scratch / "twin"
+        twins = [
+            TwinHost(
+                base if args.hosts == 1 else base / name,
+                name=name,
+                scenario=scenario or DEFAULT_SCENARIO,
+                time_scale=args.time_scale,
+                # Each its own loopback address, as separate machines would be.
+                ssh_host="127.0.0.1" if args.hosts == 1 else f"127.0.0.{10 + i}",
+                ssh_port=0,
+                start_service=False,
+            )
+            for i, name in enumerate(names)
+        ]
+        entries = [_demo_entry(twin) for twin in twins]
         app = ConsoleApp(
-            [entry],
+            entries,
             read_only=args.read_only,
             target=target,
             target_source=source,
             # The profiles screen opens on the demo's goal: from 0.85 to a verified 200k in one restart.
             profile=args.profile or DEMO_PROFILE,
+            theme=theme,
             record=args.record,
         )
         app.recording.directory = recordings
-        stop_twin = _Once(twin.stop_sync)
+        stop_twin = _Once(lambda: _stop_all(twins))
         # A closed terminal (SIGHUP: tmux kill-server, a dropped SSH), a kill or a stuck exit must still
         # stop the twin's supervisor and server, as `q` does, rather than leave them running.
         lifeline = stack.enter_context(Lifeline(app))
@@ -122,12 +141,56 @@ def run(args: argparse.Namespace) -> int:
             code = int(app.run() or 0)
         finally:
             with contextlib.suppress(OSError, ValueError):  # the terminal may be gone (SIGHUP)
-                sys.stderr.write("k26-console demo: stopping the simulated host.\n")
+                what = "host" if len(twins) == 1 else f"{len(twins)} hosts"
+                sys.stderr.write(f"k26-console demo: stopping the simulated {what}.\n")
             stop_twin()
     if lifeline.fired:
         say_why_ended(lifeline.reason, "stopped the simulated host")
         end_now(lifeline.exit_code(code))
     return code
+
+
+def _demo_entry(twin: TwinHost) -> HostEntry:
+    """The console's entry for one twin: started (in a thread) when the console starts its session."""
+    from console.sources.hosts import load_hosts
+    from console.tui.host_entry import HostEntry
+    from console.twin.host import TwinError
+
+    def prepare() -> HostConfig:
+        try:
+            twin.start_sync()
+        except TwinError as exc:
+            raise RuntimeError(f"the simulated host did not start: {exc}") from None
+        config = load_hosts(twin.hosts_toml).get(twin.name)
+        if config is None:
+            raise RuntimeError("the simulated host wrote no hosts entry")
+        return config
+
+    def start_service() -> None:
+        # Started once the console follows the journal, so the boot plays on the timeline. Without
+        # waiting for the boot: a quit in the meantime would wait for it (asyncio.run's executor
+        # shutdown), ~6 s past a SIGTERM.
+        twin.systemctl("start", "--no-block", twin.unit, check=False)
+
+    return HostEntry(
+        name=twin.name,
+        simulated=True,
+        sandbox=True,
+        prepare=prepare,
+        after_start=start_service,
+        # One twin samples its GPUs every second, as the demo always did; a fleet follows the console's
+        # polling plan (console/core/fleet.py).
+        session_options={"gpu_interval_s": 1.0} if twin.name == "twin" else {},
+    )
+
+
+def _stop_all(twins: list[TwinHost]) -> None:
+    """Stop every twin, each in its own thread: one at a time, 32 of them took most of a minute."""
+    threads = [threading.Thread(target=twin.stop_sync, name=f"stop-{twin.name}") for twin in twins]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 SANDBOX_DIRS = {

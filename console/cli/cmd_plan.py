@@ -18,11 +18,10 @@ from console.core.capacity import (
     MAX_RUNNING_REQUESTS,
     MAX_TP,
     CapacityError,
-    Plan,
-    check_fraction,
     in_range,
     range_text,
 )
+from console.core.capacity_plan import Plan, check_fraction
 from console.core.hostfacts import HostFacts
 from console.core.models import KV_CACHE_DTYPES, ModelConfigError, ModelSpec, parse_hf_config
 from console.core.parser import parse_lines

@@ -211,15 +211,8 @@ def _progress_printer(enabled: bool) -> Callable[[ProbeProgress], None]:
 def run(args: argparse.Namespace) -> int:
     from console.core.profiles import ProfileError
     from console.sources.hosts import HostsError, load_hosts, resolve_host
-    from console.sources.probe import (
-        DEFAULT_NEW_TOKENS,
-        ProbeError,
-        append_history,
-        audit_probe,
-        open_prober,
-        record_profile,
-        report_json,
-    )
+    from console.sources.probe import DEFAULT_NEW_TOKENS, ProbeError, audit_probe, open_prober, report_json
+    from console.sources.probe_history import append_history, record_profile
     from console.sources.transport import TransportError
 
     depths: list[int] = args.sweep if args.sweep else [args.depth]

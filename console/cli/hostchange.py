@@ -24,7 +24,8 @@ from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, CliError
 from console.cli.remote import connected
 from console.cli.tables import styled
 from console.core.apply import ApplyOutcome, ApplyProgress
-from console.core.pairing import AuditAction, AuditEntry, BreakRefused, LockHeld
+from console.core.audit import AuditAction, AuditEntry
+from console.core.pairing import BreakRefused, LockHeld
 from console.core.restart import PHASE_LABELS, Phase
 from console.core.text import terminal_safe
 

@@ -21,7 +21,7 @@ from console.cli.hostchange import (
 )
 from console.cli.remote import inventory_host
 from console.core.apply import ApplyOutcome, ApplyProgress
-from console.core.pairing import AuditAction
+from console.core.audit import AuditAction
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
     from console.sources.hoststate import HostStateDir

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:  # core.pairing carries a PendingRollback in its view: imported there, not here
-    from console.core.pairing import AuditEntry
+    from console.core.audit import AuditEntry
 
 TIMER_PREFIX = "k26-rollback-"
 PENDING_FILE = "pending-rollback.json"

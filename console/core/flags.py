@@ -1,4 +1,5 @@
-"""SGLang's command-line flags: the shipped flag lists, argparse-exact resolution, and validation.
+"""SGLang's command-line flags: the shipped flag lists, argparse-exact resolution, value conversion and
+rendering, and reading an argv back into flags. Validation of a profile is `console.core.flag_validation`.
 
 The flag lists in `console/data/sglang-args/v<version>.json` are extracted from SGLang's own source by
 `console/tools/extract_sglang_args.py` (one object per argparse action: `flag`, `aliases`, `negation`,
@@ -10,12 +11,6 @@ option string wins; otherwise every option string that starts with what was type
 more than one candidate is an error even when they are aliases of one flag. `--tp 8` therefore means
 `--tp-size 8` where nothing else starts with `--tp`, and `--cuda-graph-max-bs` is an error on 0.5.23
 (`--cuda-graph-max-bs-decode`, `--cuda-graph-max-bs-prefill`).
-
-Validation checks what the server would check when it parses its argv: unknown and ambiguous options,
-values that do not convert (`int`, `float`, SGLang's `human_readable_int`, JSON), values outside
-`choices`, switches given a value, value flags given true/false, the wrong number of values, values
-that argparse would read as an option, retired flags, missing required flags, and two profile keys that
-set the same flag.
 """
 
 from __future__ import annotations
@@ -23,7 +18,6 @@ from __future__ import annotations
 import difflib
 import functools
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
@@ -40,7 +34,7 @@ Canonical = dict[str, tuple[str, ...] | bool]
 """Parsed flags keyed by primary option string: value words, True for a switch, False for `--no-x`."""
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
-_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class FlagSpec(BaseModel):
@@ -292,7 +286,7 @@ def convert(spec: FlagSpec, word: str) -> Any:
     return word
 
 
-_TYPE_WORDS = {
+TYPE_WORDS = {
     "int": "an integer",
     "float": "a number",
     "human_int": "an integer (200000, 200k or 128Ki)",
@@ -351,176 +345,6 @@ def render_flags(flags: Mapping[str, FlagValue], flag_list: FlagList | None = No
     for key, value in flags.items():
         out.extend(render_flag(key, value, flag_list))
     return out
-
-
-# --------------------------------------------------------------------------------------------------
-# Validation
-# --------------------------------------------------------------------------------------------------
-
-
-class FlagIssue(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    flag: str
-    """The key as the profile writes it (`tp`, `mem-fraction-static`), or the argv word."""
-    level: Literal["error", "warning"]
-    code: str
-    message: str
-    """One sentence that names the flag."""
-
-
-class ValidationReport(BaseModel):
-    sglang_version: str
-    issues: list[FlagIssue] = Field(default_factory=list)
-    resolved: dict[str, str] = Field(default_factory=dict)
-    """Profile key → the primary option string it means on this version."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-    @property
-    def errors(self) -> list[FlagIssue]:
-        return [i for i in self.issues if i.level == "error"]
-
-    @property
-    def warnings(self) -> list[FlagIssue]:
-        return [i for i in self.issues if i.level == "warning"]
-
-
-def _is_scalar(v: Any) -> bool:
-    return isinstance(v, int | float | str) and not isinstance(v, bool)
-
-
-def validate_flags(flags: Mapping[str, Any], flag_list: FlagList) -> ValidationReport:
-    """Check a profile's `[flags]` table against one SGLang version's parser."""
-    report = ValidationReport(sglang_version=flag_list.sglang_version)
-    issues = report.issues
-    seen: dict[str, str] = {}
-
-    def err(key: str, code: str, msg: str) -> None:
-        issues.append(FlagIssue(flag=key, level="error", code=code, message=msg))
-
-    def warn(key: str, code: str, msg: str) -> None:
-        issues.append(FlagIssue(flag=key, level="warning", code=code, message=msg))
-
-    for key, value in flags.items():
-        shown = "--" + key.lstrip("-")
-        if not _KEY.match(key.lstrip("-")):
-            err(
-                key,
-                "bad_name",
-                f"{key!r} is not a flag name (write it as on the command line, without a value).",
-            )
-            continue
-        try:
-            res = flag_list.resolve(shown)
-        except FlagError as exc:
-            err(key, exc.kind, f"{exc} on SGLang {flag_list.sglang_version}.")
-            continue
-        spec = res.spec
-        if spec is None:
-            err(key, "help", f"{shown} is argparse's help option, not a server setting.")
-            continue
-        report.resolved[key] = spec.flag
-        if res.how == "prefix":
-            warn(key, "abbreviation", f"{shown} is an abbreviation of {res.option}; write the full name.")
-        if spec.target in seen:
-            err(
-                key,
-                "duplicate",
-                f"{shown} sets the same flag as {'--' + seen[spec.target].lstrip('-')} ({spec.flag}).",
-            )
-            continue
-        seen[spec.target] = key
-        if spec.deprecated == "error":
-            err(
-                key,
-                "retired",
-                f"{shown} was retired in SGLang {flag_list.sglang_version}: {spec.help or 'the server refuses it.'}",
-            )
-            continue
-        if spec.deprecated == "warn":
-            warn(
-                key,
-                "deprecated",
-                f"{shown} is deprecated in SGLang {flag_list.sglang_version}: {spec.help or 'it may go away.'}",
-            )
-        _check_value(key, shown, value, spec, res.negated, flag_list, err)
-
-    present = {flag_list.spec(flag).target for flag in report.resolved.values() if flag_list.spec(flag)}  # type: ignore[union-attr]
-    for spec in flag_list.flags:
-        if spec.required and spec.target not in present:
-            err(
-                spec.flag.lstrip("-"),
-                "required",
-                f"{spec.flag} is required by SGLang and the profile does not set it.",
-            )
-    return report
-
-
-def _check_value(
-    key: str, shown: str, value: Any, spec: FlagSpec, negated: bool, fl: FlagList, err: Any
-) -> None:
-    if spec.switch:
-        if not isinstance(value, bool):
-            err(
-                key,
-                "switch_value",
-                f"{shown} is an on/off flag and takes no value; write true or false, not {value!r}.",
-            )
-        return
-    if isinstance(value, bool):
-        if spec.nargs == "?" and value:
-            return
-        what = _TYPE_WORDS.get(spec.type, "a value")
-        err(key, "needs_value", f"{shown} takes {what}, not {'true' if value else 'false'}.")
-        return
-    if isinstance(value, dict) and spec.type not in ("json", "str", "nullable_str"):
-        err(key, "bad_type", f"{shown} takes {_TYPE_WORDS.get(spec.type, 'a value')}, not a table.")
-        return
-    nargs = spec.nargs
-    if isinstance(value, list):
-        if nargs in (None, "?"):
-            err(key, "one_value", f"{shown} takes one value, not a list.")
-            return
-        if any(not _is_scalar(v) for v in value):
-            err(key, "bad_type", f"{shown} takes a list of strings or numbers.")
-            return
-        if nargs == "+" and not value:
-            err(key, "nargs", f"{shown} needs at least one value.")
-            return
-        if isinstance(nargs, int) and len(value) != nargs:
-            err(key, "nargs", f"{shown} takes exactly {nargs} values, not {len(value)}.")
-            return
-    elif isinstance(nargs, int) and nargs != 1:
-        err(key, "nargs", f"{shown} takes exactly {nargs} values.")
-        return
-    if isinstance(value, float) and not math.isfinite(value):
-        err(key, "bad_value", f"{shown} = {value!r} is not a usable number.")
-        return
-    for word in value_words(value):
-        kind = fl.classify(word)
-        if kind != "value":
-            err(
-                key,
-                "looks_like_option",
-                f"{shown} value {word!r} would be read by argparse as an option, not a value.",
-            )
-            return
-        try:
-            converted = convert(spec, word)
-        except (ValueError, OverflowError) as exc:
-            err(
-                key,
-                "bad_type",
-                f"{shown} takes {_TYPE_WORDS.get(spec.type, 'a value')}, not {word!r} ({exc}).",
-            )
-            return
-        if spec.choices is not None and spec.type != "json" and converted not in spec.choices:
-            shown_choices = ", ".join(str(c) for c in spec.choices)
-            err(key, "choice", f"{shown} = {word!r} is not one of: {shown_choices}.")
-            return
 
 
 # --------------------------------------------------------------------------------------------------
@@ -619,14 +443,12 @@ __all__ = [
     "DEFAULT_SGLANG_VERSION",
     "Canonical",
     "FlagError",
-    "FlagIssue",
     "FlagList",
     "FlagSpec",
     "FlagValue",
     "ParsedArgv",
     "Resolution",
     "UnknownVersion",
-    "ValidationReport",
     "available_versions",
     "canonical_version",
     "convert",
@@ -637,6 +459,5 @@ __all__ = [
     "render_flags",
     "same_value",
     "split_command",
-    "validate_flags",
     "value_words",
 ]

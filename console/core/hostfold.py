@@ -15,10 +15,13 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from pydantic import BaseModel
+
 from console.core.events import DecodeBatch, Event, PrefillBatch
 from console.core.gpus import HostGpuSample
 from console.core.parser import JournalParser
-from console.core.serving import DEFAULT_WINDOW_S, Scrape, ServingFigures, ServingHistory, TrendPoint
+from console.core.serving import DEFAULT_WINDOW_S, Scrape, ServingFigures, TrendPoint
+from console.core.serving_history import ServingHistory
 from console.core.snapshot import (
     ConnectionStatus,
     FollowerStatus,
@@ -149,10 +152,30 @@ class HostFold:
         twin = copy.copy(self)
         twin.parser = copy.deepcopy(self.parser)
         twin.recent = deque(self.recent, maxlen=self.recent.maxlen)
-        # The window's scrapes, deltas and trend points are frozen models: new deques of the same
-        # ones (a deep copy of a full window cost a quarter of a second).
-        history = twin.history = copy.copy(self.history)
-        for name in ("scrapes", "deltas", "trend"):
-            items: deque[Any] = getattr(self.history, name)
-            setattr(history, name, deque(items, maxlen=items.maxlen))
+        twin.history = _copied(self.history)
         return twin
+
+
+def _copied(value: Any) -> Any:
+    """`value` with its own containers (deques, lists, dicts, sets) and its own instances of the console's
+    plain classes (the serving window, its running sums), all the way down; the frozen models and
+    everything else in them are shared. A deep copy of a full serving window cost a quarter of a
+    second a checkpoint; this costs a tenth of a millisecond."""
+    if isinstance(value, deque):
+        return deque((_copied(v) for v in value), maxlen=value.maxlen)
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, set):
+        return set(value)
+    if (
+        not isinstance(value, BaseModel)
+        and type(value).__module__.startswith("console.core.")
+        and hasattr(value, "__dict__")
+    ):
+        twin = copy.copy(value)
+        for name, item in vars(value).items():
+            setattr(twin, name, _copied(item))
+        return twin
+    return value

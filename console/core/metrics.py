@@ -151,6 +151,67 @@ def parse_prometheus(text: str) -> MetricsText:
     return MetricsText(samples=tuple(samples), types=types, skipped_lines=skipped)
 
 
+def _family_blocks(lines: list[str]) -> list[str]:
+    """The text's lines in blocks, one per metric family: a block starts at a `# HELP` line, or at a
+    `# TYPE` line of another family than the `# HELP` before it (samples before any are one block)."""
+    blocks: list[list[str]] = [[]]
+    family = None
+    for line in lines:
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and (parts[1] == "HELP" or (parts[1] == "TYPE" and parts[2] != family)):
+                if blocks[-1]:
+                    blocks.append([])
+                family = parts[2]
+        blocks[-1].append(line)
+    return ["\n".join(block) for block in blocks if block]
+
+
+class PrometheusReader:
+    """`parse_prometheus` with a memory of the previous scrape, for a client that scrapes one server
+    again and again: a family whose lines are the same as in the previous scrape is not parsed again.
+
+    prometheus_client's parser reads a character at a time (~4 ms for SGLang's 180 lines, most of the
+    console's idle cost of a scrape every 2 s), while between two scrapes of an idle server only a
+    few gauges change. A family is parsed alone, its block of lines from its `# HELP`: the samples are
+    the same as the whole text's. A text the parser refuses is read by `parse_prometheus` (line by line)."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[str, tuple[MetricSample, ...]] = {}
+        self.parsed_blocks = 0
+        """Blocks parsed since the reader was made (the others came from the previous scrape)."""
+
+    def read(self, text: str) -> MetricsText:
+        lines = [raw.strip() for raw in split_lines(text)]
+        types: dict[str, str] = {}
+        for line in lines:
+            if line.startswith("#"):
+                parts = line.split(None, 3)
+                if len(parts) >= 4 and parts[1] == "TYPE":
+                    types[parts[2]] = parts[3].strip()
+        kept: dict[str, tuple[MetricSample, ...]] = {}
+        samples: list[MetricSample] = []
+        try:
+            for block in _family_blocks(lines):
+                got = kept.get(block)
+                if got is None:
+                    got = self._blocks.get(block)
+                if got is None:
+                    self.parsed_blocks += 1
+                    got = tuple(
+                        MetricSample(name=s.name, labels=dict(s.labels), value=float(s.value))
+                        for family in text_string_to_metric_families(block + "\n")
+                        for s in family.samples
+                    )
+                kept[block] = got
+                samples.extend(got)
+        except (ValueError, TypeError, IndexError):
+            self._blocks = {}
+            return parse_prometheus(text)
+        self._blocks = kept  # only the newest scrape's: the memory never grows
+        return MetricsText(samples=tuple(samples), types=types, skipped_lines=0)
+
+
 # How each figure combines across series: replicas' counts add up, ratios average, limits take the max.
 _SUMMED = {
     "num_running_reqs": "sglang:num_running_reqs",

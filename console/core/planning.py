@@ -26,16 +26,15 @@ from console.core.capacity import (
     MAX_TP,
     CapacityError,
     Observation,
-    Plan,
     PoolConfig,
     Speculative,
     calibrate,
     in_range,
     observation_from_boot,
-    plan,
     range_text,
     sizing_rule_for,
 )
+from console.core.capacity_plan import Plan, plan
 from console.core.flags import FlagList, UnknownVersion, load_flag_list
 from console.core.models import ModelConfigError, ModelSpec, find_model, get_model
 from console.core.profiles import Profile

@@ -43,18 +43,17 @@ import tomlkit.exceptions
 import tomlkit.items
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from console.core.flag_validation import ValidationReport, validate_flags
 from console.core.flags import (
     DEFAULT_SGLANG_VERSION,
     FlagList,
     FlagSpec,
     FlagValue,
-    ValidationReport,
     human_readable_int,
     parse_argv,
     render_flags,
     same_value,
     split_command,
-    validate_flags,
 )
 from console.core.systemd import ExecStartError, argv_size_problems, render_dropin, render_exec_start
 

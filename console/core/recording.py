@@ -36,10 +36,11 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
+from console.core.audit import AuditEntry
 from console.core.events import EVENT_ADAPTER
 from console.core.gpus import HostGpuSample
 from console.core.metrics import MetricsText
-from console.core.pairing import AuditEntry, PairingView
+from console.core.pairing import PairingView
 from console.core.snapshot import ConnectionStatus, FollowerStatus, ServerSample
 from console.core.state import HostState
 

@@ -8,94 +8,23 @@ counter deltas over the time the window's scrapes really span. Gauges (running, 
 token usage) are the newest scrape's.
 
 Which metric each figure reads, and since which SGLang version it is exported, is the table
-`METRICS`; a figure the server does not export is `None` and named in `ServingFigures.absent` with the
+`serving_metrics.METRICS`; a figure the server does not export is `None` and named in `ServingFigures.absent` with the
 reason, never shown as zero. Nothing here does I/O or knows the time: scrapes carry their own times.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.events import DecodeBatch, PrefillBatch
 from console.core.metrics import MetricsText
+from console.core.serving_metrics import absent_reason
 
 DEFAULT_WINDOW_S = 300.0
 QUANTILES = (0.5, 0.9, 0.99)
-
-
-class MetricName(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    since: str
-    """The first SGLang release read that exports it: v0.4.6.post5 is the oldest read, so `0.4.6` means
-    "0.4.6 or earlier"."""
-    note: str = ""
-
-
-# Read from SGLang's metrics collector: v0.4.6.post5 `srt/metrics/collector.py`, v0.5.12.post1 and 0.5.23
-# `srt/observability/metrics_collector.py` (docs/serving.md has the table, per figure).
-METRICS: dict[str, MetricName] = {
-    m.name: m
-    for m in (
-        MetricName(name="sglang:num_running_reqs", since="0.4.6"),
-        MetricName(name="sglang:num_queue_reqs", since="0.4.6"),
-        MetricName(name="sglang:num_used_tokens", since="0.4.6"),
-        MetricName(name="sglang:token_usage", since="0.4.6", note="the max over the KV and state pools"),
-        MetricName(name="sglang:gen_throughput", since="0.4.6"),
-        MetricName(name="sglang:cache_hit_rate", since="0.4.6"),
-        MetricName(name="sglang:spec_accept_length", since="0.4.6"),
-        MetricName(name="sglang:prompt_tokens_total", since="0.4.6"),
-        MetricName(name="sglang:generation_tokens_total", since="0.4.6"),
-        MetricName(name="sglang:cached_tokens_total", since="0.4.6"),
-        MetricName(name="sglang:num_requests_total", since="0.4.6"),
-        MetricName(name="sglang:time_to_first_token_seconds", since="0.4.6"),
-        MetricName(name="sglang:inter_token_latency_seconds", since="0.4.6"),
-        MetricName(
-            name="sglang:time_per_output_token_seconds",
-            since="0.3.0",
-            note="older servers' per-request figure; v0.5.12.post1 no longer exports it",
-        ),
-        MetricName(name="sglang:e2e_request_latency_seconds", since="0.4.6"),
-        MetricName(name="sglang:queue_time_seconds", since="0.5.12"),
-        MetricName(name="sglang:max_total_num_tokens", since="0.5.12"),
-        MetricName(name="sglang:kv_used_tokens", since="0.5.12"),
-        MetricName(name="sglang:kv_available_tokens", since="0.5.12"),
-        MetricName(name="sglang:full_token_usage", since="0.5.12", note="hybrid SWA models"),
-        MetricName(name="sglang:swa_token_usage", since="0.5.12", note="hybrid SWA models"),
-        MetricName(name="sglang:mamba_usage", since="0.5.12", note="hybrid mamba models: the state pool"),
-        MetricName(name="sglang:spec_accept_rate", since="0.5.12"),
-    )
-}
-
-
-def version_tuple(version: str | None) -> tuple[int, ...] | None:
-    """`0.5.12.post1` → (0, 5, 12, 1); None when unknown or unreadable."""
-    if not version:
-        return None
-    parts: list[int] = []
-    for piece in version.strip().lstrip("v").replace("post", "").replace("rc", ".").split("."):
-        digits = "".join(c for c in piece if c.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts) or None
-
-
-def absent_reason(metric: str, version: str | None) -> str:
-    """Why a scrape holds no `metric`: too old a server, or not exported by this one (metrics off, a
-    figure of a feature not in use)."""
-    known = METRICS.get(metric)
-    have = version_tuple(version)
-    if known is not None and have is not None:
-        since = version_tuple(known.since)
-        if since is not None and have < since:
-            return f"{metric} is exported from SGLang {known.since} on; this server runs {version}"
-    return f"this server does not export {metric}"
 
 
 class Scrape(BaseModel):
@@ -148,6 +77,9 @@ class ServingFigures(BaseModel):
     covered_s: float | None = None
     """What the window really was: from the first to the last scrape used (None with one scrape)."""
     scrapes: int = 0
+    as_of: float | None = None
+    """When the newest scrape of the window was read (epoch seconds; None without one): how old the
+    figures are, which the dashboard says once it is more than a few scrape intervals."""
     resets: int = 0
     """Counter resets seen between scrapes in the window (a server restart)."""
     version: str | None = None
@@ -396,57 +328,6 @@ def trend_point(delta: PairDelta) -> TrendPoint:
     )
 
 
-_READ = MetricsText()
-
-
-class ServingHistory:
-    """A bounded, rolling list of timestamped scrapes and what each successive pair added, so that the
-    window's figures cost one pair's reading per scrape (a full window of 150 scrapes read afresh costs
-    about 0.1 s of CPU). A scrape's samples are dropped once the next pair is read: only its time stays.
-    `max_scrapes` bounds it whatever the scrape interval."""
-
-    def __init__(self, *, window_s: float = DEFAULT_WINDOW_S, max_scrapes: int = 151) -> None:
-        self.window_s = window_s
-        self.scrapes: deque[Scrape] = deque(maxlen=max(2, max_scrapes))
-        self.deltas: deque[PairDelta] = deque(maxlen=max(1, max_scrapes - 1))
-        self.trend: deque[TrendPoint] = deque(maxlen=max(1, max_scrapes - 1))
-
-    def add(self, scrape: Scrape) -> None:
-        if self.scrapes and scrape.ts <= self.scrapes[-1].ts:
-            return  # out of order: the window is built on time
-        if self.scrapes:
-            before = self.scrapes[-1]
-            delta = pair_delta(before, scrape)
-            self.deltas.append(delta)
-            self.trend.append(trend_point(delta))
-            # Read once: only the newest scrape's samples are needed again (its gauges, the next pair).
-            self.scrapes[-1] = Scrape(ts=before.ts, metrics=_READ)
-        self.scrapes.append(scrape)
-        start = scrape.ts - self.window_s
-        while len(self.scrapes) > 1 and self.scrapes[0].ts < start:
-            self.scrapes.popleft()
-        while self.deltas and self.deltas[0].start_ts < self.scrapes[0].ts:
-            self.deltas.popleft()
-        while len(self.trend) > len(self.deltas):
-            self.trend.popleft()
-
-    def figures(
-        self,
-        *,
-        version: str | None = None,
-        max_running: float | None = None,
-        lines: Sequence[DecodeBatch | PrefillBatch] = (),
-    ) -> ServingFigures:
-        return serving_figures(
-            self.scrapes,
-            window_s=self.window_s,
-            version=version,
-            max_running=max_running,
-            lines=lines,
-            deltas=self.deltas,
-        )
-
-
 # ---------------------------------------------------------------------------------------------- figures
 
 
@@ -471,6 +352,7 @@ def serving_figures(
     max_running: float | None = None,
     lines: Sequence[DecodeBatch | PrefillBatch] = (),
     deltas: Sequence[PairDelta] | None = None,
+    sums: Mapping[str, HistogramDelta | None] | None = None,
 ) -> ServingFigures:
     """The serving figures of the window ending at the newest scrape.
 
@@ -478,15 +360,21 @@ def serving_figures(
     in for a figure the scrapes lack (no `--enable-metrics`, or an old server), and say so in
     `sources`. `deltas`, when given, are the window's successive pairs already read (`pair_delta`, one
     per pair of successive scrapes of the window): the figures are the same, without reading every
-    scrape of the window again (`ServingHistory` keeps them)."""
+    scrape of the window again (`ServingHistory` keeps them). `sums`, with `deltas`: each histogram's
+    sum over them, already added up (`ServingHistory.histogram_sums`)."""
     window = in_window(scrapes, window_s)
     if deltas is not None:
         start = window[0].ts if window else math.inf
+        given = len(deltas)
         deltas = [d for d in deltas if d.start_ts >= start]
+        if len(deltas) != given:
+            sums = None  # they were summed over pairs the window has left
 
     def hist(name: str) -> HistogramDelta | None:
         if deltas is None:
             return histogram_increase(window, name)
+        if sums is not None and name in sums:
+            return sums[name]
         return merge_deltas([d.histograms[name] for d in deltas if name in d.histograms])
 
     def counter(name: str) -> tuple[float | None, int]:
@@ -503,6 +391,8 @@ def serving_figures(
     resets = 0
     if len(window) >= 2:
         fields["covered_s"] = window[-1].ts - window[0].ts
+    if window:
+        fields["as_of"] = window[-1].ts
     last = window[-1].metrics if window else None
 
     def need_two(figure: str) -> None:

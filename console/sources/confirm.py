@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from console.core.audit import AuditEntry
 from console.core.confirm import (
     PENDING_FILE,
     PendingRollback,
@@ -18,7 +19,6 @@ from console.core.confirm import (
     rollback_script,
     rollback_unit,
 )
-from console.core.pairing import AuditEntry
 from console.core.systemd import DROPIN_NAME
 from console.sources.hoststate import HostStateDir, HostStateError
 

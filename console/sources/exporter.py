@@ -35,14 +35,14 @@ from console.core.export import (
 )
 from console.core.models import ModelConfigError
 from console.core.planning import boot_source, latest_sized, plan_restart, resolve_model
-from console.core.probe import ProbeRecord
+from console.core.probe_history import ProbeRecord
 from console.core.snapshot import HostSnapshot
 from console.core.state import Boot
 from console.core.text import terminal_safe
 from console.sources.confirm import read_pending
 from console.sources.hosts import HostConfig
 from console.sources.hoststate import HostStateDir, HostStateError
-from console.sources.probe import load_history
+from console.sources.probe_history import load_history
 from console.sources.profile_store import ProfileStore
 from console.sources.session import HostSession
 from console.sources.transport import TransportError

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import shlex
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -36,152 +35,19 @@ from console.core.gpus import (
     parse_nvidia_smi_gpus,
     sample_from_agent_line,
 )
+from console.sources.gpu_agent import (
+    _nvml_sample,
+    _nvml_start,
+    agent_argv,
+    nvidia_smi_apps_argv,
+    nvidia_smi_argv,
+)
 from console.sources.transport import CommandResult, Transport, TransportError
 
 MIN_INTERVAL_S = 0.25
 DEFAULT_INTERVAL_S = 1.0
 
 BackendChoice = Literal["auto", "nvml", "agent", "nvidia-smi"]
-
-
-# ---- NVML reading, shared by the local sampler and the agent script -----------------------------------
-# These two functions are sent to remote hosts as source text: they use only their `nvml` argument and
-# builtins, and Python 3.6-compatible syntax (the host's python3 is whatever SGLang runs on).
-
-
-def _nvml_start(nvml: Any) -> dict[str, Any] | None:
-    """Initialise NVML; None when ready, else the sample that says why not."""
-    missing = getattr(nvml, "NVMLError_LibraryNotFound", None)
-    try:
-        nvml.nvmlInit()
-    except Exception as exc:
-        if missing is not None and isinstance(exc, missing):
-            return {"state": "nvml_missing", "detail": "the NVML library is not installed on this host."}
-        return {"state": "error", "detail": "NVML did not start: " + str(exc) + "."}
-    return None
-
-
-def _nvml_sample(nvml: Any) -> dict[str, Any]:
-    """One sample of every GPU, as a plain dict of the `HostGpuSample` fields."""
-
-    def text(value: object) -> object:
-        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-    def call(fn: Callable[..., Any], *args: object) -> Any:
-        # Each field on its own: a card that cannot report one thing still reports the rest.
-        try:
-            return fn(*args)
-        except Exception:
-            return None
-
-    mib = 1024.0 * 1024.0
-    try:
-        count = nvml.nvmlDeviceGetCount()
-    except Exception as exc:
-        return {"state": "error", "detail": "NVML could not count the GPUs: " + str(exc) + "."}
-    gpus: list[dict[str, Any]] = []
-    for index in range(count):
-        handle = call(nvml.nvmlDeviceGetHandleByIndex, index)
-        if handle is None:
-            gpus.append({"index": index})
-            continue
-        memory = call(nvml.nvmlDeviceGetMemoryInfo, handle)
-        rates = call(nvml.nvmlDeviceGetUtilizationRates, handle)
-        processes: list[dict[str, Any]] = []
-        for proc in call(nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []:
-            pid = getattr(proc, "pid", None)
-            used = getattr(proc, "usedGpuMemory", None)
-            name = call(nvml.nvmlSystemGetProcessName, pid) if pid is not None else None
-            processes.append(
-                {
-                    "pid": pid,
-                    "name": text(name),
-                    "used_memory_mib": used / mib if isinstance(used, int) else None,
-                }
-            )
-        gpus.append(
-            {
-                "index": index,
-                "name": text(call(nvml.nvmlDeviceGetName, handle)),
-                "uuid": text(call(nvml.nvmlDeviceGetUUID, handle)),
-                "utilization_pct": getattr(rates, "gpu", None),
-                "memory_used_mib": memory.used / mib if memory is not None else None,
-                "memory_total_mib": memory.total / mib if memory is not None else None,
-                "processes": processes,
-            }
-        )
-    return {"state": "ok" if gpus else "no_gpus", "gpus": gpus}
-
-
-_AGENT_MAIN = """
-def _agent(interval):
-    import json, os, sys, threading, time
-
-    def emit(obj):
-        sys.stdout.write(json.dumps(obj) + "\\n")
-        sys.stdout.flush()
-
-    def watch_stdin():
-        # The console stops the agent by closing the channel. Root sessions ignore SSH signals, so
-        # the end of stdin is the one stop signal that always arrives.
-        try:
-            while sys.stdin.buffer.read(4096):
-                pass
-        finally:
-            os._exit(0)
-
-    threading.Thread(target=watch_stdin, daemon=True).start()
-    try:
-        import pynvml as nvml
-    except ImportError:
-        emit({"state": "nvml_missing", "detail": "python3 on this host has no pynvml (nvidia-ml-py)."})
-        return
-    failed = _nvml_start(nvml)
-    if failed is not None:
-        emit(failed)
-        return
-    while True:
-        started = time.time()
-        try:
-            emit(_nvml_sample(nvml))
-        except (BrokenPipeError, OSError):
-            os._exit(0)
-        time.sleep(max(0.0, interval - (time.time() - started)))
-
-
-try:
-    _agent(float(sys.argv[1]))
-finally:
-    # os._exit: a normal exit would wait a second for the stdin thread's lock at shutdown.
-    try:
-        sys.stdout.flush()
-    except Exception:
-        pass
-    os._exit(0)
-"""
-
-
-def agent_script() -> str:
-    """The self-contained NVML agent sent as `python3 -c SCRIPT INTERVAL`."""
-    # The functions' annotations name typing objects the host's Python never imports: keep them unevaluated.
-    head = "from __future__ import annotations\nimport os, sys"
-    return "\n".join([head, inspect.getsource(_nvml_start), inspect.getsource(_nvml_sample), _AGENT_MAIN])
-
-
-def agent_argv(interval_s: float, python: str = "python3") -> list[str]:
-    return [python, "-c", agent_script(), f"{interval_s:g}"]
-
-
-def nvidia_smi_argv() -> list[str]:
-    return ["nvidia-smi", f"--query-gpu={','.join(GPU_QUERY_FIELDS)}", "--format=csv,noheader,nounits"]
-
-
-def nvidia_smi_apps_argv() -> list[str]:
-    return [
-        "nvidia-smi",
-        f"--query-compute-apps={','.join(APPS_QUERY_FIELDS)}",
-        "--format=csv,noheader,nounits",
-    ]
 
 
 # ---- samplers -----------------------------------------------------------------------------------------
@@ -409,9 +275,12 @@ class _StreamSampler:
     ) -> None:
         self.transport = transport
         self.interval_s = max(MIN_INTERVAL_S, interval_s)
+        self._own_patience = patience_s is None
         self.patience_s = patience_s if patience_s is not None else max(3.0, 3 * self.interval_s)
         self._samples: asyncio.Queue[HostGpuSample | None] = asyncio.Queue(maxsize=4)
         self._reader: asyncio.Task[None] | None = None
+        self._retired: set[asyncio.Task[None]] = set()
+        """Streams replaced by `retune`: their end is not news (no error sample)."""
         self._last_exit: str | None = None
         self.streams_started = 0
 
@@ -450,7 +319,29 @@ class _StreamSampler:
         except (ValueError, TransportError) as exc:
             self._last_exit = str(exc)
         finally:
-            self._put(None)
+            task = asyncio.current_task()
+            if task in self._retired:
+                self._retired.discard(task)
+            else:
+                self._put(None)
+
+    def retune(self, interval_s: float) -> None:
+        """Sample every `interval_s` from now on: the host's loop keeps its own time, so the stream is
+        started again with the new interval (one SSH channel closed, one opened); a `sample()` waiting
+        meanwhile gets the new stream's first sample."""
+        interval_s = max(MIN_INTERVAL_S, interval_s)
+        if interval_s == self.interval_s:
+            return
+        self.interval_s = interval_s
+        if self._own_patience:
+            self.patience_s = max(3.0, 3 * interval_s)
+        old = self._reader
+        if old is not None and not old.done():
+            self._retired.add(old)
+            old.cancel()
+            self._reader = asyncio.get_running_loop().create_task(
+                self._read(), name=f"gpu-{self.backend}-{self._host}"
+            )
 
     def _error(self, detail: str) -> HostGpuSample:
         return HostGpuSample(
@@ -607,10 +498,21 @@ class GpuPoller:
                 if delay > 0 and not self.sampler.self_paced:
                     # A stream keeps its own schedule on the host; waiting for its line is the tick.
                     await asyncio.sleep(delay)
+                if isinstance(self.sampler, _StreamSampler) and self.sampler.interval_s != self.interval_s:
+                    self.sampler.retune(self.interval_s)  # changed while the sampler was being chosen
                 yield await self.sampler.sample()
                 next_at = max(next_at + self.interval_s, loop.time())
         finally:
             await self.close()
+
+    def set_interval(self, interval_s: float) -> None:
+        """A new interval from the next tick on; a streaming sampler restarts its stream with it."""
+        interval_s = max(MIN_INTERVAL_S, interval_s)
+        if interval_s == self.interval_s:
+            return
+        self.interval_s = interval_s
+        if isinstance(self.sampler, _StreamSampler):
+            self.sampler.retune(interval_s)
 
     async def close(self) -> None:
         if self.sampler is not None:

@@ -26,7 +26,11 @@ files (`~/.ssh/known_hosts`, any file `UserKnownHostsFile` names in `~/.ssh/conf
 do NOT turn it off; only `insecure_skip_host_key_check = true` on the host does, and then the console
 says so on every screen and command.
 
-The same file may hold an `[alerts]` table (rules, bell, the pager hook): `console/sources/alerts.py`.
+The same file may hold an `[alerts]` table (rules, bell, the pager hook): `console/sources/alerts.py`,
+and a `[ui]` table for the console's look:
+
+    [ui]
+    theme = "light"                    # dark (default), light or high-contrast; `--theme` overrides it
 
 A name that is not in the file is taken as an ssh target with the defaults above, so
 `k26-console verify gpu1` works with nothing but an `~/.ssh/config` entry.
@@ -183,11 +187,28 @@ class HostConfig(BaseModel):
         return f"{target}:{self.port}" if self.port else target
 
 
+class UiConfig(BaseModel):
+    """The `[ui]` table. The theme's name is checked against the console's themes where they live
+    (console/tui/themes.py, a layer above): here only that it is a short printable word."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    theme: str | None = Field(default=None, max_length=64)
+
+    @field_validator("theme")
+    @classmethod
+    def _theme(cls, value: str | None) -> str | None:
+        if value is not None and (not value.isprintable() or not value.strip()):
+            raise ValueError('must be a theme\'s name such as "light"')
+        return value
+
+
 class HostsFile(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     path: Path | None = None
     hosts: dict[str, HostConfig] = Field(default_factory=dict)
+    ui: UiConfig = Field(default_factory=UiConfig)
 
     def get(self, name: str) -> HostConfig | None:
         return self.hosts.get(name)
@@ -216,7 +237,7 @@ def parse_hosts(text: str, path: Path | None = None) -> HostsFile:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise HostsError(f"{label} is not valid TOML: {exc}.") from None
-    unknown = sorted(set(data) - {"hosts", "alerts"})  # [alerts]: console/sources/alerts.py
+    unknown = sorted(set(data) - {"hosts", "alerts", "ui"})  # [alerts]: console/sources/alerts.py
     if unknown:
         raise HostsError(f"{label} has an unknown top-level key {unknown[0]!r}; hosts go under [hosts.NAME].")
     tables = data.get("hosts", {})
@@ -230,7 +251,14 @@ def parse_hosts(text: str, path: Path | None = None) -> HostsFile:
             hosts[name] = HostConfig.model_validate({"name": name, **table})
         except ValidationError as exc:
             raise HostsError(f"{label}: hosts.{name}.{_first_error(exc)}.") from None
-    return HostsFile(path=path, hosts=hosts)
+    table = data.get("ui", {})
+    if not isinstance(table, dict):
+        raise HostsError(f"{label}: ui must be a table such as [ui].")
+    try:
+        ui = UiConfig.model_validate(table)
+    except ValidationError as exc:
+        raise HostsError(f"{label}: ui.{_first_error(exc)}.") from None
+    return HostsFile(path=path, hosts=hosts, ui=ui)
 
 
 def load_hosts(path: Path | str | None = None) -> HostsFile:

@@ -45,14 +45,19 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from console.core.confirm import PendingRollback
-from console.core.pairing import (
-    DEFAULT_HEARTBEAT_S,
-    DEFAULT_STALE_FACTOR,
+from console.core.audit import (
     AuditAction,
     AuditEntry,
     AuditLog,
     AuditRecord,
+    pair_audit,
+    parse_audit,
+    parse_audit_line,
+)
+from console.core.confirm import PendingRollback
+from console.core.pairing import (
+    DEFAULT_HEARTBEAT_S,
+    DEFAULT_STALE_FACTOR,
     BreakRefused,
     Identity,
     LockHeld,
@@ -61,9 +66,6 @@ from console.core.pairing import (
     Presence,
     fmt_span,
     lock_sentence,
-    pair_audit,
-    parse_audit,
-    parse_audit_line,
 )
 from console.core.text import split_lines
 from console.sources import hoststate_scripts as hs

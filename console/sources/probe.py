@@ -24,9 +24,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-from pydantic import ValidationError
-
 from console.core.events import PoolSummary
 from console.core.metrics import Histogram, SglangMetrics
 from console.core.models import ModelConfigError, find_model, get_model
@@ -36,7 +33,6 @@ from console.core.probe import (
     ProbeMeasurement,
     ProbePhase,
     ProbeProgress,
-    ProbeRecord,
     ProbeReport,
     ProbeResult,
     ProbeStatus,
@@ -49,18 +45,16 @@ from console.core.probe import (
     kv_bytes_per_token,
     live_tok_s,
     random_prompt,
-    records_of,
     refusal,
     refused_result,
     summarize,
     sweep_fit,
-    tok_s_by_depth,
 )
-from console.core.profiles import Verified
 from console.core.text import json_safe
 from console.sources.gpus import LocalRunner, NvidiaSmiSampler, Runner
-from console.sources.hosts import APP_NAME, HostConfig
+from console.sources.hosts import HostConfig
 from console.sources.journal import read_unit_journal
+from console.sources.probe_history import append_history, record_profile
 from console.sources.profile_store import ProfileStore
 from console.sources.server import ServerClient, ServerError
 from console.sources.transport import Backoff, Transport, TransportError
@@ -76,58 +70,6 @@ ProgressCallback = Callable[[ProbeProgress], None]
 
 class ProbeError(Exception):
     """The probe cannot run or was cut short; `str()` is one sentence for the operator."""
-
-
-# ------------------------------------------------------------------------------------------------
-# history file
-# ------------------------------------------------------------------------------------------------
-
-
-def default_history_path() -> Path:
-    return Path(platformdirs.user_state_dir(APP_NAME)) / "probes.jsonl"
-
-
-def append_history(report: ProbeReport, path: Path | None = None) -> Path:
-    """Append one line per depth of `report`; one write per run, so two consoles do not interleave."""
-    path = path or default_history_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = "".join(rec.model_dump_json() + "\n" for rec in records_of(report))
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(text)
-    return path
-
-
-def load_history(path: Path | None = None, *, host: str | None = None) -> list[ProbeRecord]:
-    """The records kept so far (those of `host` only when given); unreadable lines are skipped."""
-    path = path or default_history_path()
-    try:
-        # One record a line, split on "\n" only: a record's text may hold U+2028 or \x85 (JSON leaves
-        # them raw), where str.splitlines would cut it in two and lose it.
-        lines = path.read_text(encoding="utf-8").split("\n")
-    except FileNotFoundError:
-        return []
-    except (OSError, UnicodeDecodeError):
-        return []
-    records: list[ProbeRecord] = []
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            rec = ProbeRecord.model_validate_json(line)
-        except ValidationError:
-            continue
-        if host is None or rec.host == host:
-            records.append(rec)
-    return records
-
-
-def record_profile(report: ProbeReport, profile: str, store: ProfileStore | None = None) -> Path | None:
-    """Keep the run's tok/s by depth in the profile's `[verified]` section; None when nothing measured."""
-    depths = tok_s_by_depth(report)
-    if not depths:
-        return None
-    store = store or ProfileStore()
-    return store.record_verified(profile, Verified(tok_s_at_depth=depths))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -604,14 +546,10 @@ __all__ = [
     "DEFAULT_NEW_TOKENS",
     "ProbeError",
     "Prober",
-    "append_history",
-    "default_history_path",
     "keep_report",
     "limits_from_info",
     "limits_from_journal",
-    "load_history",
     "open_prober",
-    "record_profile",
     "report_json",
     "run_probe",
     "server_tok_s",

@@ -19,8 +19,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from console.core.audit import AuditEntry
 from console.core.hostfold import HostFold
-from console.core.pairing import AuditEntry, PairingView
+from console.core.pairing import PairingView
 from console.core.recording import Mark, Record
 from console.core.snapshot import ConnectionStatus, FollowerStatus, HostSnapshot
 from console.sources.recording import RecordingReader

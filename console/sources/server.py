@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from console.core.metrics import SglangMetrics, parse_prometheus
+from console.core.metrics import PrometheusReader, SglangMetrics
 from console.core.snapshot import HealthState, ServerSample
 from console.core.text import LineSplitter
 from console.sources.hosts import HostConfig
@@ -41,6 +41,8 @@ class ServerClient:
         # No proxies from the environment: the URL is a loopback forward, never a proxied host.
         self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, trust_env=False)
         self._forward: LocalForward | None = None
+        # One server scraped every few seconds: its unchanged families are not parsed again.
+        self._reader = PrometheusReader()
 
     @classmethod
     async def through(
@@ -138,7 +140,7 @@ class ServerClient:
         return response.text
 
     async def metrics(self) -> SglangMetrics:
-        return SglangMetrics.from_metrics(parse_prometheus(await self.metrics_text()))
+        return SglangMetrics.from_metrics(self._reader.read(await self.metrics_text()))
 
     async def light_sample(self) -> ServerSample:
         """Liveness without a generation: `/metrics` (its numbers come along), else `/get_model_info`
@@ -165,7 +167,7 @@ class ServerClient:
             )
         metrics = scrape = None
         if response.url.path == "/metrics":
-            scrape = parse_prometheus(response.text)
+            scrape = self._reader.read(response.text)
             metrics = SglangMetrics.from_metrics(scrape)
         return ServerSample(
             health=HealthState.OK,
@@ -182,7 +184,7 @@ class ServerClient:
         if with_metrics and sample.health is HealthState.OK:
             # A failed scrape (metrics off, a hiccup) must not hide a healthy server.
             with contextlib.suppress(ServerError):
-                scrape = parse_prometheus(await self.metrics_text())
+                scrape = self._reader.read(await self.metrics_text())
                 sample = sample.model_copy(
                     update={"metrics": SglangMetrics.from_metrics(scrape), "scrape": scrape}
                 )

@@ -36,10 +36,10 @@ from console.core.apply import (
     planner_verdict,
     why_not_running,
 )
+from console.core.audit import AuditEntry
 from console.core.confirm import PendingRollback
 from console.core.flagdrift import version_drift
 from console.core.flags import FlagList, UnknownVersion, load_flag_list, split_command
-from console.core.pairing import AuditEntry
 from console.core.profiles import (
     Profile,
     diff_against_argv,

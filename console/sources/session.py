@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
@@ -120,6 +121,7 @@ class HostSession:
         self._tasks: list[asyncio.Task[None]] = []
         self._client: ServerClient | None = None
         self._closed = False
+        self._server_wake = asyncio.Event()
 
     # ---- reading -----------------------------------------------------------------------------------
 
@@ -187,6 +189,20 @@ class HostSession:
             await self._client.aclose()
         await self.transport.close()
         self._publish_now()
+
+    def set_intervals(self, *, gpu_s: float | None = None, server_s: float | None = None) -> None:
+        """Poll the GPUs and the server at new intervals (the fleet view slows the hosts not on screen:
+        `console.core.fleet`). A shorter interval takes effect now, not after the old one runs out."""
+        if gpu_s is not None and self.poller is not None:
+            self.poller.set_interval(gpu_s)
+        if server_s is not None and server_s != self.server_interval_s:
+            sooner = server_s < self.server_interval_s
+            self.server_interval_s = server_s
+            self.fold.history.resize(
+                min(MAX_SCRAPES, math.ceil(self.fold.history.window_s / max(server_s, 0.1)) + 1)
+            )
+            if sooner:
+                self._server_wake.set()
 
     async def __aenter__(self) -> HostSession:
         await self.start()
@@ -332,4 +348,7 @@ class HostSession:
                 self.recorder.record(self.host.name, "server", (reading, max_running))
             self.fold.server_reading(reading, max_running)
             self._touch()
-            await asyncio.sleep(max(0.0, self.server_interval_s - (loop.time() - started)))
+            self._server_wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, self.server_interval_s - (loop.time() - started))):
+                    await self._server_wake.wait()

@@ -34,6 +34,7 @@ from console.sources.profile_store import ProfileStore
 from console.sources.shipped import stylesheets as css_paths
 from console.tui.commands import ConsoleCommands
 from console.tui.dashboard import MUTATING_ACTIONS, HostDashboard, dom_id
+from console.tui.fleet import FLEET_MIN_HOSTS, FLEET_TAB, OPENS_ON_FLEET, FleetPacer, FleetRows, FleetView
 from console.tui.footer import KeyFooter
 from console.tui.gcpace import GcPacer
 from console.tui.host_controller import HostController
@@ -53,6 +54,7 @@ from console.tui.pairing import held_by_other
 from console.tui.profiles import ProfilesScreen
 from console.tui.recording import RecordSwitch
 from console.tui.screens import HelpScreen, help_keys
+from console.tui.themes import DEFAULT_THEME, THEMES
 
 __all__ = ["ConsoleApp", "HostEntry"]
 
@@ -85,6 +87,8 @@ class ConsoleApp(App[int]):
         Binding("R", "refused('a rollback')", show=False),
         # Starts / stops recording what the hosts send (console/tui/recording.py); F1 names it.
         Binding("W", "record", "Record", show=False),
+        # Back to the fleet overview from a host's dashboard (only with two hosts or more).
+        Binding("o", "fleet", "Fleet"),
     ]
 
     def __init__(
@@ -101,13 +105,17 @@ class ConsoleApp(App[int]):
         identity: Identity | None = None,
         alerts: AlertConfig | None = None,
         record: Path | None = None,
+        theme: str = DEFAULT_THEME,
     ) -> None:
         """`connect=False` opens the dashboards without sessions: the tests feed snapshots themselves.
         `store` holds the flag profiles (default: the user's, then the shipped examples); `profile` is
         the one the profiles screen opens on. `identity` is who this console says it is on the hosts
         (default: the local login, this machine, this process). `alerts` are the rules, the bell and the
-        hook (`console/sources/alerts.py`); None: no alerts."""
+        hook (`console/sources/alerts.py`); None: no alerts. `theme`: dark, light or high-contrast
+        (console/tui/themes.py)."""
         super().__init__()
+        for registered in THEMES.values():
+            self.register_theme(registered)
         self.me = identity or local_identity()
         self.entries = entries
         self.read_only = read_only
@@ -139,12 +147,29 @@ class ConsoleApp(App[int]):
         self._pacer = GcPacer()
         self.recording = RecordSwitch(self.hosts, record)
         self._record_at_start = record is not None
+        self.theme = theme
+        self.fleet: FleetView | None = None
+        """The overview (console/tui/fleet.py), with two hosts or more."""
+        self.fleet_pacer: FleetPacer | None = None
+        self._held: dict[str, HostSnapshot] = {}
+        """The newest snapshot of each host whose dashboard is not on screen, shown when it comes back."""
+        if len(entries) >= FLEET_MIN_HOSTS:
+            self.fleet_pacer = FleetPacer(entries)
+            self.fleet_pacer.show(None if len(entries) >= OPENS_ON_FLEET else entries[0].name)
+            rows = FleetRows(self, self.fleet_pacer)
+            self.fleet = FleetView([e.name for e in entries], rows.rows, plan=self.fleet_pacer.background)
 
     def compose(self) -> ComposeResult:
         if len(self.entries) == 1:
             yield self.dashboards[self.entries[0].name]
         else:
-            with TabbedContent(id="hosts"):
+            first = (
+                FLEET_TAB if len(self.entries) >= OPENS_ON_FLEET else f"tab-{dom_id(self.entries[0].name)}"
+            )
+            with TabbedContent(id="hosts", initial=first):
+                if self.fleet is not None:
+                    with TabPane("fleet", id=FLEET_TAB):
+                        yield self.fleet
                 for entry in self.entries:
                     with TabPane(entry.name, id=f"tab-{dom_id(entry.name)}"):
                         yield self.dashboards[entry.name]
@@ -156,6 +181,8 @@ class ConsoleApp(App[int]):
         dash = self.active_dashboard
         if dash is not None:
             dash.feed.log_widget.focus()
+        elif self.fleet is not None:
+            self.fleet.focus_table()
         # Full collections of everything were 40-140 ms pauses, several a minute under load: see gcpace.
         self.call_after_refresh(self._pacer.install, self.set_interval)
         if self.connect and self._record_at_start:
@@ -169,6 +196,14 @@ class ConsoleApp(App[int]):
             # The lock's age counts up, and what this console looks at changes with its screens.
             self.set_interval(1.0, self._tick_pairing)
 
+    def watch_theme(self) -> None:
+        # After Textual's own watcher has restyled the CSS: the widgets' Rich text follows (the first
+        # theme, set before the app runs, is drawn from the start).
+        if not self.is_running:
+            return
+        for dash in self.dashboards.values():
+            self.call_next(dash.restyle)
+
     # ---- hosts ---------------------------------------------------------------------------------------
 
     @property
@@ -179,6 +214,8 @@ class ConsoleApp(App[int]):
             return self.dashboards[self.entries[0].name]
         with contextlib.suppress(Exception):
             active = self.query_one(TabbedContent).active
+            if active == FLEET_TAB:
+                return None
             for entry in self.entries:
                 if f"tab-{dom_id(entry.name)}" == active:
                     return self.dashboards[entry.name]
@@ -188,6 +225,9 @@ class ConsoleApp(App[int]):
         if len(self.entries) > 1:
             self.query_one(TabbedContent).active = f"tab-{dom_id(name)}"
         dash = self.dashboards.get(name)
+        held = self._held.pop(name, None)
+        if dash is not None and held is not None:
+            dash.show(held)  # now: a controller reads the dashboard's snapshot right after this
         if dash is not None:
             self.call_after_refresh(dash.feed.log_widget.focus)
 
@@ -209,7 +249,12 @@ class ConsoleApp(App[int]):
         snap, host.pending = host.pending, None
         # A snapshot that arrives while the app shuts down finds its widgets already gone.
         if snap is not None and self.is_running and not self._exit:
-            host.dashboard.show(snap)
+            if self.fleet is None or self.active_dashboard is host.dashboard:
+                host.dashboard.show(snap)
+            else:
+                # Behind another tab the dashboard would be laid out for nobody: it gets the newest
+                # snapshot when it comes on screen (the feed takes the events in between from it).
+                self._held[host.name] = snap
             if self.alerts is not None:
                 host.check_alerts(snap, self.alerts.rules, snap.serving)
 
@@ -254,11 +299,40 @@ class ConsoleApp(App[int]):
             what = "probe"
         elif ctl is not None and ctl.busy is not None:
             what = ctl.busy
+        elif self.fleet is not None and self.active_dashboard is None:
+            what = "fleet overview"
         else:
             what = "dashboard"
         if self.read_only:
             return "read-only" if what == "dashboard" else f"read-only, {what}"
         return what
+
+    # ---- the fleet overview -------------------------------------------------------------------------
+
+    def latest_snapshot(self, host: str) -> HostSnapshot | None:
+        held = self._held.get(host)
+        return held if held is not None else self.dashboards[host].snap
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if self.fleet is None or event.tabbed_content.id != "hosts":
+            return
+        dash = self.active_dashboard
+        if dash is not None:
+            held = self._held.pop(dash.entry.name, None)
+            if held is not None:
+                dash.show(held)
+        else:
+            self.fleet.refresh_rows()
+        if self.fleet_pacer is not None:
+            self.fleet_pacer.show(dash.entry.name if dash is not None else None, self.hosts)
+
+    def action_fleet(self) -> None:
+        if self.fleet is None:
+            raise SkipAction()
+        while isinstance(self.screen, ProfilesScreen):
+            self.screen.action_close()
+        self.query_one(TabbedContent).active = FLEET_TAB
+        self.call_after_refresh(self.fleet.focus_table)
 
     def _tick_pairing(self) -> None:
         for host in self.hosts.values():
@@ -378,6 +452,8 @@ class ConsoleApp(App[int]):
             raise SkipAction()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "fleet":
+            return self.fleet is not None and self.active_dashboard is not None
         if action == "refused":
             # Only while another console holds the lock (read-only keys stay silent and hidden).
             dash = self.active_dashboard

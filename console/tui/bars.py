@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from rich.style import Style
 from rich.text import Text
 
+from console.tui.themes import palette
+
 EIGHTHS = " ▏▎▍▌▋▊▉█"
 
 
@@ -20,9 +22,12 @@ def stacked_bar(
     total: float,
     width: int,
     *,
-    empty: str = "grey19",
+    empty: str | None = None,
 ) -> Text:
-    """`parts` are (value, colour) from the left; what they leave of `total` is drawn in `empty`."""
+    """`parts` are (value, colour) from the left; what they leave of `total` is drawn in `empty` (the
+    theme's `bar-empty` by default)."""
+    if empty is None:
+        empty = palette().colour("bar-empty")
     text = Text()
     if width <= 0:
         return text

@@ -1,4 +1,4 @@
-"""The command palette: switch host, profiles, apply, restart, roll back, probe, filter, help.
+"""The command palette: switch host, theme, profiles, apply, restart, roll back, probe, filter, help.
 
 Each command posts the same message a key would (console/tui/messages.py)."""
 
@@ -25,6 +25,7 @@ from console.tui.messages import (
     RollbackRequested,
 )
 from console.tui.pairing import held_by_other, intent_phrase
+from console.tui.themes import THEMES
 
 
 @runtime_checkable
@@ -46,6 +47,10 @@ class ConsoleCommands(Provider):
     def _post(self, message: Message) -> Callable[[], object]:
         return partial(self.app.post_message, message)
 
+    def _set_theme(self, name: str) -> None:
+        # `[ui] theme` in the config file is the lasting choice; this one lasts the session.
+        self.app.theme = name
+
     def _commands(self) -> Iterable[tuple[str, Callable[[], object], str]]:
         app = self.app
         if not isinstance(app, PaletteSource):
@@ -57,6 +62,14 @@ class ConsoleCommands(Provider):
                     self._post(HostChosen(entry.name)),
                     "show its dashboard",
                 )
+        for name in THEMES:
+            yield (
+                f"Theme: {name}",
+                partial(self._set_theme, name),
+                "in use"
+                if name == self.app.theme
+                else "for this session (the config file's ui.theme keeps one)",
+            )
         dash = app.active_dashboard
         if dash is None:
             return

@@ -14,10 +14,11 @@ from console.core.pairing import Identity
 from console.core.snapshot import HostSnapshot
 from console.sources.hoststate import local_identity
 from console.tui.feed import EventFeed
+from console.tui.header import HeaderBar
 from console.tui.host_entry import HostEntry
 from console.tui.messages import ProbeRequested, ProfilesRequested, RestartRequested, RollbackRequested
 from console.tui.pairing import PairingBar, held_by_other
-from console.tui.panels import GpuPanel, HeaderBar, KvPanel, TimelinePanel, VerdictBanner
+from console.tui.panels import GpuPanel, KvPanel, TimelinePanel, VerdictBanner
 from console.tui.serving_panel import ServingPanel
 from console.tui.throughput import ThroughputChart
 from console.tui.track import ApplyTrack
@@ -67,7 +68,7 @@ class HostDashboard(Vertical):
         self.gpus = GpuPanel(id="gpus", classes="panel")
         self.kv = KvPanel(target=target, target_source=target_source, id="kv", classes="panel")
         self.timeline = TimelinePanel(id="timeline", classes="panel")
-        self.serving = ServingPanel(id="serving", classes="panel")
+        self.serving = ServingPanel(clock=clock, id="serving", classes="panel")
         self.throughput = ThroughputChart(window_s=300.0, clock=clock, id="throughput")
         self.throughput.add_class("panel")
         self.pairing = PairingBar(me or local_identity(), id="pairing")
@@ -110,6 +111,17 @@ class HostDashboard(Vertical):
 
     def on_resize(self) -> None:
         self.fit()
+
+    def restyle(self) -> None:
+        """Everything drawn again in the app's new theme: the widgets that build Rich text keep it (a
+        panel repaints only when its figures change, a feed row is cached), so a theme change alone
+        would leave them in the old colours."""
+        for panel in (self.gpus, self.kv, self.timeline, self.serving):
+            panel.restyle()
+        self.verdict.restyle()
+        self.feed.restyle()
+        for widget in (self.header, self.pairing, self.throughput):
+            widget.refresh()
 
     def on_event_feed_chrome_changed(self) -> None:
         self.fit()

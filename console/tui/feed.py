@@ -25,20 +25,21 @@ from console.core.events import Error, Event, HttpAccess
 from console.core.snapshot import HostSnapshot
 from console.core.state import Boot
 from console.core.text import CONTROL_PICTURES
+from console.tui.themes import palette
 from console.tui.view import (
-    KIND_STYLES,
     clock_text,
     display_boot,
     event_text,
     feed_line,
     is_blank,
+    kind_style,
     progress_key,
     rank_label,
     textual_text,
 )
 
-Pieces = list[tuple[str, str]]
-"""A feed row as (text, Rich style name) pieces."""
+Pieces = list[tuple[str, Style | str]]
+"""A feed row as (text, Rich style) pieces."""
 
 HISTORY = 5000
 """Events kept per host (all boots together); older ones fall off."""
@@ -88,8 +89,8 @@ class FeedLog(ScrollView, can_focus=True):
     """
     HELP = """\
 [b]Event feed[/b] — what the server said in this boot, parsed, one line per event:
-time, rank, kind, text. Colours: [bold red]errors[/], [cyan]systemd[/], [blue]start-up[/],
-[green]KV pool[/], [magenta]CUDA graphs[/], [grey62]batch statistics and access lines[/].
+time, rank, kind, text. Colours: [bold theme.bad]errors[/], [theme.info]systemd[/], [theme.step]start-up[/],
+[theme.kv]KV pool[/], [theme.graphs]CUDA graphs[/], [theme.muted]batch statistics and access lines[/].
 A progress bar's redraws (loading shards, capturing CUDA graphs) are one row with the newest count;
 blank lines are left out. Errors of this boot are pinned above the feed until acknowledged (a).
 Earlier boots are folded into one line each (z shows them). / filters with a regular expression (case-insensitive);
@@ -222,6 +223,11 @@ every console on the host adds two every few seconds and they would bury real tr
         super().notify_style_update()
         self._strips.clear()
 
+    def restyle(self) -> None:
+        """Draw the rows again in the app's new theme (a row's strip is cached with its colours)."""
+        self._strips.clear()
+        self.refresh()
+
 
 POLL_PATHS = frozenset(
     {
@@ -335,6 +341,12 @@ class EventFeed(Vertical):
         self._update_pins()
         self._update_folded()
 
+    def restyle(self) -> None:
+        """The rows, the pins and the folded line in the app's new theme."""
+        self._log.restyle()
+        self._update_pins()
+        self._update_folded()
+
     def add_external(self, events: list[Event]) -> None:
         """Events that come from outside the journal (the host's audit trail): placed in the current
         boot's stream where they arrive, never counted against the journal's own totals."""
@@ -355,10 +367,10 @@ class EventFeed(Vertical):
     @staticmethod
     def _pieces(event: Event) -> Pieces:
         """A feed row as (text, style) pieces: time, rank, kind, what the server said."""
-        style = KIND_STYLES.get(event.kind, "")
+        style = kind_style(event.kind)
         return [
-            (clock_text(event), "grey50"),
-            (f" {rank_label(event):4} ", "grey50"),
+            (clock_text(event), palette().faint),
+            (f" {rank_label(event):4} ", palette().faint),
             (f"{event.kind:17} ", style),
             (event_text(event), style if event.kind in ("error", "server_ready") else ""),
         ]
@@ -416,23 +428,26 @@ class EventFeed(Vertical):
             return
         text = Text()
         text.append(
-            f"⚠ {len(open_errors)} error{'s' if len(open_errors) > 1 else ''} in this boot", "bold red"
+            f"⚠ {len(open_errors)} error{'s' if len(open_errors) > 1 else ''} in this boot",
+            palette().style("bad", bold=True),
         )
         if self.compact:
             # One line on a short pane: the count and the newest error, cut to the width.
             e = open_errors[-1]
-            text.append("  newest: ", "grey62")
-            text.append(f"{e.category}: ", "bold red")
+            text.append("  newest: ", palette().muted)
+            text.append(f"{e.category}: ", palette().style("bad", bold=True))
             text.append(e.message[:300])
-            text.append("  (a)", "grey62")
+            text.append("  (a)", palette().muted)
             self._set_static("pins", text)
             return
-        text.append("  (a acknowledges)\n", "grey62")
+        text.append("  (a acknowledges)\n", palette().muted)
         for e in open_errors[-PINS_SHOWN:]:
-            text.append(f"{clock_text(e)} {rank_label(e):4} {e.category}: ", "bold red")
+            text.append(
+                f"{clock_text(e)} {rank_label(e):4} {e.category}: ", palette().style("bad", bold=True)
+            )
             text.append(e.message[:300] + "\n")
         if len(open_errors) > PINS_SHOWN:
-            text.append(f"… and {len(open_errors) - PINS_SHOWN} earlier\n", "grey62")
+            text.append(f"… and {len(open_errors) - PINS_SHOWN} earlier\n", palette().muted)
         text.rstrip()
         self._set_static("pins", text)
 
@@ -443,12 +458,14 @@ class EventFeed(Vertical):
             return
         text = Text()
         verb = "folded" if self.folded else "shown"
-        text.append(f"▸ {len(earlier)} earlier boot{'s' if len(earlier) > 1 else ''} {verb} (z): ", "grey62")
+        text.append(
+            f"▸ {len(earlier)} earlier boot{'s' if len(earlier) > 1 else ''} {verb} (z): ", palette().muted
+        )
         parts = []
         for b in earlier[-4:]:
             errs = f", {len(b.errors)} errors" if b.errors else ""
             parts.append(f"#{b.index} {b.phase} {len(b.events) + b.traffic_events + b.log_lines} lines{errs}")
-        text.append(" · ".join(parts), "grey62")
+        text.append(" · ".join(parts), palette().muted)
         self._set_static("folded", text)
 
     def reset(self) -> None:

@@ -20,9 +20,10 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from console.core.alerts import Alert, Rule, alert_inputs, evaluate
+from console.core.audit import AuditAction, AuditEntry
 from console.core.flags import FlagList
 from console.core.hostfacts import HostFacts
-from console.core.pairing import AuditAction, AuditEntry, BreakRefused, Identity, LockHeld, PairingView
+from console.core.pairing import BreakRefused, Identity, LockHeld, PairingView
 from console.core.profiles import Profile, ProfileError
 from console.core.recording import RecordSink
 from console.core.serving import ServingFigures
@@ -34,7 +35,8 @@ from console.tui.messages import AlertChanged
 from console.tui.pairing import TIMELINE_ACTIONS, PairingLink, held_by_other, lock_note, refusal
 from console.tui.profiles import HostView
 from console.tui.screens import ApplyChoice, ApplyConfirmScreen, ConfirmScreen, prediction_text
-from console.tui.view import display_boot, rich_style
+from console.tui.themes import palette
+from console.tui.view import display_boot
 
 CONSOLE_HEARTBEAT_S = 5.0
 CONSOLE_POLL_S = 4.0
@@ -333,8 +335,12 @@ class HostController:
         view = link.view
         note = lock_note(view, self.me, link.state.now())
         if note is not None:
-            style = "bold red" if view is not None and view.lock_stale else "bold yellow3"
-            self.dashboard.timeline.set_note(Text(note, rich_style(style)))
+            style = (
+                palette().style("bad", bold=True)
+                if view is not None and view.lock_stale
+                else palette().style("warn", bold=True)
+            )
+            self.dashboard.timeline.set_note(Text(note, style))
             return
         self.dashboard.timeline.set_note(self.last_audit.line() if self.last_audit is not None else None)
 

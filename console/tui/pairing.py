@@ -17,9 +17,11 @@ from datetime import datetime
 from rich.text import Text
 from textual.widget import Widget
 
-from console.core.pairing import AuditEntry, Identity, PairingView, fmt_span
+from console.core.audit import AuditEntry
+from console.core.pairing import Identity, PairingView, fmt_span
 from console.sources.hoststate import HostStateDir, HostStateError
 from console.sources.transport import TransportError
+from console.tui.themes import palette
 from console.tui.view import textual_text
 
 __all__ = [
@@ -91,47 +93,47 @@ def pairing_text(
     """The bar: the lock, then the other consoles (who, what they look at, since when)."""
     out = Text(no_wrap=True, overflow="ellipsis")
     if view is None:
-        out.append(link_error or "pairing: reading the host's state directory…", "grey62")
+        out.append(link_error or "pairing: reading the host's state directory…", palette().muted)
         return out
     # The lock first: on a narrow pane the bar is cut on the right, and the lock is what stops a change.
     lock = view.lock
     if lock is None:
-        out.append("lock free", "green3")
+        out.append("lock free", palette().ok)
     elif not held_by_other(view, me):
-        out.append(f"lock held by this console: {lock.intent}", "bold yellow3")
+        out.append(f"lock held by this console: {lock.intent}", palette().style("warn", bold=True))
     else:
         held = fmt_span(((now or view.now) - lock.taken_at).total_seconds())
         if view.lock_stale:
-            out.append("STALE lock ", "bold red")
-            out.append(f"{lock.holder.who}: {lock.intent}, {held}; its console has gone quiet", "red")
+            out.append("STALE lock ", palette().style("bad", bold=True))
+            out.append(f"{lock.holder.who}: {lock.intent}, {held}; its console has gone quiet", palette().bad)
         else:
-            out.append("locked ", "bold yellow3")
-            out.append(f"by {lock.holder.who}: {lock.intent}, {held}", "yellow3")
+            out.append("locked ", palette().style("warn", bold=True))
+            out.append(f"by {lock.holder.who}: {lock.intent}, {held}", palette().warn)
     pending = view.pending_rollback
     if pending is not None:
         # A commit-confirmed apply not yet confirmed: the host rolls itself back at the deadline.
         left = max(0.0, pending.seconds_left(now or view.now))
-        out.append("  │  ", "grey42")
-        out.append("ROLLBACK ARMED ", "bold red")
+        out.append("  │  ", palette().faint)
+        out.append("ROLLBACK ARMED ", palette().style("bad", bold=True))
         out.append(
             f"{pending.profile or pending.unit} by {pending.armed_by}: fires in {fmt_span(left)} unless "
             "confirmed (k26-console confirm)",
-            "red",
+            palette().bad,
         )
-    out.append("  │  ", "grey42")
+    out.append("  │  ", palette().faint)
     others = view.others(me)
     if others:
-        out.append("with ", "grey62")
+        out.append("with ", palette().muted)
         for i, p in enumerate(others):
             if i:
-                out.append(", ", "grey62")
-            out.append(p.who, "bold bright_cyan")
+                out.append(", ", palette().muted)
+            out.append(p.who, palette().style("info", bold=True))
             detail = f" ({p.looking_at}, " if p.looking_at else " ("
-            out.append(f"{detail}since {_clock(p.since)})", "grey62")
+            out.append(f"{detail}since {_clock(p.since)})", palette().muted)
     else:
-        out.append(f"no other console on {view.host}", "grey62")
+        out.append(f"no other console on {view.host}", palette().muted)
     if link_error:
-        out.append(f"  ({link_error})", "grey62")
+        out.append(f"  ({link_error})", palette().muted)
     return out
 
 

@@ -3,22 +3,18 @@ burst of snapshots costs one repaint and nothing here waits on the host."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
-from textual.widget import Widget
 from textual.widgets import Static
 
-from console.core.alerts import Alert
-from console.core.hostfacts import HostFacts
 from console.core.restart import BOOT, Phase
-from console.core.snapshot import ConnState, HealthState, HostSnapshot
-from console.core.state import Boot
+from console.core.snapshot import HostSnapshot
 from console.tui.bars import stacked_bar
+from console.tui.themes import palette
 from console.tui.track import CONTROLLER_AFTER, CONTROLLER_BEFORE, ApplyTrack
 from console.tui.view import (
     SEGMENT_LABELS,
@@ -26,33 +22,27 @@ from console.tui.view import (
     KvGauge,
     Timeline,
     TimelineStep,
-    display_boot,
     fmt_duration,
     fmt_tokens,
-    freshest,
     gpu_rows,
     kv_gauge,
-    model_name,
     restart_timeline,
-    rich_style,
     textual_text,
-    unit_state,
 )
 
-SEGMENT_COLOURS: dict[str, str] = {
-    "weights": "dodger_blue2",
-    "kv": "green3",
-    "graphs": "medium_purple2",
-    "other": "orange3",
-    "procs": "red3",
-    "used": "steel_blue",
+SEGMENTS = ("weights", "kv", "graphs", "other", "procs", "used")
+"""The memory segments of a GPU bar, left to right; each is coloured by the theme role of its name."""
+LEVEL_ROLES: dict[str, tuple[str, bool]] = {
+    "ok": ("ok", False),
+    "warn": ("warn", False),
+    "critical": ("bad", True),
+    "unknown": ("muted", False),
 }
-LEVEL_STYLES: dict[str, str] = {
-    "ok": "green3",
-    "warn": "yellow3",
-    "critical": "bold red",
-    "unknown": "grey62",
-}
+
+
+def level_style(level: str) -> Style:
+    role, bold = LEVEL_ROLES[level]
+    return palette().style(role, bold=bold)
 
 
 class Panel(Static, can_focus=True):
@@ -78,6 +68,14 @@ class Panel(Static, can_focus=True):
         """What decides the panel's height; a change asks Textual for a new layout."""
         return None
 
+    def restyle(self) -> None:
+        """Paint again in the app's new theme: the same figures, so the signature alone would not."""
+        self._sig = None
+        if self.snap is not None:
+            self.show(self.snap)
+        else:
+            self.refresh()
+
     def show(self, snap: HostSnapshot) -> None:
         self.snap = snap
         sig = self.signature(snap)
@@ -93,187 +91,15 @@ class Panel(Static, can_focus=True):
         self.refresh(layout=layout)
 
 
-class HeaderBar(Widget):
-    """Host, service, link, server and model, and how old the newest sample is."""
-
-    DEFAULT_CLASSES = "header-bar"
-
-    def __init__(
-        self,
-        host: str,
-        *,
-        simulated: bool,
-        read_only: bool,
-        clock: Callable[[], float],
-        sandbox: bool = False,
-    ) -> None:
-        super().__init__()
-        self.host = host
-        self.simulated = simulated
-        self.sandbox = sandbox
-        self.read_only = read_only
-        self.clock = clock
-        self.snap: HostSnapshot | None = None
-        self.note: str | None = None
-        self.facts: HostFacts | None = None
-        self._drawn_age: tuple[str, str] | None = None
-        self.alert: tuple[Alert, int] | None = None
-        """The worst firing alert and how many fire (the badge), None when none does."""
-
-    def show(self, snap: HostSnapshot) -> None:
-        prev, self.snap = self.snap, snap
-        # The age of the freshest sample ticks on its own timer; a snapshot repaints the header only when
-        # something it shows changed (ten snapshots a second under load), such as a stale age now fresh.
-        if prev is None or self._key(prev) != self._key(snap) or self.age_label() != self._drawn_age:
-            self.refresh()
-
-    def show_alert(self, worst: Alert | None, firing: int) -> None:
-        self.alert = (worst, firing) if worst is not None else None
-        self.refresh()
-
-    def show_facts(self, facts: HostFacts) -> None:
-        """What the console learned of the host: its SGLang when the server does not say, the KV cell of
-        the model's own config.json."""
-        self.facts = facts
-        self.refresh()
-
-    @staticmethod
-    def _key(snap: HostSnapshot) -> object:
-        boot = display_boot(snap.state)
-        server = snap.server
-        return (
-            boot.index if boot is not None else None,
-            unit_state(snap, boot),
-            snap.connection,
-            (server.health, server.version, server.model) if server is not None else None,
-            model_name(boot),
-            freshest(snap) is None,
-        )
-
-    def on_mount(self) -> None:
-        # The age of the freshest sample moves with the clock even when the host is quiet.
-        self.set_interval(1.0, self._tick)
-
-    WIDE_COLUMNS = 120
-    """Narrower than this the second line puts the sample's age first (at 80 columns it fell off)."""
-
-    FRESH_S = 5.0
-    """Younger than this the age reads `< 5s ago`: a 1 Hz sampler's age cycling 0-1 s said nothing, and
-    repainting it cost a frame a second (~0.3% of a core, measured). Older, it counts up every second."""
-
-    def age_label(self) -> tuple[str, str]:
-        """The freshest sample's age as shown, and its style."""
-        stamp = freshest(self.snap) if self.snap is not None else None
-        if stamp is None:
-            return "none yet", "grey50"
-        age = max(0.0, self.clock() - stamp)
-        if age < self.FRESH_S:
-            return f"< {self.FRESH_S:g}s ago", "green3"
-        return f"{fmt_duration(age)} ago", "yellow3" if age < 30 else "red"
-
-    def _tick(self) -> None:
-        if self.age_label() != self._drawn_age:
-            self.refresh()
-
-    def render(self) -> RenderableType:
-        snap = self.snap
-        line1 = Text()
-        line1.append(f" {self.host} ", "bold reverse")
-        if self.simulated:
-            line1.append(" SIMULATED HOST ", "bold black on yellow")
-        if self.sandbox:
-            # Profiles saved, verified restarts and probes go to a temporary directory, not the operator's.
-            line1.append(" SANDBOX ", "bold black on dark_cyan")
-        if self.read_only:
-            line1.append(" READ-ONLY ", "bold white on dark_blue")
-        if snap is not None and snap.connection is not None and not snap.connection.host_key_checked:
-            # A badge up front like the two above, so a long link reason cannot push it off the line:
-            # the hosts file turned the host-key check off for this host.
-            line1.append(" host key NOT checked ", "bold white on red3")
-        if self.alert is not None:
-            alert, firing = self.alert
-            more = f" +{firing - 1}" if firing > 1 else ""
-            style = "bold white on red3" if alert.severity == "critical" else "bold black on dark_orange"
-            line1.append(f" ALERT {alert.rule}{more} ", style)  # a rule's normal form: [a-z0-9_ <>=.-]
-        boot = display_boot(snap.state) if snap is not None else None
-        line1.append("  service ", "grey62")
-        state = unit_state(snap, boot) if snap is not None else "—"
-        style = "bold green3" if state == "ready" else "bold red" if state.startswith("failed") else "bold"
-        line1.append(state, style)
-        line1.append("  link ", "grey62")
-        conn = snap.connection if snap is not None else None
-        if conn is None:
-            line1.append(self.note or "not connected", "yellow3")
-        else:
-            cstyle = {ConnState.UP: "green3", ConnState.FAILED: "bold red"}.get(conn.state, "yellow3")
-            line1.append(conn.describe(), cstyle)
-        if snap is not None and snap.server is not None:
-            line1.append("  http ", "grey62")
-            health = snap.server.health
-            line1.append(
-                health.value,
-                "green3"
-                if health is HealthState.OK
-                else "yellow3"
-                if health is HealthState.STARTING
-                else "red",
-            )
-
-        server = snap.server if snap is not None else None
-        facts = self.facts
-        version = (
-            (server.version if server is not None else None)
-            or _version(boot)
-            or (facts.sglang.version if facts is not None else None)
-        )
-        model = model_name(boot) or (server.model if server is not None else None)
-        self._drawn_age = self.age_label()
-        line2 = Text(" ")
-        if self.size.width and self.size.width < self.WIDE_COLUMNS:
-            # Narrow: the age first, where the edge cannot cut it off; the model last.
-            line2.append("fresh ", "grey62")
-            line2.append(*self._drawn_age)
-            if boot is not None:
-                line2.append(f"  boot #{boot.index}", "grey62")
-            line2.append("  SGLang ", "grey62")
-            line2.append(version or "—", "bold" if version else "grey50")
-            line2.append("  ", "grey62")
-            line2.append(model or "—", "bold")
-            return Group(line1, line2)
-        line2.append("SGLang ", "grey62")
-        line2.append(version or "version not reported", "bold" if version else "grey50")
-        line2.append("  model ", "grey62")
-        line2.append(model or "—", "bold")
-        shape = facts.model.shape if facts is not None else None
-        if facts is not None and shape is not None:
-            # The cell the planner uses, and whether it came from the host's config.json or the catalogue.
-            line2.append(f"  {shape.cell_bytes:,} B/token ", "grey62")
-            line2.append(f"({facts.model.config_from or 'catalogue'})", "grey50")
-        if boot is not None:
-            line2.append(f"  boot #{boot.index}", "grey62")
-        line2.append("  freshest sample ", "grey62")
-        line2.append(*self._drawn_age)
-        return Group(line1, line2)
-
-
-def _version(boot: Boot | None) -> str | None:
-    # SGLang does not print its version in the journal (the header prefers /server_info's); some builds
-    # put it in the args dump.
-    if boot is None:
-        return None
-    value = boot.arg("version") or boot.arg("sglang_version")
-    return str(value) if value else None
-
-
 class GpuPanel(Panel):
     HELP = """\
 [b]GPU memory[/b] — one bar per GPU, in eighths of a cell.
 
 When this boot's journal said how much each tensor-parallel rank loaded, the bar is split into
-[dodger_blue2]weights[/] (Load weight end: mem usage), [green3]KV pool[/] (KV Cache is allocated: size),
-[medium_purple2]CUDA graphs[/] (Capture cuda graph end: mem usage), [orange3]other[/] (the rest of the
-server's own memory: activations, NCCL buffers, the CUDA context) and [red3]other processes[/]
-(memory of processes that are not this server). Grey is free.
+[theme.weights]weights[/] (Load weight end: mem usage), [theme.kv]KV pool[/] (KV Cache is allocated: size),
+[theme.graphs]CUDA graphs[/] (Capture cuda graph end: mem usage), [theme.other]other[/] (the rest of the
+server's own memory: activations, NCCL buffers, the CUDA context) and [theme.procs]other processes[/]
+(memory of processes that are not this server). The dim rest is free.
 GPU i is taken to hold TP rank i. Without those journal lines the bar is plain used/total.
 Right of each bar: used / total GiB and the utilization the sampler reported."""
 
@@ -314,19 +140,19 @@ Right of each bar: used / total GiB and the utilization the sampler reported."""
     def render(self) -> RenderableType:
         snap = self.snap
         if snap is None or snap.gpus is None:
-            return Text("GPUs: waiting for the first sample…", rich_style("grey62"))
+            return Text("GPUs: waiting for the first sample…", palette().muted)
         sample = snap.gpus
         if sample.state.value != "ok":
-            return Text(f"GPUs: {sample.detail or sample.state.value}", rich_style("yellow3"))
+            return Text(f"GPUs: {sample.detail or sample.state.value}", palette().warn)
         rows = self._gpu_rows(snap)
         width = max(10, self.content_region.width - 34)
         legend = Text(" ")
         shown = {name for r in rows for name, v in r.parts if v > 0} or {"used"}
-        for name in ("weights", "kv", "graphs", "other", "procs", "used"):
+        for name in SEGMENTS:
             if name in shown:
-                legend.append("█", SEGMENT_COLOURS[name])
+                legend.append("█", palette().style(name))
                 legend.append(f" {SEGMENT_LABELS[name]}  ")
-        legend.append(" ", Style(bgcolor="grey19"))
+        legend.append(" ", Style(bgcolor=palette().colour("bar-empty")))
         legend.append(" free")
         lines: list[RenderableType] = []
         if self.compact:
@@ -341,21 +167,21 @@ Right of each bar: used / total GiB and the utilization the sampler reported."""
             line.append(" ")
             total = r.total_gib or 0.0
             if r.detailed:
-                parts = [(v, SEGMENT_COLOURS[n]) for n, v in r.parts]
+                parts = [(v, palette().colour(n)) for n, v in r.parts]
             else:
-                parts = [(r.used_gib or 0.0, SEGMENT_COLOURS["used"])]
+                parts = [(r.used_gib or 0.0, palette().colour("used"))]
             line.append_text(stacked_bar(parts, total, width))
             used = "—" if r.used_gib is None else f"{r.used_gib:5.1f}"
             tot = "—" if r.total_gib is None else f"{r.total_gib:.1f}"
             line.append(f" {used}/{tot} GiB ")
             util = "  —" if r.util_pct is None else f"{r.util_pct:3.0f}%"
-            line.append(util, "bold" if (r.util_pct or 0) >= 50 else "grey62")
+            line.append(util, "bold" if (r.util_pct or 0) >= 50 else palette().muted)
             lines.append(line)
         if rows and not any(r.detailed for r in rows) and not self.compact:
             lines.append(
                 Text(
                     " used/total only: this boot's journal has not reported per-rank memory",
-                    rich_style("grey50"),
+                    palette().faint,
                 )
             )
         return Group(*lines)
@@ -375,12 +201,12 @@ COMPACT_LABELS = {"weights": "weights", "kv": "KV", "graphs": "graphs", "other":
 
 def compact_legend(shown: set[str]) -> Text:
     title = Text("GPUs ")
-    for name in ("weights", "kv", "graphs", "other", "procs", "used"):
+    for name in SEGMENTS:
         if name in shown:
-            title.append("█", SEGMENT_COLOURS[name])
-            title.append(f"{COMPACT_LABELS.get(name, name)} ", "grey62")
-    title.append("█", "grey19")
-    title.append("free", "grey62")
+            title.append("█", palette().style(name))
+            title.append(f"{COMPACT_LABELS.get(name, name)} ", palette().muted)
+    title.append("█", palette().style("bar-empty"))
+    title.append("free", palette().muted)
     return title
 
 
@@ -416,17 +242,17 @@ longest request the server accepts now: a pool smaller than either cannot hold o
     def render(self) -> RenderableType:
         snap = self.snap
         if snap is None:
-            return Text("KV pool: no data yet", rich_style("grey62"))
+            return Text("KV pool: no data yet", palette().muted)
         g = (
             self._gauge
             if self._gauge is not None
             else kv_gauge(snap, target=self.target, target_source=self.target_source)
         )
-        colour = LEVEL_STYLES[g.level]
+        colour = level_style(g.level)
         width = max(10, self.content_region.width - 2)
         lines: list[RenderableType] = []
         head = Text()
-        head.append("pool ", "grey62")
+        head.append("pool ", palette().muted)
         pool = f"{g.pool_tokens:,} tokens" if g.pool_tokens is not None else "not allocated yet"
         if self.compact and len(pool) + len(f"  [{g.level}]") > self.content_region.width:
             pool = pool.removesuffix(" tokens")  # the level must stay on the line in a narrow column
@@ -436,7 +262,7 @@ longest request the server accepts now: a pool smaller than either cannot hold o
         lines.append(head)
         scale = max(v for v in (g.pool_tokens, g.target, g.context_length, 1) if v is not None)
         if g.pool_tokens is not None:
-            bar_colour = {"ok": "green3", "warn": "yellow3", "critical": "red3"}.get(g.level, "grey62")
+            bar_colour = palette().colour(LEVEL_ROLES.get(g.level, ("muted", False))[0])
             bar = stacked_bar([(g.pool_tokens, bar_colour)], scale, width)
             marks = Text(" " * width)
             for value, ch in ((g.context_length, "c"), (g.target, "T")):
@@ -447,11 +273,7 @@ longest request the server accepts now: a pool smaller than either cannot hold o
                     )
                     marks = marks[:pos] + Text(ch, "bold") + marks[pos + 1 :]
                     if self.compact:  # on the bar itself: one row fewer
-                        bar = (
-                            bar[:pos]
-                            + Text(ch, Style(bold=True, color="white", bgcolor="grey30"))
-                            + bar[pos + 1 :]
-                        )
+                        bar = bar[:pos] + Text(ch, palette().badge("mark")) + bar[pos + 1 :]
             lines.append(bar)
             if not self.compact:
                 lines.append(marks)
@@ -459,17 +281,22 @@ longest request the server accepts now: a pool smaller than either cannot hold o
             lines.append(compact_targets(g))
             return Group(*lines)
         tbl = Table.grid(padding=(0, 2))
-        tbl.add_column(style="grey62")
+        tbl.add_column(style=palette().muted)
         tbl.add_column()
         if g.target is not None:
             src = f" ({g.target_source})" if g.target_source else ""
             ok = g.pool_tokens is not None and g.pool_tokens >= g.target
-            tbl.add_row("T target", Text(f"{g.target:,}{src}", "green3" if ok else "bold red"))
+            tbl.add_row(
+                "T target",
+                Text(f"{g.target:,}{src}", palette().ok if ok else palette().style("bad", bold=True)),
+            )
         else:
-            tbl.add_row("T target", Text("none (pass --profile or --target-context)", rich_style("grey50")))
+            tbl.add_row("T target", Text("none (pass --profile or --target-context)", palette().faint))
         if g.context_length is not None:
             ok = g.pool_tokens is not None and g.pool_tokens >= g.context_length
-            tbl.add_row("c --context-length", Text(f"{g.context_length:,}", "green3" if ok else "yellow3"))
+            tbl.add_row(
+                "c --context-length", Text(f"{g.context_length:,}", palette().ok if ok else palette().warn)
+            )
         if g.headroom_gib is not None:
             tbl.add_row(
                 "headroom",
@@ -487,21 +314,21 @@ longest request the server accepts now: a pool smaller than either cannot hold o
 def compact_targets(g: KvGauge) -> Text:
     """Target, context length, headroom and the first worry on one line (a short pane)."""
     line = Text(overflow="ellipsis", no_wrap=True)
-    ok = "green3"
+    ok = palette().ok
     if g.target is not None:
         fits = g.pool_tokens is not None and g.pool_tokens >= g.target
-        line.append("T ", "grey62")
-        line.append(f"{fmt_tokens(g.target)}  ", ok if fits else "bold red")
+        line.append("T ", palette().muted)
+        line.append(f"{fmt_tokens(g.target)}  ", ok if fits else palette().style("bad", bold=True))
     if g.context_length is not None:
         fits = g.pool_tokens is not None and g.pool_tokens >= g.context_length
-        line.append("c ", "grey62")
-        line.append(f"{fmt_tokens(g.context_length)}  ", ok if fits else "yellow3")
+        line.append("c ", palette().muted)
+        line.append(f"{fmt_tokens(g.context_length)}  ", ok if fits else palette().warn)
     if g.headroom_gib is not None:
-        line.append(f"{g.headroom_gib:.1f} GiB free  ", LEVEL_STYLES[g.level] if g.reasons else "")
+        line.append(f"{g.headroom_gib:.1f} GiB free  ", level_style(g.level) if g.reasons else "")
     if g.usage is not None:
         line.append(f"in use {g.usage:.0%}  ")
     if g.reasons:
-        line.append(f"⚠ {g.reasons[0]}", LEVEL_STYLES[g.level])
+        line.append(f"⚠ {g.reasons[0]}", level_style(g.level))
     return line
 
 
@@ -525,7 +352,7 @@ after it, and the timeline ends in the verification verdict (R rolls back after 
     audit trail's last word on the restart ("alice applied ctx-200k; restart 5m12s; verified ...")."""
 
     def set_note(self, note: Text | str | None) -> None:
-        note = Text(note, rich_style("bright_cyan")) if isinstance(note, str) else note
+        note = Text(note, palette().info) if isinstance(note, str) else note
         if note == self.note:
             return
         self.note = note
@@ -563,34 +390,35 @@ after it, and the timeline ends in the verification verdict (R rolls back after 
         if self.track is not None:
             return self._render_track(self.track, tl)
         if snap is None:
-            return Text("restart: no boot seen", rich_style("grey62"))
+            return Text("restart: no boot seen", palette().muted)
         if tl is None:
-            return Text("restart: no boot with timestamps yet", rich_style("grey62"))
-        colour = OUTCOME_STYLES[tl.outcome]
+            return Text("restart: no boot with timestamps yet", palette().muted)
+        role, bold = OUTCOME_ROLES[tl.outcome]
+        colour = palette().style(role, bold=bold)
         head = Text()
         head.append(f"boot #{tl.boot_index} ", "bold")
         head.append(tl.outcome, colour)
-        head.append(f"  elapsed {fmt_duration(tl.elapsed)}", "grey62")
+        head.append(f"  elapsed {fmt_duration(tl.elapsed)}", palette().muted)
         if tl.eta is not None:
-            head.append(f"  ETA {fmt_duration(tl.eta)}", "bold yellow3")
+            head.append(f"  ETA {fmt_duration(tl.eta)}", palette().style("warn", bold=True))
         lines: list[RenderableType] = [head]
         lines.extend(_step_line(step) for step in tl.steps)
         if tl.reason:
-            lines.append(Text(tl.reason, "red"))
+            lines.append(Text(tl.reason, palette().bad))
         return Group(*lines)
 
     def _render_track(self, track: ApplyTrack, tl: Timeline | None) -> RenderableType:
         head = Text()
         head.append(f"{track.action} ", "bold")
         if not track.done:
-            head.append("running", "yellow3")
+            head.append("running", palette().warn)
         elif track.ok:
-            head.append("verified", "bold green3")
+            head.append("verified", palette().style("ok", bold=True))
         else:
-            head.append("failed", "bold red")
-        head.append(f"  elapsed {fmt_duration(track.elapsed_s)}", "grey62")
+            head.append("failed", palette().style("bad", bold=True))
+        head.append(f"  elapsed {fmt_duration(track.elapsed_s)}", palette().muted)
         if not track.done and track.eta_s is not None:
-            head.append(f"  ETA {fmt_duration(track.eta_s)}", "bold yellow3")
+            head.append(f"  ETA {fmt_duration(track.eta_s)}", palette().style("warn", bold=True))
         lines: list[RenderableType] = [head]
         lines.extend(_step_line(step) for step in track.steps(CONTROLLER_BEFORE))
         journal_live = (
@@ -602,33 +430,43 @@ after it, and the timeline ends in the verification verdict (R rolls back after 
             lines.extend(_step_line(step) for step in track.steps((*BOOT, Phase.READY)))
         lines.extend(_step_line(step) for step in track.steps(CONTROLLER_AFTER))
         if track.done and track.summary:
-            mark, style = ("✔", "bold green3") if track.ok else ("✘", "bold red")
+            mark, style = (
+                ("✔", palette().style("ok", bold=True))
+                if track.ok
+                else ("✘", palette().style("bad", bold=True))
+            )
             lines.append(Text(f"{mark} {track.summary}", style))
             for why in [r for r in track.reasons if r not in track.summary][:4]:
-                lines.append(Text(f"  {why}", "red"))
+                lines.append(Text(f"  {why}", palette().bad))
             if track.can_roll_back:
-                lines.append(Text("R rolls back to the previous drop-in", rich_style("bold yellow3")))
+                lines.append(Text("R rolls back to the previous drop-in", palette().style("warn", bold=True)))
         elif track.message:
-            lines.append(Text(track.message, rich_style("grey62"), overflow="ellipsis", no_wrap=True))
+            lines.append(Text(track.message, palette().muted, overflow="ellipsis", no_wrap=True))
         return Group(*lines)
 
 
-OUTCOME_STYLES = {"ready": "green3", "failed": "bold red", "running": "yellow3", "stopped": "grey62"}
-STEP_MARKS = {
-    "done": ("✔", "green3"),
-    "active": ("▶", "bold yellow3"),
-    "pending": ("·", "grey50"),
-    "failed": ("✘", "bold red"),
+OUTCOME_ROLES: dict[str, tuple[str, bool]] = {
+    "ready": ("ok", False),
+    "failed": ("bad", True),
+    "running": ("warn", False),
+    "stopped": ("muted", False),
+}
+STEP_MARKS: dict[str, tuple[str, str, bool]] = {
+    "done": ("✔", "ok", False),
+    "active": ("▶", "warn", True),
+    "pending": ("·", "faint", False),
+    "failed": ("✘", "bad", True),
 }
 
 
 def _step_line(step: TimelineStep) -> Text:
-    mark, style = STEP_MARKS[step.state]
+    mark, role, bold = STEP_MARKS[step.state]
+    style = palette().style(role, bold=bold)
     line = Text()
     line.append(f" {mark} ", style)
     line.append(f"{step.label:<16}", style if step.state != "done" else "")
     if step.seconds is not None:
-        line.append(fmt_duration(step.seconds), "grey62" if step.state == "done" else style)
+        line.append(fmt_duration(step.seconds), palette().muted if step.state == "done" else style)
     return line
 
 
@@ -636,18 +474,25 @@ class VerdictBanner(Static):
     """The verdict of the last apply / rollback / restart the console ran, until the next one."""
 
     DEFAULT_CLASSES = "verdict"
+    _shown: tuple[bool, str, bool] | None = None
+
+    def restyle(self) -> None:
+        if self._shown is not None and self.display:
+            ok, text, can_roll_back = self._shown
+            self.show_verdict(ok, text, can_roll_back=can_roll_back)
 
     def show_verdict(self, ok: bool, text: str, *, can_roll_back: bool) -> None:
+        self._shown = (ok, text, can_roll_back)
         line = Text()
         if ok:
-            line.append(" ✔ ", "bold black on green3")
-            line.append(f" {text}", "bold green3")
+            line.append(" ✔ ", palette().badge("ok"))
+            line.append(f" {text}", palette().style("ok", bold=True))
         else:
-            line.append(" ✘ ", "bold white on red3")
+            line.append(" ✘ ", palette().badge("bad"))
             if can_roll_back:
                 # First, so a long reason cannot push the way out off the line.
-                line.append(" R: roll back ", "bold black on yellow3")
-            line.append(f" {text}", "bold red")
+                line.append(" R: roll back ", palette().badge("warn"))
+            line.append(f" {text}", palette().style("bad", bold=True))
         self.set_class(ok, "ok")
         self.set_class(not ok, "failed")
         self.update(textual_text(line))

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -33,7 +34,6 @@ from textual.worker import Worker
 
 from console.core.pairing import Identity
 from console.core.probe import (
-    Curve,
     ProbePhase,
     ProbeProgress,
     ProbeReport,
@@ -42,29 +42,31 @@ from console.core.probe import (
     fmt_depth,
     fmt_pct,
     parse_depths,
-    report_curve,
 )
+from console.core.probe_history import Curve, report_curve
 from console.sources.profile_store import ProfileStore
 from console.tui.footer import KeyFooter
-from console.tui.plot import AXIS_STYLE, CURRENT_STYLE, EARLIER_MARKERS, plot_text
-from console.tui.view import rich_style, textual_text
+from console.tui.plot import axis_style, current_style, earlier_styles, plot_text
+from console.tui.themes import palette
+from console.tui.view import textual_text
 
 
 def depth_chart(current: Curve | None, earlier: Sequence[Curve], width: int, height: int) -> Text:
     """tok/s against depth: this run in green blocks, up to three earlier runs with their own markers.
     A log scale when the curve spans more than a decade (decode at 185k can be 50x slower than at 8k)."""
-    curves = [c for c in earlier[-len(EARLIER_MARKERS) :] if c.points]
+    markers = earlier_styles()
+    curves = [c for c in earlier[-len(markers) :] if c.points]
     plotted = ([current] if current and current.points else []) + curves
     if not plotted:
-        return Text("No depth measured yet: fire a probe to draw tok/s against depth.", rich_style("grey62"))
+        return Text("No depth measured yet: fire a probe to draw tok/s against depth.", palette().muted)
     values = [v for c in plotted for _, v in c.points if v > 0]
     log = bool(values) and max(values) / min(values) > 10
-    styles: dict[str, str] = {"hd": CURRENT_STYLE}
-    for (marker, style), _curve in zip(EARLIER_MARKERS, curves, strict=False):
+    styles: dict[str, Style] = {"hd": current_style()}
+    for (marker, style), _curve in zip(markers, curves, strict=False):
         styles[marker] = style
 
     def build(fig: Any) -> None:
-        for (marker, _style), curve in zip(EARLIER_MARKERS, curves, strict=False):
+        for (marker, _style), curve in zip(markers, curves, strict=False):
             xs = [d / 1000 for d, _ in curve.points]
             fig.draw(fig.signal(xs, [v for _, v in curve.points], marker=marker).lines())
         if current and current.points:
@@ -76,10 +78,10 @@ def depth_chart(current: Curve | None, earlier: Sequence[Curve], width: int, hei
 
     chart = plot_text(build, width, height - 1, styles)
     legend = Text("\n")
-    legend.append("tok/s  ", AXIS_STYLE)
+    legend.append("tok/s  ", axis_style())
     if current and current.points:
-        legend.append("▚ " + current.label, CURRENT_STYLE)
-    for (marker, style), curve in zip(EARLIER_MARKERS, curves, strict=False):
+        legend.append("▚ " + current.label, current_style())
+    for (marker, style), curve in zip(markers, curves, strict=False):
         legend.append("   ")
         legend.append(f"{marker} {curve.label}", style)
     return chart + legend
@@ -132,7 +134,7 @@ def results_table(
         header_style="bold",
         title=title or None,
         title_justify="left",
-        title_style="grey70",
+        title_style=palette().muted,
     )
     for name, justify in (
         ("depth", "right"),
@@ -152,27 +154,25 @@ def results_table(
                     fmt_depth(depth),
                     f"{live.tokens}/{live.requested_tokens}",
                     _num(live.ttft_s, ".2f"),
-                    Text(_num(live.live_tok_s, ".2f"), rich_style("bold yellow3")),
+                    Text(_num(live.live_tok_s, ".2f"), palette().style("warn", bold=True)),
                     "",
                     "",
                     "",
                     "",
                 )
             elif live is not None and live.depth == depth and live.phase is ProbePhase.PREFILL:
-                table.add_row(
-                    fmt_depth(depth), Text("prefill…", rich_style("yellow3")), "", "", "", "", "", ""
-                )
+                table.add_row(fmt_depth(depth), Text("prefill…", palette().warn), "", "", "", "", "", "")
             else:
-                table.add_row(fmt_depth(depth), Text("waiting", rich_style("grey50")), "", "", "", "", "", "")
+                table.add_row(fmt_depth(depth), Text("waiting", palette().faint), "", "", "", "", "", "")
             continue
         if result.status is not ProbeStatus.OK:
-            style = "yellow3" if result.status is ProbeStatus.REFUSED else "red3"
+            style = palette().warn if result.status is ProbeStatus.REFUSED else palette().bad
             table.add_row(fmt_depth(depth), Text(result.status.value, style), "", "", "", "", "", "")
             continue
         pct = result.bandwidth_pct
         pct_text = Text(fmt_pct(pct) if pct is not None else "—")
         if result.verdict.value == "attention_bound":
-            pct_text.stylize("bold red")
+            pct_text.stylize(palette().style("bad", bold=True))
         table.add_row(
             fmt_depth(depth),
             str(result.output_tokens),
@@ -214,7 +214,7 @@ class ProbePanel(Vertical, can_focus=False):
         self.report: ProbeReport | None = None
         self.earlier: list[Curve] = []
         self.running = False
-        self.status = Text("Ready: Enter or Fire sends the probe.", rich_style("grey62"))
+        self.status = Text("Ready: Enter or Fire sends the probe.", palette().muted)
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="probe-controls"):
@@ -273,9 +273,7 @@ class ProbePanel(Vertical, can_focus=False):
         self.live = None
         self.report = None
         self.set_running(True)
-        self._status(
-            Text(f"Probing {len(depths)} depth(s), {tokens} new tokens each…", rich_style("yellow3"))
-        )
+        self._status(Text(f"Probing {len(depths)} depth(s), {tokens} new tokens each…", palette().warn))
         self._draw()
 
     def show_progress(self, p: ProbeProgress) -> None:
@@ -284,17 +282,17 @@ class ProbePanel(Vertical, can_focus=False):
             self.rows[p.index] = (p.depth, p.result)
         where = f"[{p.index + 1}/{p.total}] {fmt_depth(p.depth)}"
         if p.phase is ProbePhase.PREFILL:
-            line = Text(f"{where}: prefill of {p.depth:,} tokens…", rich_style("yellow3"))
+            line = Text(f"{where}: prefill of {p.depth:,} tokens…", palette().warn)
         elif p.phase is ProbePhase.DECODING:
-            line = Text(f"{where}: decoding {p.tokens}/{p.requested_tokens}", rich_style("yellow3"))
+            line = Text(f"{where}: decoding {p.tokens}/{p.requested_tokens}", palette().warn)
             if p.live_tok_s is not None:
-                line.append(f"   {p.live_tok_s:.2f} tok/s live", "bold yellow3")
+                line.append(f"   {p.live_tok_s:.2f} tok/s live", palette().style("warn", bold=True))
             if p.ttft_s is not None:
-                line.append(f"   TTFT {p.ttft_s:.2f} s", "grey62")
+                line.append(f"   TTFT {p.ttft_s:.2f} s", palette().muted)
         elif p.phase is ProbePhase.DONE and p.result is not None:
-            line = Text(f"{where}: {p.result.diagnosis}", rich_style("green3"))
+            line = Text(f"{where}: {p.result.diagnosis}", palette().ok)
         else:
-            line = Text(f"{where}: {p.phase.value}: {p.detail or ''}", rich_style("red3"))
+            line = Text(f"{where}: {p.phase.value}: {p.detail or ''}", palette().bad)
         self._status(line)
         self._draw()
 
@@ -305,7 +303,7 @@ class ProbePanel(Vertical, can_focus=False):
         if earlier is not None:
             self.earlier = list(earlier)
         self.set_running(False)
-        colour = "green3" if report.ok else "yellow3"
+        colour = palette().ok if report.ok else palette().warn
         self._status(Text(report.summary(), colour))
         self._draw()
 
@@ -315,7 +313,7 @@ class ProbePanel(Vertical, can_focus=False):
 
     def show_error(self, sentence: str) -> None:
         self.set_running(False)
-        self._status(Text(sentence.rstrip(".") + ".", "bold red"))
+        self._status(Text(sentence.rstrip(".") + ".", palette().style("bad", bold=True)))
 
     def _status(self, text: Text) -> None:
         self.status = text
@@ -338,11 +336,19 @@ class ProbePanel(Vertical, can_focus=False):
         notes = Text()
         for depth, result in self.rows:
             if result is not None:
-                style = "bold red" if result.verdict.value == "attention_bound" else "grey70"
+                style = (
+                    palette().style("bad", bold=True)
+                    if result.verdict.value == "attention_bound"
+                    else palette().muted
+                )
                 notes.append(f"{fmt_depth(depth)}: {result.diagnosis}\n", style)
         if self.report is not None and self.report.fit is not None:
             fit = self.report.fit
-            style = "bold red" if fit.verdict.value == "attention_bound" else "grey70"
+            style = (
+                palette().style("bad", bold=True)
+                if fit.verdict.value == "attention_bound"
+                else palette().muted
+            )
             notes.append(f"sweep: {fit.diagnosis}", style)
         self.query_one("#probe-notes", Static).update(textual_text(notes))
 
@@ -400,10 +406,10 @@ class ProbeScreen(Screen[None]):
     def _title(self) -> Text:
         title = Text(f"Probe {self.host.name}", "bold")
         if self.profile and self.not_in_force:
-            title.append(f"   results to the history only, not to {self.profile}", "yellow3")
-            title.append(f"\n{self.not_in_force[:1].upper()}{self.not_in_force[1:]}.", "yellow3")
+            title.append(f"   results to the history only, not to {self.profile}", palette().warn)
+            title.append(f"\n{self.not_in_force[:1].upper()}{self.not_in_force[1:]}.", palette().warn)
         elif self.profile:
-            title.append(f"   profile {self.profile}", "grey62")
+            title.append(f"   profile {self.profile}", palette().muted)
         return textual_text(title)
 
     def on_mount(self) -> None:
@@ -423,8 +429,8 @@ class ProbeScreen(Screen[None]):
         return None if self.not_in_force else self.profile
 
     async def _earlier(self, exclude: str | None = None) -> list[Curve]:
-        from console.core.probe import curves_from_history
-        from console.sources.probe import load_history
+        from console.core.probe_history import curves_from_history
+        from console.sources.probe_history import load_history
 
         records = await asyncio.to_thread(load_history, self.history, host=self.host.name)
         curves = curves_from_history(records, self.host.name, exclude_run=exclude)

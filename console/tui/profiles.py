@@ -31,7 +31,8 @@ from console.tui.footer import KeyFooter
 from console.tui.messages import ApplyRequested
 from console.tui.profile_check import ProfileCheck, check_profile_text, named_in
 from console.tui.screens import diff_text
-from console.tui.view import fmt_tokens, rich_style, textual_text
+from console.tui.themes import palette
+from console.tui.view import fmt_tokens, textual_text
 
 CHECK_DELAY_S = 0.25
 """Validation and the what-if run this long after the last keystroke, not on every one."""
@@ -140,7 +141,7 @@ class ProfilesScreen(Screen[None]):
         title.append(" Profiles ", "bold reverse")
         title.append(f"  host {self.host}", "bold")
         if self.read_only:
-            title.append("  READ-ONLY: applying is refused; saving is local", "bold white on dark_blue")
+            title.append("  READ-ONLY: applying is refused; saving is local", palette().badge("step"))
         self.query_one("#profiles-title", Static).update(textual_text(title))
         self.query_one("#profile-list").border_title = "profiles"
         self.query_one("#profile-side").border_title = "checks"
@@ -175,9 +176,9 @@ class ProfilesScreen(Screen[None]):
             options.append(Option(Text(head, "bold"), disabled=True))
             for e in members:
                 prompt = Text()
-                prompt.append("● " if self._dirty(e.name) else "  ", "yellow3")
+                prompt.append("● " if self._dirty(e.name) else "  ", palette().warn)
                 prompt.append(e.name, "bold" if e.name == self.current else "")
-                prompt.append(f"  {self.origin(e)}", "grey50")
+                prompt.append(f"  {self.origin(e)}", palette().faint)
                 options.append(Option(prompt, id=e.name))
         plist = self.query_one(ProfileList)
         plist.clear_options()
@@ -247,9 +248,9 @@ class ProfilesScreen(Screen[None]):
     def _status(self, note: Text | None = None) -> None:
         status = Text()
         if self.current is not None and self._dirty(self.current):
-            status.append("● unsaved", "bold yellow3")
+            status.append("● unsaved", palette().style("warn", bold=True))
         elif self.current is not None:
-            status.append("saved", "green3")
+            status.append("saved", palette().ok)
         if note is not None:
             status.append("  ")
             status.append_text(note)
@@ -283,7 +284,7 @@ class ProfilesScreen(Screen[None]):
         if self.check.diff:
             diff.append_text(diff_text(list(self.check.diff)))
         if self.check.diff_note:
-            diff.append(("\n" if self.check.diff else "") + self.check.diff_note, "grey62")
+            diff.append(("\n" if self.check.diff else "") + self.check.diff_note, palette().muted)
         self.query_one("#profile-diff", Static).update(textual_text(diff))
         self._status()
         return self.check
@@ -310,7 +311,7 @@ class ProfilesScreen(Screen[None]):
             path = self.store.save_text(name, text)
         except ProfileError as exc:
             self.notify(f"not saved: {exc}", severity="error", timeout=10)
-            self._status(Text(f"not saved: {exc}", "bold red"))
+            self._status(Text(f"not saved: {exc}", palette().style("bad", bold=True)))
             return None
         except OSError as exc:
             self.notify(f"not saved: {exc.strerror or exc}.", severity="error", timeout=10)
@@ -327,9 +328,9 @@ class ProfilesScreen(Screen[None]):
         self.reload_list()
         self.run_check()
         errors = len(self.check.errors) if self.check else 0
-        note = Text(f"saved to {path}", rich_style("green3"))
+        note = Text(f"saved to {path}", palette().ok)
         if errors:
-            note.append(f" with {errors} error(s): applying it is refused", "yellow3")
+            note.append(f" with {errors} error(s): applying it is refused", palette().warn)
         self._status(note)
         self.notify(f"saved {name} to {path}", timeout=4)
         return name
@@ -365,57 +366,59 @@ def issues_text(check: ProfileCheck) -> Text:
     out = Text()
     out.append("validation", "bold")
     if check.profile is not None:
-        out.append(f"  SGLang {check.profile.sglang_version}", "grey62")
+        out.append(f"  SGLang {check.profile.sglang_version}", palette().muted)
     out.append("\n")
     if not check.issues:
-        out.append("✔ the flags are valid", "green3")
+        out.append("✔ the flags are valid", palette().ok)
         return out
     for i, issue in enumerate(check.issues):
-        mark, style = ("✘", "bold red") if issue.level == "error" else ("⚠", "yellow3")
+        mark, style = (
+            ("✘", palette().style("bad", bold=True)) if issue.level == "error" else ("⚠", palette().warn)
+        )
         out.append(("\n" if i else "") + f"{mark} ", style)
         where = issue.where.removeprefix("flags.")
         if issue.where != "toml":
             out.append(f"{where}: ", "bold")
-        out.append(issue.message, "red" if issue.level == "error" else "yellow3")
+        out.append(issue.message, palette().bad if issue.level == "error" else palette().warn)
     return out
 
 
 def whatif_text(w: PlannerVerdict | None) -> RenderableType:
     head = Text("what-if", "bold")
     if w is None:
-        return Group(head, Text("no prediction until the profile reads", rich_style("grey62")))
+        return Group(head, Text("no prediction until the profile reads", palette().muted))
     lines: list[RenderableType] = [head]
     row = Text()
-    row.append("pool ", "grey62")
+    row.append("pool ", palette().muted)
     if w.predicted_pool_tokens is not None:
-        colour = "green3" if w.predicted_pool_tokens >= w.target_context else "bold red"
+        colour = (
+            palette().ok if w.predicted_pool_tokens >= w.target_context else palette().style("bad", bold=True)
+        )
         row.append(f"{w.predicted_pool_tokens:,} tokens", colour)
-        row.append(f"  ({fmt_tokens(w.predicted_pool_tokens)})", "grey62")
+        row.append(f"  ({fmt_tokens(w.predicted_pool_tokens)})", palette().muted)
     else:
-        row.append("no prediction", "grey62")
+        row.append("no prediction", palette().muted)
     lines.append(row)
-    lines.append(Text.assemble(("target ", "grey62"), f"{w.target_context:,} tokens"))
+    lines.append(Text.assemble(("target ", palette().muted), f"{w.target_context:,} tokens"))
     if w.headroom_gib is not None:
         ok = w.headroom_gib >= w.min_headroom_gib
         lines.append(
             Text.assemble(
-                ("headroom ", "grey62"),
-                (f"{w.headroom_gib:.2f} GiB", "green3" if ok else "bold red"),
-                (f"  (floor {w.min_headroom_gib:g} GiB)", "grey62"),
+                ("headroom ", palette().muted),
+                (f"{w.headroom_gib:.2f} GiB", palette().ok if ok else palette().style("bad", bold=True)),
+                (f"  (floor {w.min_headroom_gib:g} GiB)", palette().muted),
             )
         )
     if w.mem_fraction_static is not None:
-        lines.append(Text.assemble(("mem-fraction-static ", "grey62"), f"{w.mem_fraction_static:g}"))
+        lines.append(Text.assemble(("mem-fraction-static ", palette().muted), f"{w.mem_fraction_static:g}"))
     if w.fits is True:
-        lines.append(Text("✔ fits", rich_style("bold green3")))
+        lines.append(Text("✔ fits", palette().style("ok", bold=True)))
     elif w.fits is False:
-        lines.append(Text("✘ does not fit", "bold red"))
+        lines.append(Text("✘ does not fit", palette().style("bad", bold=True)))
     elif not w.checked:
-        lines.append(Text("not checked", rich_style("yellow3")))
+        lines.append(Text("not checked", palette().warn))
     for why in w.reasons:
-        lines.append(Text(f"  {why}", "red" if w.fits is False else "grey62"))
+        lines.append(Text(f"  {why}", palette().bad if w.fits is False else palette().muted))
     if w.calibration != "none":
-        lines.append(
-            Text(f"calibration: {w.calibration} on this host's boots ({w.model})", rich_style("grey50"))
-        )
+        lines.append(Text(f"calibration: {w.calibration} on this host's boots ({w.model})", palette().faint))
     return Group(*lines)

@@ -32,7 +32,7 @@ from console.tui.app import ConsoleApp
 from console.tui.dashboard import HostDashboard
 from console.tui.host_controller import HostController
 from console.tui.host_entry import HostEntry
-from console.tui.view import rich_style
+from console.tui.themes import BOLD, palette
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 TICK_S = 0.1
@@ -100,8 +100,9 @@ class ReplayBar(Vertical):
         replay = app.replay
         start, end = replay.start, replay.end
         span = max(end - start, 1e-9)
+        pal = palette()
         cells = ["─"] * width
-        styles = ["grey50"] * width
+        styles = [pal.faint] * width
 
         def cell(ts: float) -> int:
             return min(width - 1, max(0, int((ts - start) / span * (width - 1))))
@@ -109,28 +110,28 @@ class ReplayBar(Vertical):
         for mark in replay.marks:
             i = cell(mark.ts)
             if mark.kind == "error":
-                cells[i], styles[i] = "✖", "bold red"
+                cells[i], styles[i] = "✖", pal.style("bad", bold=True)
             elif mark.label.endswith("starting") and cells[i] != "✖":
-                cells[i], styles[i] = "▲", "bold yellow"
+                cells[i], styles[i] = "▲", pal.style("warn", bold=True)
             elif cells[i] == "─":
-                cells[i], styles[i] = "│", "cyan"
+                cells[i], styles[i] = "│", pal.info
         here = cell(replay.position)
-        cells[here], styles[here] = "◆", "bold white"
+        cells[here], styles[here] = "◆", pal.style("text", bold=True)
         text = Text()
         for char, style in zip(cells, styles, strict=True):
-            text.append(char, rich_style(style))
+            text.append(char, style)
         state = "seeking…" if app.seeking else ("▶ playing" if app.playing else "❚❚ paused")
         at = replay.position - start
         text.append(
             f"\nREPLAY {state} {app.speed:g}×  {clock_text(replay.position)} UTC  "
             f"+{_hms(at)} of {_hms(end - start)}  ({clock_text(start)}–{clock_text(end)})  {app.path.name}",
-            rich_style("bold"),
+            BOLD,
         )
         upcoming = replay.next_mark(replay.position)
         if upcoming is not None:
-            text.append(f"  next: {upcoming.label} at {clock_text(upcoming.ts)}", rich_style("grey70"))
+            text.append(f"  next: {upcoming.label} at {clock_text(upcoming.ts)}", pal.muted)
         if app.problem:
-            text.append(f"\n{app.problem}", rich_style("bold red"))
+            text.append(f"\n{app.problem}", pal.style("bad", bold=True))
         return text
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

@@ -12,7 +12,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from console.tui.view import rich_style, textual_text
+from console.tui.themes import palette, themed
+from console.tui.view import textual_text
 
 KEYS = """\
 [b]Keys[/b]
@@ -73,9 +74,9 @@ class HelpScreen(ModalScreen[None]):
         body = self.panel_help or "[b]k26-console[/b] — move the focus to a panel (tab) for help on it."
         keys = self.keys
         with VerticalScroll(id="help-box"):
-            yield Static(textual_text(Text.from_markup(body)), id="help-panel")
-            yield Static(textual_text(Text.from_markup(keys)), id="help-keys")
-            yield Static(Text("Esc closes", rich_style("grey62")), id="help-close")
+            yield Static(textual_text(themed(Text.from_markup(body))), id="help-panel")
+            yield Static(textual_text(themed(Text.from_markup(keys))), id="help-keys")
+            yield Static(Text("Esc closes", palette().muted), id="help-close")
 
     def on_mount(self) -> None:
         # Focused, so that the arrows and PgUp/PgDn reach what a short terminal cuts off.
@@ -102,7 +103,7 @@ class ConfirmScreen(ModalScreen[bool]):
         with Vertical(id="confirm-box"):
             yield Static(Text(self.question, "bold"), id="confirm-question")
             if self.detail:
-                yield Static(Text(self.detail, rich_style("grey70")), id="confirm-detail")
+                yield Static(Text(self.detail, palette().muted), id="confirm-detail")
             with Horizontal(id="confirm-buttons"):
                 yield Button("Yes (y)", id="yes", variant="warning")
                 yield Button("No (n)", id="no", variant="primary")
@@ -159,9 +160,9 @@ class ApplyConfirmScreen(ModalScreen[ApplyChoice | None]):
             yield Static(textual_text(self.prediction), id="apply-prediction")
             notes = Text()
             for e in self.errors:
-                notes.append(f"✘ {e}\n", "bold red")
+                notes.append(f"✘ {e}\n", palette().style("bad", bold=True))
             for w in self.warnings:
-                notes.append(f"⚠ {w}\n", "yellow3")
+                notes.append(f"⚠ {w}\n", palette().warn)
             if notes.plain:
                 notes.rstrip()
                 yield Static(textual_text(notes), id="apply-notes")
@@ -189,10 +190,10 @@ def diff_text(lines: list[str]) -> Text:
     """Diff lines coloured as a diff reads: + green, - red, ~ yellow."""
     out = Text()
     if not lines:
-        out.append("no change against the running ExecStart", "grey62")
+        out.append("no change against the running ExecStart", palette().muted)
         return out
     for i, line in enumerate(lines):
-        style = {"+": "green3", "-": "red", "~": "yellow3"}.get(line[:1], "")
+        style = {"+": palette().ok, "-": palette().bad, "~": palette().warn}.get(line[:1], "")
         out.append(("\n" if i else "") + line, style)
     return out
 
@@ -203,14 +204,14 @@ def prediction_text(preview: Any, target: int) -> Text:
     out.append("predicted: ", "bold")
     pool = preview.predicted_pool_tokens
     if pool is None:
-        out.append("no prediction (the host's journal has not shown a pool to calibrate on)", "grey62")
+        out.append("no prediction (the host's journal has not shown a pool to calibrate on)", palette().muted)
         return out
-    out.append(f"pool {pool:,} tokens", "green3" if pool >= target else "bold red")
+    out.append(f"pool {pool:,} tokens", palette().ok if pool >= target else palette().style("bad", bold=True))
     out.append(f" {'≥' if pool >= target else '<'} target {target:,}")
     if preview.headroom_gib is not None:
         out.append(f", headroom {preview.headroom_gib:.2f} GiB")
     if preview.fits is True:
-        out.append("  ✔ fits", "bold green3")
+        out.append("  ✔ fits", palette().style("ok", bold=True))
     elif preview.fits is False:
-        out.append("  ✘ does not fit", "bold red")
+        out.append("  ✘ does not fit", palette().style("bad", bold=True))
     return out

@@ -7,21 +7,22 @@ session once per scrape: a repaint only formats it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import time
+from collections.abc import Callable, Sequence
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 
 from console.core.serving import Latency, ServingFigures, TrendPoint
-from console.core.snapshot import HostSnapshot
+from console.core.snapshot import ConnState, HealthState, HostSnapshot
 from console.core.text import terminal_safe
 from console.tui.panels import Panel
-from console.tui.view import fmt_tokens, rich_style, textual_text
+from console.tui.themes import palette
+from console.tui.view import fmt_duration, fmt_tokens, textual_text
 
 LATENCIES = (("ttft", "TTFT"), ("itl", "ITL"), ("e2e", "e2e"), ("queue_time", "queue"))
 SPARK = "▁▂▃▄▅▆▇█"
-MUTED = "grey62"
-ABSENT = "grey50"
 
 
 def fmt_seconds(value: float | None) -> str:
@@ -73,7 +74,7 @@ def sparkline(values: Sequence[float | None], width: int) -> Text:
             out.append(
                 SPARK[min(len(SPARK) - 1, int(v / top * (len(SPARK) - 1) + 0.5))] if top > 0 else SPARK[0]
             )
-    out.stylize(rich_style("cyan"))
+    out.stylize(palette().info)
     return out
 
 
@@ -82,9 +83,9 @@ def latency_cells(figures: ServingFigures, figure: str, compact: bool) -> list[T
     latency: Latency | None = getattr(figures, figure)
     if latency is None:
         reason = figures.absent.get(figure, "this server does not export it")
-        return [Text(terminal_safe(short_reason(reason)), rich_style(ABSENT))]
+        return [Text(terminal_safe(short_reason(reason)), palette().faint)]
     if latency.count <= 0:
-        return [Text("no requests in the window", rich_style(MUTED))]
+        return [Text("no requests in the window", palette().muted)]
     values = (latency.p50, latency.p90, latency.p99)
     if compact:
         return [Text("/".join(fmt_seconds(v) for v in values))]
@@ -93,40 +94,40 @@ def latency_cells(figures: ServingFigures, figure: str, compact: bool) -> list[T
 
 def request_line(figures: ServingFigures, compact: bool = False) -> Text:
     line = Text()
-    line.append("running ", rich_style(MUTED))
+    line.append("running ", palette().muted)
     if figures.running is None:
-        line.append(short_reason(figures.absent.get("running", "")), rich_style(ABSENT))
+        line.append(short_reason(figures.absent.get("running", "")), palette().faint)
     else:
         line.append(f"{figures.running:.0f}")
         if figures.max_running is not None:
             limit = f"/{figures.max_running:.0f}" if compact else f" / {figures.max_running:.0f} max"
-            line.append(limit, rich_style(MUTED))
+            line.append(limit, palette().muted)
             if figures.running >= figures.max_running:
-                line.stylize(rich_style("yellow3"), 8)
-    line.append("  queued ", rich_style(MUTED))
+                line.stylize(palette().warn, 8)
+    line.append("  queued ", palette().muted)
     if figures.queued is None:
-        line.append(short_reason(figures.absent.get("queued", "")), rich_style(ABSENT))
+        line.append(short_reason(figures.absent.get("queued", "")), palette().faint)
     else:
-        line.append(f"{figures.queued:.0f}", rich_style("yellow3") if figures.queued > 0 else "")
+        line.append(f"{figures.queued:.0f}", palette().warn if figures.queued > 0 else "")
     return line
 
 
 def kv_line(figures: ServingFigures, compact: bool) -> Text:
     line = Text()
-    line.append("KV " if compact else "KV used ", rich_style(MUTED))
+    line.append("KV " if compact else "KV used ", palette().muted)
     if figures.kv_used is None:
-        line.append(short_reason(figures.absent.get("kv_used", "")), rich_style(ABSENT))
+        line.append(short_reason(figures.absent.get("kv_used", "")), palette().faint)
         return line
     line.append(fmt_tokens(figures.kv_used))
     if figures.kv_pool is not None:
-        line.append(f" / {fmt_tokens(figures.kv_pool)}", rich_style(MUTED))
+        line.append(f" / {fmt_tokens(figures.kv_pool)}", palette().muted)
         if figures.kv_pool > 0:
             line.append(f" ({figures.kv_used / figures.kv_pool:.1%})")
     elif not compact:
-        line.append(" / pool ", rich_style(MUTED))
-        line.append(short_reason(figures.absent.get("kv_pool", "")), rich_style(ABSENT))
+        line.append(" / pool ", palette().muted)
+        line.append(short_reason(figures.absent.get("kv_pool", "")), palette().faint)
     if figures.full_pool is not None and figures.full_pool != "kv" and figures.token_usage is not None:
-        line.append(f"  fullest {figures.full_pool} {figures.token_usage:.0%}", rich_style("yellow3"))
+        line.append(f"  fullest {figures.full_pool} {figures.token_usage:.0%}", palette().warn)
     return line
 
 
@@ -135,7 +136,7 @@ def rank_line(figures: ServingFigures) -> Text:
     for r in figures.kv_ranks:
         name = f"DP{r.dp_rank}" if r.dp_rank is not None else "DP?"
         pct = f" {r.used / r.pool:.0%}" if r.used is not None and r.pool else ""
-        line.append(f"{name} ", rich_style(MUTED))
+        line.append(f"{name} ", palette().muted)
         line.append(f"{fmt_tokens(r.used)}{pct}  ")
     return line
 
@@ -144,12 +145,50 @@ LABEL_W = 6
 CELL_W = 8
 COMPACT_CELLS_W = 21
 
+STALE_INTERVALS = 3
+"""The figures are stale once the newest scrape is older than this many scrape intervals..."""
+STALE_MIN_S = 10.0
+"""...and than this: one scrape that times out (twice the interval) must not flash the panel."""
+DEFAULT_INTERVAL_S = 2.0
+
+
+def scrape_interval(trend: Sequence[TrendPoint]) -> float:
+    """The session's scrape interval, read from the window (the median spacing of its newest points)."""
+    stamps = [p.ts for p in trend[-11:]]
+    gaps = sorted(b - a for a, b in itertools.pairwise(stamps) if b > a)
+    return gaps[len(gaps) // 2] if gaps else DEFAULT_INTERVAL_S
+
+
+def staleness(snap: HostSnapshot, now: float) -> str | None:
+    """Why the panel's figures are not live, with their age, or None while they are: the newest
+    `/metrics` scrape is more than a few intervals old, or the link or the server is down (the last
+    good figures stay on screen, marked, rather than read as the server's current state)."""
+    serving = snap.serving
+    if serving is None or serving.as_of is None:
+        return None
+    age = max(0.0, now - serving.as_of)
+    why = None
+    if snap.connection is not None and snap.connection.state is not ConnState.UP:
+        why = f"link {snap.connection.state.value}"
+    elif snap.server is not None and snap.server.health in (HealthState.DOWN, HealthState.STARTING):
+        why = "server down" if snap.server.health is HealthState.DOWN else "server starting"
+    if why is None and age <= max(STALE_INTERVALS * scrape_interval(snap.serving_trend), STALE_MIN_S):
+        return None
+    shown = f"{int(age)}s" if age < 60 else fmt_duration(age)
+    return f"⚠ stale {shown}: the last /metrics reading" + (f", {why}" if why else "")
+
 
 def serving_body(
-    figures: ServingFigures, trend: Sequence[TrendPoint], width: int, *, compact: bool
+    figures: ServingFigures,
+    trend: Sequence[TrendPoint],
+    width: int,
+    *,
+    compact: bool,
+    stale: str | None = None,
 ) -> RenderableType:
     """The panel's lines for a `width`-cell column: fixed columns, so that the figures line up and an
-    absent figure's words never squeeze the others."""
+    absent figure's words never squeeze the others. `stale`: the figures are old (`staleness`): said
+    on the first line, and every figure drawn faint."""
     cells_w = COMPACT_CELLS_W if compact else 3 * CELL_W
     spark_w = width - LABEL_W - cells_w - 1
     lines: list[RenderableType] = []
@@ -157,13 +196,13 @@ def serving_body(
         window = figures.covered_s if figures.covered_s is not None else figures.window_s
         span = f"{window / 60:.1f} min" if window >= 90 else f"{window:.0f} s"
         # (a line's leading blanks are dropped: it starts with a word)
-        head = Text("window".ljust(LABEL_W), rich_style(MUTED))
+        head = Text("window".ljust(LABEL_W), palette().muted)
         for q in ("p50", "p90", "p99"):
-            head.append(q.rjust(CELL_W), rich_style(MUTED))
-        head.append(f" {span}: p50 per scrape"[: max(0, spark_w + 1)], rich_style(MUTED))
+            head.append(q.rjust(CELL_W), palette().muted)
+        head.append(f" {span}: p50 per scrape"[: max(0, spark_w + 1)], palette().muted)
         lines.append(head)
     for figure, label in LATENCIES:
-        line = Text(label.ljust(LABEL_W), rich_style(MUTED))
+        line = Text(label.ljust(LABEL_W), palette().muted)
         cells = latency_cells(figures, figure, compact)
         latency: Latency | None = getattr(figures, figure)
         if latency is None or latency.count <= 0:
@@ -180,6 +219,11 @@ def serving_body(
     lines.append(kv_line(figures, compact))
     if figures.kv_ranks:
         lines.append(rank_line(figures))
+    if stale is not None:
+        for line in lines:
+            if isinstance(line, Text):
+                line.stylize(palette().faint)  # over every figure's own colour
+        lines.insert(0, Text(stale, palette().style("warn", bold=True)))
     for line in lines:
         if isinstance(line, Text):
             line.no_wrap = True
@@ -196,10 +240,32 @@ time in the queue: p50 / p90 / p99 of the window's requests, read from SGLang's 
 (docs/serving.md); the sparkline is each scrape interval's p50 over the window, blank where no
 request ended. [b]running / queued[/b] against --max-running-requests (from /server_info), [b]KV used[/b]
 against the pool, per DP rank with DP attention. A figure this server does not export says
-[b]absent[/b] and why (too old an SGLang, metrics off): never 0."""
+[b]absent[/b] and why (too old an SGLang, metrics off): never 0.
+When the newest /metrics reading is older than three scrape intervals (10 s at least), or the link or
+the server is down, the figures are the last good ones: drawn faint under [b]stale[/b] and their age."""
+
+    def __init__(
+        self, *, clock: Callable[[], float] = time.time, id: str | None = None, classes: str | None = None
+    ) -> None:
+        super().__init__(id=id, classes=classes)
+        self.clock = clock
+        self._stale: str | None = None
+
+    def on_mount(self) -> None:
+        # The figures age with the clock when no snapshot comes (the link is down, the session stuck).
+        self.set_interval(1.0, self._tick)
+
+    def _tick(self) -> None:
+        snap = self.snap
+        if snap is not None and staleness(snap, self.clock()) != self._stale:
+            self.show(snap)
 
     _held: tuple[object, ...] | None = None
     _body: RenderableType | None = None
+
+    def restyle(self) -> None:
+        self._held, self._body = None, None  # the held body is coloured in the old theme
+        super().restyle()
 
     def signature(self, snap: HostSnapshot) -> object:
         # The session computes the figures once per scrape and hands the same object until the next: a
@@ -207,13 +273,22 @@ against the pool, per DP rank with DP attention. A figure this server does not e
         # server) repaints nothing either: the signature is the panel's text.
         serving = snap.serving
         width = self.content_region.width
-        key = (id(serving), snap.serving_trend[-1].ts if snap.serving_trend else None, width, self.compact)
+        self._stale = stale = staleness(snap, self.clock())
+        key = (
+            id(serving),
+            snap.serving_trend[-1].ts if snap.serving_trend else None,
+            width,
+            self.compact,
+            stale,
+        )
         if self._held is not None and self._held[0] == key:
             return self._held[1]
         if serving is None:
             self._body, sig = None, ("none", self.compact)
         else:
-            body = serving_body(serving, snap.serving_trend, max(10, width), compact=self.compact)
+            body = serving_body(
+                serving, snap.serving_trend, max(10, width), compact=self.compact, stale=stale
+            )
             lines = body.renderables if isinstance(body, Group) else [body]
             self._body = body
             sig = (
@@ -233,12 +308,12 @@ against the pool, per DP rank with DP attention. A figure this server does not e
         # None (tests/test_tui_pairing_tmux.py, 2 runs of 4; the cause was not found): never hand Textual
         # None, whatever the path.
         body = self._body_now()
-        return body if body is not None else textual_text(Text("no server reading yet", rich_style(MUTED)))
+        return body if body is not None else textual_text(Text("no server reading yet", palette().muted))
 
     def _body_now(self) -> RenderableType | None:
         snap = self.snap
         if snap is None or snap.serving is None:
-            return textual_text(Text("no server reading yet", rich_style(MUTED)))
+            return textual_text(Text("no server reading yet", palette().muted))
         held = self._held
         if (
             self._body is not None
@@ -250,4 +325,4 @@ against the pool, per DP rank with DP attention. A figure this server does not e
             body, self._body = self._body, None  # a Group's Texts are styled once; rebuilt when reused
             return body
         width = max(10, self.content_region.width)
-        return serving_body(snap.serving, snap.serving_trend, width, compact=self.compact)
+        return serving_body(snap.serving, snap.serving_trend, width, compact=self.compact, stale=self._stale)

@@ -11,10 +11,11 @@ from typing import Any
 from rich.text import Text
 from textual.widget import Widget
 
-from console.core.probe import throughput_points
+from console.core.probe_history import throughput_points
 from console.core.snapshot import HostSnapshot
-from console.tui.plot import AXIS_STYLE, CURRENT_STYLE, plot_text
-from console.tui.view import rich_style, textual_text
+from console.tui.plot import axis_style, current_style, plot_text
+from console.tui.themes import palette
+from console.tui.view import textual_text
 
 NOW_WINDOW_S = 60.0
 """How long a generation figure is "now": SGLang logs a `Decode batch` line every 40 decode steps
@@ -35,10 +36,10 @@ def latest_figure(last: tuple[float, float], now: float, idle_at: float | None) 
     kept from before a rollback read as the server's current speed)."""
     t, value = last
     if idle_at is not None and idle_at >= t:
-        return Text(f"idle (last {value:.2f}, {ago(now - t)})", rich_style("grey62"))
+        return Text(f"idle (last {value:.2f}, {ago(now - t)})", palette().muted)
     if now - t > NOW_WINDOW_S:
-        return Text(f"last {value:.2f}, {ago(now - t)}", rich_style("grey62"))
-    return Text(f"now {value:.2f}", rich_style(CURRENT_STYLE))
+        return Text(f"last {value:.2f}, {ago(now - t)}", palette().muted)
+    return Text(f"now {value:.2f}", current_style())
 
 
 def throughput_chart(
@@ -58,7 +59,7 @@ def throughput_chart(
         return Text(
             f"No generation in the last {minutes}: the server logged no Decode batch line.\n"
             "P sends a synthetic long-context request and measures it (the probe).",
-            rich_style("grey62"),
+            palette().muted,
         )
 
     def build(fig: Any) -> None:
@@ -66,9 +67,9 @@ def throughput_chart(
         fig.ruler("x").lim(-window_s, 0)
         fig.label("seconds before now", "x")
 
-    chart = plot_text(build, width, height - 1, {"hd": CURRENT_STYLE})
+    chart = plot_text(build, width, height - 1, {"hd": current_style()})
     last = (shown[-1][0] + now, shown[-1][1])
-    return chart + Text.assemble("\n", ("gen tok/s  ", AXIS_STYLE), latest_figure(last, now, idle_at))
+    return chart + Text.assemble("\n", ("gen tok/s  ", axis_style()), latest_figure(last, now, idle_at))
 
 
 class ThroughputChart(Widget):
@@ -173,7 +174,7 @@ class ThroughputChart(Widget):
         if not shown:
             return None
         return textual_text(
-            Text.assemble(("gen tok/s ", AXIS_STYLE), latest_figure(shown[-1], now, self.idle_at))
+            Text.assemble(("gen tok/s ", axis_style()), latest_figure(shown[-1], now, self.idle_at))
         )
 
     def on_mount(self) -> None:

@@ -28,6 +28,7 @@ from console.core.gpus import SamplerState
 from console.core.restart import BOOT, PHASE_LABELS, Phase, RestartMachine
 from console.core.snapshot import HostSnapshot
 from console.core.state import Boot, HostState
+from console.tui.themes import palette
 
 MIB_PER_GIB = 1024.0
 
@@ -46,7 +47,7 @@ _R = TypeVar("_R")
 def textual_text(renderable: _R) -> _R:
     """Hand Textual a Rich `Text` with its styles as Rich `Style` objects (see `rich_style`): Textual
     turns a Text into its own content and parses string styles with its own colour names, so `grey50`
-    or `[green3]` in help markup came out in the default colour and cost a did-you-mean search at every
+    or `green3` in help markup came out in the default colour and cost a did-you-mean search at every
     render. Other renderables are drawn by Rich itself and pass through."""
     if not isinstance(renderable, Text):
         return renderable
@@ -447,25 +448,33 @@ def restart_timeline(state: HostState, now: float) -> Timeline | None:
 
 # ---- event feed ------------------------------------------------------------------------------------
 
-KIND_STYLES: dict[str, str] = {
-    "error": "bold red",
-    "unit": "cyan",
-    "server_args": "blue",
-    "dist_init": "blue",
-    "weights_begin": "blue",
-    "weights_loaded": "bold blue",
-    "kv_pool_allocated": "bold green",
-    "memory_pool_end": "green",
-    "pool_summary": "bold green",
-    "pool_clamped": "yellow",
-    "cuda_graph": "magenta",
-    "server_ready": "bold green",
-    "prefill_batch": "grey62",
-    "decode_batch": "grey62",
-    "http_access": "grey50",
-    "log": "grey58",
-    "audit": "bold bright_cyan",
+KIND_ROLES: dict[str, tuple[str, bool]] = {
+    "error": ("bad", True),
+    "unit": ("info", False),
+    "server_args": ("step", False),
+    "dist_init": ("step", False),
+    "weights_begin": ("step", False),
+    "weights_loaded": ("step", True),
+    "kv_pool_allocated": ("kv", True),
+    "memory_pool_end": ("kv", False),
+    "pool_summary": ("kv", True),
+    "pool_clamped": ("warn", False),
+    "cuda_graph": ("graphs", False),
+    "server_ready": ("ok", True),
+    "prefill_batch": ("muted", False),
+    "decode_batch": ("muted", False),
+    "http_access": ("faint", False),
+    "log": ("muted", False),
+    "audit": ("info", True),
 }
+"""The feed's colour of each kind of event: a theme role (console/tui/themes.py), bold or not."""
+
+
+def kind_style(kind: str) -> Style | str:
+    """The style of an event kind's feed row in the app's theme ("" for a kind without one)."""
+    got = KIND_ROLES.get(kind)
+    return palette().style(got[0], bold=got[1]) if got is not None else ""
+
 
 _PREFIX = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?(?: [^\]]*)?\]\s*")
 

@@ -27,9 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-import asyncssh
-import tomlkit
-
+from console.twin.host_files import hosts_toml_text, known_hosts_line, unit_text, write_keys
 from console.twin.layout import (
     JOURNAL_REMOTE,
     REAL_JOURNALCTL,
@@ -42,29 +40,11 @@ from console.twin.layout import (
 from console.twin.realsd import RealManager, RealSystemdError, systemd_version, why_unavailable
 from console.twin.sglang_tree import install_hf_cache, install_sglang_tree
 from console.twin.ssh_server import TwinSSHServer
-from console.twin.unitfile import render_environment, render_exec
 from console.twin.units import ServiceManager, pid_alive
 
 DEFAULT_UNIT = "sglang-k26-ddtree"
 DEFAULT_SCENARIO = "kimi-k26-rtx6000"
-DESCRIPTION = "SGLang Kimi K2.6"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-# The incident's first flags (TP 8, f=0.85, 64 running requests, 200k context).
-INITIAL_FLAGS = (
-    "--model-path",
-    "moonshotai/Kimi-K2.6",
-    "--tp-size",
-    "8",
-    "--mem-fraction-static",
-    "0.85",
-    "--max-running-requests",
-    "64",
-    "--context-length",
-    "200000",
-    "--chunked-prefill-size",
-    "8192",
-)
 
 
 class TwinError(Exception):
@@ -98,21 +78,6 @@ def machine_boot_id() -> str:
 
 def native_journal_available() -> bool:
     return os.access(JOURNAL_REMOTE, os.X_OK) and os.access(REAL_JOURNALCTL, os.X_OK)
-
-
-def health_wait_script(host: str, port: int) -> str:
-    """ExecStartPost=: `systemctl start` returns once /health answers 200, as a production unit that waits
-    for readiness does. Plain bash (/dev/tcp), so a fresh machine needs no curl.
-
-    It gives up when the main process is gone ($MAINPID): systemd does not end an ExecStartPost= when the
-    main process dies, it waits for it until TimeoutStartSec= (the real manager showed it: a server killed
-    by its CUDA OOM left the unit "activating (start-post)" for the whole 900 s)."""
-    return (
-        "until { printf 'GET /health HTTP/1.0\\r\\nHost: %s\\r\\n\\r\\n' "
-        f'"{host}" >&3 && IFS= read -r line <&3 && [[ $line == *" 200 "* ]]; }} '
-        f"2>/dev/null 3<>/dev/tcp/{host}/{port}; do "
-        'if [ -n "$MAINPID" ] && ! kill -0 "$MAINPID" 2>/dev/null; then exit 1; fi; sleep 0.2; done'
-    )
 
 
 class TwinHost:
@@ -335,91 +300,38 @@ class TwinHost:
             raise TwinError(f"the state directory {self.layout.root} is in use by another twin (pid {owner})")
 
     def _write_keys(self) -> None:
-        for path in (self.host_key, self.client_key):
-            if not path.exists():
-                key = asyncssh.generate_private_key("ssh-ed25519", comment=f"k26-twin-{self.name}")
-                key.write_private_key(str(path))
-                key.write_public_key(str(path) + ".pub")
-                path.chmod(0o600)
-        write_atomic(
-            self.layout.ssh_dir / "authorized_keys", Path(str(self.client_key) + ".pub").read_text(), 0o600
-        )
+        write_keys(self.layout, self.name, self.host_key, self.client_key)
 
     def _write_unit(self, cfg: TwinConfig) -> None:
         # The fragment is the twin's "packaged" unit, rewritten at every start so that it names this run's
         # port, scale and server; an operator's changes live in drop-ins, as on a real host.
-        path = self.layout.unit_dir / self.unit
-        python = cfg.python
-        command = self.server_command or [python, "-m", "sglang.launch_server"]
-        argv = [
-            *command,
-            *INITIAL_FLAGS,
-            "--host",
-            cfg.sglang_host,
-            "--port",
-            str(cfg.sglang_port),
-            "--enable-metrics",
-        ]
-        env = {
-            "PYTHONPATH": f"{self.layout.pylib_dir}:{cfg.pythonpath}",
-            "PYTHONUNBUFFERED": "1",
-            "K26_TWIN_SCENARIO": cfg.scenario,
-            "K26_TWIN_STATE_DIR": str(self.layout.gpu_dir),
-            "HF_HOME": str(self.hf_home),
-        }
-        if cfg.time_scale is not None:
-            env["K26_TWIN_TIME_SCALE"] = repr(cfg.time_scale)
-        env.update(self.extra_environment)
-        lines = [
-            "[Unit]",
-            f"Description={DESCRIPTION}",
-            "After=network-online.target",
-            "Wants=network-online.target",
-            "",
-            "[Service]",
-            "Type=simple",
-            f"Environment={render_environment(env)}",
-            f"WorkingDirectory={self.layout.home_dir}".replace("%", "%%"),
-            f"ExecStart={render_exec(argv)}",
-        ]
-        if self.wait_ready:
-            lines.append(
-                f"ExecStartPost={render_exec(['/bin/bash', '-c', health_wait_script(cfg.sglang_host, cfg.sglang_port)])}"
-            )
-        lines += [
-            "TimeoutStartSec=900",
-            "TimeoutStopSec=90",
-            "KillSignal=SIGTERM",
-            "",
-            "[Install]",
-            "WantedBy=multi-user.target",
-            "",
-        ]
-        write_atomic(path, "\n".join(lines))
+        command = self.server_command or [cfg.python, "-m", "sglang.launch_server"]
+        text = unit_text(
+            cfg,
+            self.layout,
+            command,
+            hf_home=self.hf_home,
+            extra=self.extra_environment,
+            wait_ready=self.wait_ready,
+        )
+        write_atomic(self.layout.unit_dir / self.unit, text)
 
     def write_hosts_toml(self) -> None:
         """This twin's entry in the console's hosts-file format (console.sources.hosts)."""
         assert self.cfg is not None
-        doc = tomlkit.document()
-        doc.add(
-            tomlkit.comment(
-                f"k26 twin '{self.name}' (scenario {self.scenario}), written by `k26-console twin`."
-            )
-        )
-        hosts = tomlkit.table(is_super_table=True)
-        entry = tomlkit.table()
-        entry["ssh"] = f"{self.user}@{self.ssh_host}"
-        entry["port"] = self.ssh_port
-        entry["user"] = self.user
-        entry["unit"] = self.unit_name
-        entry["server_url"] = self.sglang_url
-        entry["identity_file"] = str(self.client_key)
-        entry["known_hosts"] = str(self.known_hosts)
-        # The twin's /etc/systemd/system: where `apply` puts its drop-in.
-        entry["unit_dir"] = str(self.layout.unit_dir)
-        hosts[self.name] = entry
-        doc["hosts"] = hosts
-        write_atomic(self.hosts_toml, tomlkit.dumps(doc))
+        entry = {
+            "ssh": f"{self.user}@{self.ssh_host}",
+            "port": self.ssh_port,
+            "user": self.user,
+            "unit": self.unit_name,
+            "server_url": self.sglang_url,
+            "identity_file": str(self.client_key),
+            "known_hosts": str(self.known_hosts),
+            # The twin's /etc/systemd/system: where `apply` puts its drop-in.
+            "unit_dir": str(self.layout.unit_dir),
+        }
+        heading = f"k26 twin '{self.name}' (scenario {self.scenario}), written by `k26-console twin`."
+        write_atomic(self.hosts_toml, hosts_toml_text(self.name, entry, heading))
 
     def set_ssh_endpoint(self, host: str, port: int) -> None:
         """Record where the twin is reached when something else serves its SSH (the real sshd in
@@ -430,9 +342,7 @@ class TwinHost:
             self.write_hosts_toml()
 
     def write_known_hosts(self, host: str, port: int) -> None:
-        pub = Path(str(self.host_key) + ".pub").read_text().split()
-        who = host if port == 22 else f"[{host}]:{port}"
-        write_atomic(self.known_hosts, f"{who} {pub[0]} {pub[1]}\n")
+        write_atomic(self.known_hosts, known_hosts_line(self.host_key, host, port))
 
     # --- lifecycle -------------------------------------------------------------------------------
 

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import random
 import signal
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +45,7 @@ from console.twin.server_memory import (
     hold_gpus,
     write_gpu_state,
 )
+from console.twin.server_warmup import warmup
 
 DEFAULT_TIME_SCALE = 0.0167
 IMPORT_S = 5.0
@@ -514,39 +513,12 @@ class SimulatedServer:
         await self.stop_event.wait()
 
     def _warmup(self, host: str, port: int) -> None:
-        base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
-        with urllib.request.urlopen(base + "/model_info", timeout=30) as resp:
-            resp.read()
-        if self.sc.is_multimodal:
-            path = "/v1/chat/completions"
-            body: dict[str, Any] = {
-                "model": self.args["served_model_name"],
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": [
-                            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
-                            {"type": "text", "text": "Describe the image."},
-                        ],
-                    }
-                ],
-                "max_tokens": 8,
-                "temperature": 0,
-            }
-        else:
-            path = "/generate"
-            body = {
-                "sampling_params": {"temperature": 0, "max_new_tokens": 8},
-                "text": "The capital city of France is",
-            }
-        request = urllib.request.Request(
-            base + path,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
+        warmup(
+            host,
+            port,
+            multimodal=self.sc.is_multimodal,
+            served_model_name=str(self.args["served_model_name"]),
         )
-        with urllib.request.urlopen(request, timeout=600) as resp:
-            resp.read()
 
     async def _gpu_loop(self) -> None:
         while True:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from console.twin.journal import JournalClient
 from console.twin.layout import SERVICE_PATH, TwinLayout
-from console.twin.unitfile import ExecCommand, ServiceConfig
+from console.twin.unitfile import ExecCommand
+from console.twin.unitload import ServiceConfig
 from console.twin.units import EXIT_STATUS_NAMES, MESSAGE_IDS, ServiceManager, stop_when_owner_gone
 
 _CLEAN_SIGNALS = {signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE}

@@ -17,7 +17,7 @@ from pathlib import Path
 from console.twin import timers
 from console.twin.journal import JournalClient
 from console.twin.layout import TwinLayout
-from console.twin.unitfile import ServiceConfig
+from console.twin.unitload import ServiceConfig
 from console.twin.units import ServiceManager, UnitState, normalize_unit, pid_alive
 
 EXIT_NOT_ACTIVE = 3

@@ -17,7 +17,8 @@ from pathlib import Path
 from pydantic import BaseModel, TypeAdapter
 
 from console.twin.layout import TwinConfig, TwinLayout, write_atomic
-from console.twin.unitfile import ServiceConfig, fingerprint, load_service, specifier_table, unit_files
+from console.twin.unitfile import specifier_table
+from console.twin.unitload import ServiceConfig, fingerprint, load_service, unit_files
 
 _SERVICE = TypeAdapter(ServiceConfig)
 

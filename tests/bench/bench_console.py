@@ -90,8 +90,17 @@ def child_console(hosts: str, name: str, gpu_interval: float, preload_day: bool)
 
     prof = cProfile.Profile()
     signal.signal(signal.SIGTERM, lambda *_: app.exit())
+    after = float(os.environ.get("K26_BENCH_PROFILE_AFTER", "0"))
     try:
-        prof.runcall(app.run)
+        if after <= 0:
+            prof.runcall(app.run)
+        else:
+            # Only what follows the start-up and the day's preload (an idle window's profile): the
+            # alarm's handler runs on the main thread, where the app's loop runs.
+            signal.signal(signal.SIGALRM, lambda *_: prof.enable())
+            signal.alarm(max(1, round(after)))
+            app.run()
+            prof.disable()
     finally:
         prof.dump_stats(profile)
 

@@ -1,0 +1,163 @@
+"""The fleet overview on pinned snapshots (real corpus boots, fixed clock): a row per host with its pool,
+state and verdict, drill-in and back, and the snapshot of the overview."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from console.core.alerts import Alert, Severity, TransitionKind
+from console.core.snapshot import ConnectionStatus, ConnState, HostSnapshot
+from console.sources.profile_store import ProfileStore, shipped_profile_dir
+from console.tui.app import ConsoleApp, HostEntry
+from console.tui.fleet import FLEET_TAB, FleetPacer
+from console.tui.fleet_rows import Cell, seen_cell
+from tests.tui_support import NOW, corpus_events, gpu_sample, snapshot
+
+SIZE = (160, 48)
+GIB = 1024.0
+HOSTS = ("gpu-a", "gpu-b", "gpu-c", "gpu-d")
+
+
+def fleet_app(hosts: tuple[str, ...] = HOSTS, target: int | None = 8192) -> ConsoleApp:
+    shipped = shipped_profile_dir()
+    return ConsoleApp(
+        [HostEntry(h) for h in hosts],
+        target=target,
+        target_source="--target-context" if target else None,
+        clock=lambda: NOW,
+        connect=False,
+        store=ProfileStore([shipped] if shipped else []),
+    )
+
+
+def host_snapshot(host: str, case: str, *, conn: ConnState = ConnState.UP) -> HostSnapshot:
+    snap = snapshot(corpus_events(case), gpu_sample([20500.0], 22.4 * GIB, util=12.0))
+    reason = "connection refused" if conn is not ConnState.UP else None
+    status = ConnectionStatus(host=host, state=conn, since=NOW - 60, reason=reason, retry_in_s=4.0)
+    return snap.model_copy(update={"host": host, "connection": status})
+
+
+async def feed(pilot: Any) -> None:
+    app: ConsoleApp = pilot.app
+    # case-31: a boot that reached ready with a 15k pool; case-01: Kimi K2.5 cut while capturing graphs.
+    app.post_snapshot(host_snapshot("gpu-a", "case-31"))
+    app.post_snapshot(host_snapshot("gpu-b", "case-01"))
+    app.post_snapshot(host_snapshot("gpu-c", "case-31", conn=ConnState.RETRYING))
+    await pilot.pause()
+    app.hosts["gpu-b"].alerts = {
+        "queue > 16": Alert(
+            host="gpu-b",
+            rule="queue > 16",
+            severity=Severity.WARNING,
+            state=TransitionKind.FIRED,
+            value=20.0,
+            message="queue 20 > 16",
+            ts=NOW,
+        )
+    }
+    assert app.fleet is not None
+    app.fleet.refresh_rows()
+    await pilot.pause()
+
+
+async def test_four_hosts_open_on_the_overview_with_a_row_each_and_drill_in() -> None:
+    app = fleet_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await feed(pilot)
+        fleet = app.fleet
+        assert fleet is not None
+        assert app.active_dashboard is None  # the overview is on screen, no host's dashboard
+        rows = {h: fleet.row_text(h) for h in HOSTS}
+        boot_a = app.latest_snapshot("gpu-a")
+        assert boot_a is not None
+        pool_a = boot_a.state.boots[-1].pool.tokens
+        assert pool_a is not None and pool_a >= 8192
+        assert rows["gpu-a"]["state"] == "ready"
+        assert rows["gpu-a"]["pool"] == "15k / 8.2k"
+        assert rows["gpu-b"]["state"] == "capturing CUDA graphs" and rows["gpu-b"]["verdict"] == "not ok"
+        assert rows["gpu-a"]["verdict"] == "ok"
+        assert rows["gpu-b"]["alert"] == "queue > 16"
+        assert rows["gpu-c"]["state"].startswith("unreachable: retrying")
+        assert rows["gpu-d"]["state"] == "not connected" and rows["gpu-d"]["pool"] == "—"
+        # The dashboards behind their tabs were not drawn: they hold the newest snapshot for later.
+        assert app.dashboards["gpu-a"].snap is None
+        # Enter on the second row opens gpu-b's dashboard, with its snapshot shown at once.
+        fleet.table.focus()
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert app.active_dashboard is app.dashboards["gpu-b"]
+        assert app.dashboards["gpu-b"].snap is not None
+        assert app.fleet_pacer is not None and app.fleet_pacer.on_screen == "gpu-b"
+        assert app.looking_at("gpu-b") == "dashboard"
+        # `o` comes back to the overview.
+        await pilot.press("o")
+        await pilot.pause()
+        assert app.query_one("#hosts").active == FLEET_TAB  # type: ignore[attr-defined]
+        assert app.active_dashboard is None
+        assert app.fleet_pacer.on_screen is None
+        assert app.looking_at("gpu-a") == "fleet overview"
+        # One click on the third row opens gpu-c (the header is the table's first line).
+        await pilot.click("#fleet-table", offset=(2, 3))
+        await pilot.pause()
+        assert app.active_dashboard is app.dashboards["gpu-c"]
+
+
+async def test_the_on_screen_host_polls_at_its_dashboards_pace_the_others_share_the_budget() -> None:
+    hosts = tuple(f"h{i:02d}" for i in range(32))
+    app = fleet_app(hosts)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.fleet is not None
+        title = str(app.fleet.border_title)
+        assert "32 hosts" in title and "GPUs every 4 s, /metrics every 8 s" in title
+        entry = app.entries[5]
+        assert entry.session_options == {"gpu_interval_s": 4.0, "server_interval_s": 8.0}
+        app.switch_host("h05")
+        await pilot.pause()
+        assert entry.session_options == {"gpu_interval_s": 1.0, "server_interval_s": 2.0}
+        assert entry.pairing_options == {"poll_s": 4.0, "heartbeat_s": 5.0}
+        assert app.entries[6].pairing_options == {"poll_s": 16.0, "heartbeat_s": 16.0}
+
+
+async def test_three_hosts_open_on_the_first_host_with_the_overview_a_tab_away() -> None:
+    app = fleet_app(HOSTS[:3])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.active_dashboard is app.dashboards["gpu-a"]
+        await pilot.press("o")
+        await pilot.pause()
+        assert app.active_dashboard is None
+
+
+async def test_one_host_has_no_overview() -> None:
+    app = fleet_app(HOSTS[:1])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.fleet is None and app.fleet_pacer is None
+        assert app.active_dashboard is app.dashboards["gpu-a"]
+
+
+def test_fleet_overview_snapshot(snap_compare) -> None:
+    assert snap_compare(fleet_app(), terminal_size=SIZE, run_before=feed)
+
+
+def test_last_heard_is_fresh_within_the_pace_then_counts_in_five_second_steps() -> None:
+    snap = host_snapshot("gpu-a", "case-31")  # its GPU sample is 2 s old at NOW
+    assert seen_cell(snap, NOW, 8.0) == Cell("< 8s ago", "ok")
+    assert seen_cell(snap, NOW + 10, 8.0) == Cell("10s ago", "warn")  # 12 s: the 10 s step
+    assert seen_cell(snap, NOW + 13, 8.0) == Cell("15s ago", "warn")
+    assert seen_cell(snap, NOW + 100, 8.0) == Cell("1m42s ago", "critical")
+    assert seen_cell(None, NOW) == Cell("—", "muted")
+
+
+def test_intervals_an_entry_sets_itself_are_left_alone() -> None:
+    entries = [HostEntry(f"h{i:02d}") for i in range(32)]
+    entries[0].session_options = {"gpu_interval_s": 0.5}
+    entries[0].pairing_options = {"poll_s": 1.0}
+    pacer = FleetPacer(entries)
+    pacer.show(None)
+    assert entries[0].session_options == {"gpu_interval_s": 0.5, "server_interval_s": 8.0}
+    assert entries[0].pairing_options == {"poll_s": 1.0, "heartbeat_s": 16.0}
+    pacer.show("h00")
+    assert entries[0].session_options == {"gpu_interval_s": 0.5, "server_interval_s": 2.0}
+    assert entries[1].session_options == {"gpu_interval_s": 4.0, "server_interval_s": 8.0}
