@@ -360,3 +360,25 @@ def test_a_replay_evaluates_the_alert_rules_but_never_rings_nor_runs_the_hook(tm
         app = ReplayApp(Replay(reader), path, alerts=config)
         assert app.alerts is not None and app.alerts.rules == config.rules
         assert app.alerts.command is None and not app.alerts.bell and app._hook is None
+
+
+async def test_a_replay_of_several_hosts_shows_each_on_its_own_dashboard(tmp_path: Path) -> None:
+    from console.tui.replay import ReplayApp
+    from console.tui.view import display_boot
+
+    path = tmp_path / "two.k26rec"
+    lines = CASE.read_text(encoding="utf-8").removesuffix("\n").split("\n")
+    with Recorder(path, hosts=["a", "b"]) as rec:
+        rec.record("a", "journal", journal_entries(len(lines)))
+        rec.record("b", "journal", journal_entries(len(lines) // 2))
+    with RecordingReader(path) as reader:
+        app = ReplayApp(Replay(reader), path, at=reader.end)
+        async with app.run_test(size=(160, 48)) as pilot:
+            deadline = time.monotonic() + 30
+            while any(d.snap is None or d.snap.events_total == 0 for d in app.dashboards.values()):
+                assert time.monotonic() < deadline, "the dashboards were not drawn"
+                await pilot.pause(0.05)
+            a, b = (app.dashboards[h].snap for h in ("a", "b"))
+            assert a is not None and b is not None
+            assert a.events_total > b.events_total > 0
+            assert display_boot(a.state) is not None
