@@ -1,7 +1,7 @@
 """Benchmark of recording and replay (issue 17).
 
     python tests/bench/bench_recording.py                 # prints the figures and a JSON line
-    python tests/bench/bench_recording.py --write         # and replaces "## Recording" in docs/performance.md
+    python tests/bench/bench_recording.py --write         # and replaces its section of docs/performance.md
 
 * **size per hour** of one host at 2,000 journal lines/s: `--seconds` (default 60) of input written through
   the real `Recorder` (its encoding, zlib, SQLite commits once per recorded second), extrapolated to an
@@ -293,7 +293,7 @@ def section(f: dict[str, float]) -> str:
     def bounded_row(label: str, key: str) -> str:
         return f"| {label} | {f[key + '_cpu_s']:.1f} s CPU ({f[key + '_s']:.1f} s wall) | at most {CHECKPOINT_S:g} s of input |"
 
-    return f"""## Recording
+    return f"""## Recording and replay (issue 17)
 
 `python tests/bench/bench_recording.py` (issue 17): one host at 2,000 journal lines/s of real corpus serving
 lines in full `journalctl -o json` entries (~1.1 kB each), 8 GPUs sampled each second, a server reading with
@@ -326,7 +326,7 @@ recorder to write the whole fold (parser, serving window, readings) now and then
 
 def write_section(path: Path, text: str) -> None:
     doc = path.read_text() if path.exists() else "# Performance\n\n"
-    start = doc.find("## Recording\n")
+    start = doc.find("## Recording and replay (issue 17)\n")
     if start < 0:
         doc = doc.rstrip("\n") + "\n\n" + text
     else:
