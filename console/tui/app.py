@@ -21,17 +21,15 @@ from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widget import Widget
 from textual.widgets import TabbedContent, TabPane
 
-from console.core.alerts import Alert, TransitionKind
-from console.core.events import Log
 from console.core.pairing import Identity
 from console.core.snapshot import HostSnapshot
-from console.sources.alerts import AlertConfig, HookRunner
+from console.sources.alerts import AlertConfig
 from console.sources.hoststate import local_identity
 from console.sources.profile_store import ProfileStore
 from console.sources.shipped import stylesheets as css_paths
+from console.tui.alert_router import AlertRouter
 from console.tui.commands import ConsoleCommands
 from console.tui.dashboard import MUTATING_ACTIONS, HostDashboard, dom_id
 from console.tui.fleet import FLEET_MIN_HOSTS, FLEET_TAB, OPENS_ON_FLEET, FleetPacer, FleetRows, FleetView
@@ -50,26 +48,13 @@ from console.tui.messages import (
     RollbackRequested,
     SnapshotReady,
 )
-from console.tui.pairing import held_by_other
+from console.tui.pairing import activity, held_by_other
 from console.tui.profiles import ProfilesScreen
 from console.tui.recording import RecordSwitch
-from console.tui.screens import HelpScreen, help_keys
+from console.tui.screens import HelpScreens, focused_help, help_keys
 from console.tui.themes import DEFAULT_THEME, THEMES
 
 __all__ = ["ConsoleApp", "HostEntry"]
-
-
-def _iso(ts: float) -> str:
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(ts, UTC).isoformat()
-
-
-def alert_line(alert: Alert) -> Log:
-    """The feed's line for an alert's firing or clearing."""
-    what = "ALERT" if alert.state is TransitionKind.FIRED else "alert cleared"
-    text = f"{what} ({alert.severity}) {alert.rule}: {alert.message}"
-    return Log(ts=_iso(alert.ts), host=alert.host, raw=text, message=text)
 
 
 class ConsoleApp(App[int]):
@@ -142,8 +127,18 @@ class ConsoleApp(App[int]):
                 entry, dash, self, me=self.me, store=self.store, read_only=read_only
             )
         self.alerts = alerts
-        self._hook = HookRunner(alerts) if alerts is not None and alerts.command else None
-        self._help_screens: dict[tuple[str, str], str] = {}
+        self.alert_router = (
+            AlertRouter(
+                alerts,
+                self.dashboards,
+                bell=lambda: self.bell(),
+                run=lambda flow: self.run_worker(flow, group="alerts"),
+                running=lambda: self.is_running,
+            )
+            if alerts is not None
+            else None
+        )
+        self._help = HelpScreens(read_only)
         self._pacer = GcPacer()
         self.recording = RecordSwitch(self.hosts, record)
         self._record_at_start = record is not None
@@ -260,23 +255,8 @@ class ConsoleApp(App[int]):
 
     def on_alert_changed(self, message: AlertChanged) -> None:
         """A firing or a clearing: the header's badge, a feed line, the bell once per firing, the hook."""
-        dash = self.dashboards.get(message.host)
-        if dash is None or self.alerts is None:
-            return
-        alert = message.alert
-        dash.header.show_alert(message.worst, message.firing)
-        dash.feed.add_external([alert_line(alert)])
-        if alert.state is TransitionKind.FIRED and self.alerts.bell:
-            self.bell()
-        if self._hook is not None:
-            self.run_worker(self._deliver(message.host, alert), group="alerts")
-
-    async def _deliver(self, host: str, alert: Alert) -> None:
-        assert self._hook is not None
-        problem = await self._hook.deliver(alert)
-        dash = self.dashboards.get(host)
-        if problem is not None and dash is not None and self.is_running:
-            dash.feed.add_external([Log(ts=_iso(time.time()), host=host, raw=problem, message=problem)])
+        if self.alert_router is not None:
+            self.alert_router.changed(message)
 
     # ---- what the controllers ask of the app (`ConsoleUi`) -----------------------------------------
 
@@ -289,23 +269,9 @@ class ConsoleApp(App[int]):
         self.switch_host(host)
 
     def looking_at(self, host: str) -> str:
-        from console.tui.probe import ProbeScreen
-
+        overview = self.fleet is not None and self.active_dashboard is None
         screen = self.screen if self.is_running else None
-        ctl = self.hosts.get(host)
-        if isinstance(screen, ProfilesScreen) and screen.host == host:
-            what = f"profiles {screen.current}" if screen.current else "profiles"
-        elif isinstance(screen, ProbeScreen) and getattr(screen.host, "name", screen.host) == host:
-            what = "probe"
-        elif ctl is not None and ctl.busy is not None:
-            what = ctl.busy
-        elif self.fleet is not None and self.active_dashboard is None:
-            what = "fleet overview"
-        else:
-            what = "dashboard"
-        if self.read_only:
-            return "read-only" if what == "dashboard" else f"read-only, {what}"
-        return what
+        return activity(screen, host, self.hosts.get(host), overview=overview, read_only=self.read_only)
 
     # ---- the fleet overview -------------------------------------------------------------------------
 
@@ -410,23 +376,8 @@ class ConsoleApp(App[int]):
     # ---- help, keys, quitting ----------------------------------------------------------------------
 
     def action_help(self) -> None:
-        node: Widget | None = self.focused
-        text = ""
-        while node is not None:
-            text = getattr(node, "HELP", "") or ""
-            if text:
-                break
-            parent = node.parent
-            node = parent if isinstance(parent, Widget) else None
         keys = help_keys(self.read_only, profiles=isinstance(self.screen, ProfilesScreen))
-        # Each help text is built once and kept installed: composing and styling a new screen on
-        # every F1 was most of the key's cost under load.
-        name = self._help_screens.get((text, keys))
-        if name is None:
-            name = f"help-{len(self._help_screens)}"
-            self.install_screen(HelpScreen(text, read_only=self.read_only, keys=keys), name)
-            self._help_screens[(text, keys)] = name
-        self.push_screen(name)
+        self.push_screen(self._help.name_for(self, focused_help(self.focused), keys))
 
     def on_unmount(self) -> None:
         self._pacer.release()

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from rich.text import Text
 from textual.widget import Widget
@@ -269,3 +270,24 @@ class PairingLink:
         with contextlib.suppress(TransportError, HostStateError, TimeoutError, OSError):
             async with asyncio.timeout(timeout):
                 await self.state.leave()
+
+
+def activity(screen: object, host: str, ctl: Any, *, overview: bool, read_only: bool) -> str:
+    """What this console is looking at on `host`, as its presence tells the other consoles: the profiles
+    (and which), the probe, the change in flight, the fleet overview or the dashboard."""
+    from console.tui.probe import ProbeScreen
+    from console.tui.profiles import ProfilesScreen
+
+    if isinstance(screen, ProfilesScreen) and screen.host == host:
+        what = f"profiles {screen.current}" if screen.current else "profiles"
+    elif isinstance(screen, ProbeScreen) and getattr(screen.host, "name", screen.host) == host:
+        what = "probe"
+    elif ctl is not None and ctl.busy is not None:
+        what = ctl.busy
+    elif overview:
+        what = "fleet overview"
+    else:
+        what = "dashboard"
+    if read_only:
+        return "read-only" if what == "dashboard" else f"read-only, {what}"
+    return what

@@ -6,10 +6,11 @@ from enum import StrEnum
 from typing import Any
 
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
+from textual.widget import Widget
 from textual.widgets import Button, Static
 
 from console.tui.themes import palette, themed
@@ -215,3 +216,31 @@ def prediction_text(preview: Any, target: int) -> Text:
     elif preview.fits is False:
         out.append("  ✘ does not fit", palette().style("bad", bold=True))
     return out
+
+
+def focused_help(node: Widget | None) -> str:
+    """The HELP text of the focused widget or the nearest of its parents that has one."""
+    while node is not None:
+        text = getattr(node, "HELP", "") or ""
+        if text:
+            return text
+        parent = node.parent
+        node = parent if isinstance(parent, Widget) else None
+    return ""
+
+
+class HelpScreens:
+    """Each help text is built once and kept installed: composing and styling a new screen on every F1 was
+    most of the key's cost under load."""
+
+    def __init__(self, read_only: bool) -> None:
+        self.read_only = read_only
+        self._names: dict[tuple[str, str], str] = {}
+
+    def name_for(self, app: App[Any], text: str, keys: str) -> str:
+        name = self._names.get((text, keys))
+        if name is None:
+            name = f"help-{len(self._names)}"
+            app.install_screen(HelpScreen(text, read_only=self.read_only, keys=keys), name)
+            self._names[(text, keys)] = name
+        return name
