@@ -31,7 +31,7 @@ from console.sources.hosts import HostConfig
 from console.sources.probe_history import load_history
 from console.tui.app import css_paths
 from console.tui.probe import DepthChart, ProbePanel, ProbeScreen, depth_chart
-from console.tui.throughput import ThroughputChart
+from console.tui.throughput import ThroughputChart, throughput_chart
 from tests.test_probe_core import kimi_target, steady
 from tests.test_probe_twin import host_of, start_twin
 from tests.tui_support import CORPUS
@@ -438,3 +438,10 @@ async def test_a_generation_figure_is_now_only_while_it_is() -> None:
     assert figure() == f"gen tok/s  idle (last {value:.2f}, 10 s ago)"
     clock[0] = t + 301
     assert "No generation in the last 5 minutes" in chart.render().plain
+
+
+def test_empty_throughput_chart_names_the_probe_key_only_where_there_is_a_probe() -> None:
+    live = throughput_chart([], now=1000.0, window_s=300.0, width=80, height=10).plain
+    replayed = throughput_chart([], now=1000.0, window_s=300.0, width=80, height=10, probe_hint=False).plain
+    assert live.startswith("No generation in the last 5 minutes") and "P sends a synthetic" in live
+    assert replayed.startswith("No generation in the last 5 minutes") and "P sends" not in replayed

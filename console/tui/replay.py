@@ -59,7 +59,6 @@ class ReplayDashboard(HostDashboard):
 
     inherit_bindings = False
     BINDINGS = []  # noqa: RUF012 - Textual reads it as a class attribute
-
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return action not in ABSENT_ACTIONS
 
@@ -193,6 +192,7 @@ class ReplayApp(ConsoleApp):
             dash = ReplayDashboard(
                 entry, read_only=True, target=None, target_source=None, clock=self._now, me=self.me
             )
+            dash.throughput.probe_hint = False  # a replay has no probe to suggest
             self.dashboards[entry.name] = dash
             self.hosts[entry.name] = HostController(
                 entry, dash, self, me=self.me, store=self.store, read_only=True

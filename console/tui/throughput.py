@@ -50,15 +50,17 @@ def throughput_chart(
     height: int,
     *,
     idle_at: float | None = None,
+    probe_hint: bool = True,
 ) -> Text:
     """Generation tok/s over the last `window_s` seconds (x: seconds before now). `idle_at`: when the
-    server last said it was running no request."""
+    server last said it was running no request. `probe_hint`: the empty chart names the probe's key (not
+    in a replay, which has no probe)."""
     shown = [(t - now, v) for t, v in points if now - window_s <= t <= now]
     if not shown:
         minutes = f"{window_s / 60:g} minutes" if window_s >= 120 else f"{window_s:g} s"
+        hint = "\nP sends a synthetic long-context request and measures it (the probe)." if probe_hint else ""
         return Text(
-            f"No generation in the last {minutes}: the server logged no Decode batch line.\n"
-            "P sends a synthetic long-context request and measures it (the probe).",
+            f"No generation in the last {minutes}: the server logged no Decode batch line.{hint}",
             palette().muted,
         )
 
@@ -96,6 +98,8 @@ class ThroughputChart(Widget):
         super().__init__(id=id)
         self.window_s = window_s
         self.clock = clock
+        self.probe_hint = True
+        """The empty chart names the probe's key (a replay, which has no probe, turns it off)."""
         self._buckets: dict[int, tuple[float, int]] = {}
         self._seen_total: int | None = None
         self._dirty = False
@@ -196,5 +200,6 @@ class ThroughputChart(Widget):
                 self.size.width,
                 self.size.height,
                 idle_at=self.idle_at,
+                probe_hint=self.probe_hint,
             )
         )
