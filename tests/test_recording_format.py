@@ -359,7 +359,8 @@ def test_a_replay_evaluates_the_alert_rules_but_never_rings_nor_runs_the_hook(tm
     with RecordingReader(path) as reader:
         app = ReplayApp(Replay(reader), path, alerts=config)
         assert app.alerts is not None and app.alerts.rules == config.rules
-        assert app.alerts.command is None and not app.alerts.bell and app._hook is None
+        assert app.alerts.command is None and not app.alerts.bell
+        assert app.alert_router is not None and app.alert_router.hook is None
 
 
 async def test_a_replay_of_several_hosts_shows_each_on_its_own_dashboard(tmp_path: Path) -> None:

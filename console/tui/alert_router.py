@@ -42,7 +42,7 @@ class AlertRouter:
         self.alerts = alerts
         self.dashboards = dashboards
         self._bell, self._run, self._running = bell, run, running
-        self._hook = HookRunner(alerts) if alerts.command else None
+        self.hook = HookRunner(alerts) if alerts.command else None
 
     def changed(self, message: AlertChanged) -> None:
         dash = self.dashboards.get(message.host)
@@ -53,12 +53,12 @@ class AlertRouter:
         dash.feed.add_external([alert_line(alert)])
         if alert.state is TransitionKind.FIRED and self.alerts.bell:
             self._bell()
-        if self._hook is not None:
+        if self.hook is not None:
             self._run(self._deliver(message.host, alert))
 
     async def _deliver(self, host: str, alert: Alert) -> None:
-        assert self._hook is not None
-        problem = await self._hook.deliver(alert)
+        assert self.hook is not None
+        problem = await self.hook.deliver(alert)
         dash = self.dashboards.get(host)
         if problem is not None and dash is not None and self._running():
             dash.feed.add_external([Log(ts=_iso(time.time()), host=host, raw=problem, message=problem)])
