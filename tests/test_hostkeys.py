@@ -217,7 +217,9 @@ async def test_the_explicit_insecure_setting_connects_and_says_so(
         text = header.render().renderables[0]
         assert "host key NOT checked" in text.plain
         spans = [str(s.style) for s in text.spans if "host key NOT checked" in text.plain[s.start : s.end]]
-        assert spans == ["bold white on red3"]
+        from console.tui.themes import THEMES, palette_for
+
+        assert spans == [str(palette_for(THEMES["dark"]).badge("bad"))]  # the alert badge of the app's theme
         checked = status.model_copy(update={"host_key_checked": True})
         app.post_snapshot(snapshot([], None, seq=2).model_copy(update={"connection": checked}))
         await pilot.pause()
