@@ -19,4 +19,5 @@ def build_event(fields: dict[str, Any]) -> Event:
 
 
 def build_events(drafts: list[dict[str, Any]]) -> list[Event]:
-    return [build_event(draft) for draft in drafts]
+    types = EVENT_TYPES
+    return [cast(Event, types[draft["kind"]].of(draft)) for draft in drafts]
