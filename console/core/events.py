@@ -28,6 +28,8 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import ConfigDict, Field, TypeAdapter, with_config
 
 _ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+_new = object.__new__
+_setattr = object.__setattr__
 
 
 def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
@@ -77,9 +79,9 @@ class EventBase:
         default factory (`args`, `lines`, `diff`, `durations`). The generated `__init__` would cost more
         than the rest of a line: a frozen dataclass sets each of the 25 fields through
         `object.__setattr__` (docs/performance.md)."""
-        event = object.__new__(cls)
+        event = _new(cls)
         # What a frozen dataclass's own `__init__` does, field by field: `object.__setattr__`.
-        object.__setattr__(event, "__dict__", fields)
+        _setattr(event, "__dict__", fields)
         return event
 
     def model_dump_json(self, *, exclude_none: bool = False, indent: int | None = None) -> str:
