@@ -600,7 +600,7 @@ def _section(args: argparse.Namespace, rows: dict[str, list[float]], n: int, n_j
         "|---|---:|",
         "| `parse_lines`, synthetic journal, the parser before issue 19 (events made by writing pydantic's private slots) | ~25,900 |",
         "| `parse_lines`, synthetic journal, issue 19's parser with validated pydantic events (102,485 lines/s best) | ~69,700 |",
-        "| `parse_lines`, synthetic journal, this parser (dataclass events, no per-event validation) | ~46,900 |",
+        "| `parse_lines`, synthetic journal, this parser (dataclass events, no per-event validation) | ~45,000 |",
         "| … of which the journald shortcut (`_JournaldSglang.read`: the line's fields, time and message) | ~17,000 |",
         "| … of which a decode line's handler (regex, 8 numbers, the fields dict) | ~16,200 |",
         "| … of which making the event (`EventBase.of`) and freeing it, beyond its fields dict | ~2,900 |",
