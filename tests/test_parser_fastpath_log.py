@@ -9,6 +9,8 @@ all of them. `feed_many` must give exactly `feed`'s events for the same lines.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +125,18 @@ def test_the_shortcut_takes_the_bracketed_journald_lines_and_refuses_the_others(
         SGL + "INFO:     Started server process [4100]",
         SGL + "Scheduler hit an exception: Traceback (most recent call last):",
     ]
+
+
+def test_the_shortcut_reads_the_benchmark_journal_as_the_general_envelope_does() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "bench_parser", Path(__file__).parent / "bench" / "bench_parser.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_parser", bench)
+    spec.loader.exec_module(bench)
+    lines = bench.build_journal(6_000)
+    assert_same(_general(lines, 512), batched(lines, 512))
 
 
 def test_a_colon_in_journalds_identifier() -> None:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from console.core.events import EVENT_KINDS, event_from_json
 from console.core.parser import JournalParser, parse_lines
+from tests.support.fastpath import assert_validates_to_itself
 
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
 
@@ -82,6 +83,8 @@ def _check(events: list) -> None:
     for e in events:
         assert e.kind in EVENT_KINDS
         assert event_from_json(e.model_dump_json()) == e
+        # Built without validation: every value must already be of its field's type (1 == 1.0 == True).
+        assert_validates_to_itself(e)
 
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

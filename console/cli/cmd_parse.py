@@ -8,6 +8,7 @@ a file or standard input, one line at a time, so `journalctl -o json -f | k26-co
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from console.core.events import EVENT_KINDS, EventBase
 from console.core.parser import JournalParser
 from console.core.text import LINE_MAX_BYTES, LineSplitter, json_safe, terminal_safe
 
-_COMMON = frozenset(EventBase.model_fields) | {"kind"}
+_COMMON = frozenset(f.name for f in dataclasses.fields(EventBase)) | {"kind"}
 _RANK_TAGS = (
     ("dp_rank", "DP"),
     ("pp_rank", "PP"),
@@ -159,10 +160,11 @@ def _detail(event: Any) -> str:
         )
         return f"{len(args)} args" + (f": {shown}" if shown else "")
     parts = []
-    for name, value in event:  # the fields in order (pydantic models iterate as (name, value))
-        if name in _COMMON or value is None:
+    for f in dataclasses.fields(event):  # the fields in order
+        value = getattr(event, f.name)
+        if f.name in _COMMON or value is None:
             continue
-        parts.append(f"{name}={value}")
+        parts.append(f"{f.name}={value}")
     return " ".join(parts)
 
 

@@ -1,4 +1,4 @@
-"""Typed events: one frozen pydantic model per thing an SGLang host says.
+"""Typed events: one frozen dataclass per thing an SGLang host says, serialised through pydantic.
 
 Field names follow SGLang's own words. SGLang prints "GB" where it means GiB; the numbers are kept
 exactly as printed (no unit conversion), so `avail_mem_gb` is the GiB figure from the line.
@@ -6,18 +6,43 @@ exactly as printed (no unit conversion), so `avail_mem_gb` is the GiB figure fro
 Every event carries the common fields of `EventBase`. Journal metadata (`cursor`, `systemd_unit`,
 `invocation_id`, `boot_id`) is filled when the line came from `journalctl -o json`; it is what lets a
 follower resume without loss or repetition and lets the state fold events into boots.
+
+Why dataclasses and not pydantic models (issue 19): the parser makes one event per journal line, and
+validating each one cost a third of the line (docs/performance.md). The parser's handlers type every
+value themselves, so it builds events with `EventBase.of` and no validation; pydantic validates events
+where they come from outside (`event_from_json`, `EVENT_ADAPTER`, `model_validate`) and serialises them
+(`model_dump_json`): pydantic reads stdlib dataclasses through its public `TypeAdapter`, and the JSON
+form is the one the pydantic models gave, byte for byte (tests/test_parser_contract.py). Events keep
+the few model methods the rest of the code uses (`model_dump_json`, `model_dump`, `model_copy`,
+`model_validate`, `model_validate_json`), each through the event class's `TypeAdapter`. As fields of
+pydantic models (a boot's events, the snapshot's tail) they are taken as they are, not copied.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter, with_config
+
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+_new = object.__new__
+_setattr = object.__setattr__
 
 
-class EventBase(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
+    """The class's own adapter, made on first use (17 of them at import would slow every command's start)."""
+    adapter = _ADAPTERS.get(cls)
+    if adapter is None:
+        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
+    return adapter
 
+
+@with_config(ConfigDict(extra="forbid"))
+@dataclass(frozen=True, kw_only=True)
+class EventBase:
     ts: str | None = None
     """ISO 8601 time of the line (journal time when known, else the time printed in the line).
 
@@ -44,12 +69,52 @@ class EventBase(BaseModel):
     invocation_id: str | None = None
     boot_id: str | None = None
 
+    @classmethod
+    def of(cls, fields: dict[str, Any]) -> Self:
+        """The event holding `fields`, already typed, without validation: the parser's constructor.
 
+        The dict becomes the instance's own (the caller gives it up), as `copy` and `pickle` restore an
+        instance; a field it lacks reads the class default, which a dataclass keeps as a class attribute.
+        So `fields` must hold every field without a plain default: the required ones and those with a
+        default factory (`args`, `lines`, `diff`, `durations`). The generated `__init__` would cost more
+        than the rest of a line: a frozen dataclass sets each of the 25 fields through
+        `object.__setattr__` (docs/performance.md)."""
+        event = _new(cls)
+        # What a frozen dataclass's own `__init__` does, field by field: `object.__setattr__`.
+        _setattr(event, "__dict__", fields)
+        return event
+
+    def model_dump_json(self, *, exclude_none: bool = False, indent: int | None = None) -> str:
+        return _adapter(type(self)).dump_json(self, exclude_none=exclude_none, indent=indent).decode()
+
+    def model_dump(
+        self, *, mode: Literal["python", "json"] = "python", exclude_none: bool = False
+    ) -> dict[str, Any]:
+        dumped: dict[str, Any] = _adapter(type(self)).dump_python(self, mode=mode, exclude_none=exclude_none)
+        return dumped
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None) -> Self:
+        """A copy with `update`'s fields changed, not validated (as pydantic's `model_copy`)."""
+        return dataclasses.replace(self, **(update or {}))
+
+    @classmethod
+    def model_validate(cls, obj: Any) -> Self:
+        validated: Self = _adapter(cls).validate_python(obj)
+        return validated
+
+    @classmethod
+    def model_validate_json(cls, data: str | bytes) -> Self:
+        validated: Self = _adapter(cls).validate_json(data)
+        return validated
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServerArgs(EventBase):
     kind: Literal["server_args"] = "server_args"
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, kw_only=True)
 class DistInit(EventBase):
     kind: Literal["dist_init"] = "dist_init"
     phase: Literal["begin", "end"]
@@ -57,11 +122,13 @@ class DistInit(EventBase):
     elapsed_s: float | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
 class WeightsBegin(EventBase):
     kind: Literal["weights_begin"] = "weights_begin"
     avail_mem_gb: float | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
 class WeightsLoaded(EventBase):
     kind: Literal["weights_loaded"] = "weights_loaded"
     avail_mem_gb: float | None = None
@@ -72,6 +139,7 @@ class WeightsLoaded(EventBase):
     quant: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
 class KvPoolAllocated(EventBase):
     kind: Literal["kv_pool_allocated"] = "kv_pool_allocated"
     tokens: int | None = None
@@ -83,11 +151,13 @@ class KvPoolAllocated(EventBase):
     """`Full`, `SWA`, ... when SGLang names the pool (0.5.23 hybrid models); None for the plain pool."""
 
 
+@dataclass(frozen=True, kw_only=True)
 class MemoryPoolEnd(EventBase):
     kind: Literal["memory_pool_end"] = "memory_pool_end"
     avail_mem_gb: float | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
 class CudaGraph(EventBase):
     kind: Literal["cuda_graph"] = "cuda_graph"
     phase: Literal["begin", "end"]
@@ -98,6 +168,7 @@ class CudaGraph(EventBase):
     """What was captured when the line says so: `decode`, `piecewise`, `draft`, `draft extend`, ..."""
 
 
+@dataclass(frozen=True, kw_only=True)
 class PoolSummary(EventBase):
     kind: Literal["pool_summary"] = "pool_summary"
     max_total_num_tokens: int
@@ -108,16 +179,19 @@ class PoolSummary(EventBase):
     available_gpu_mem_gb: float | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
 class PoolClamped(EventBase):
     kind: Literal["pool_clamped"] = "pool_clamped"
     requested: int
     profiled: int
 
 
+@dataclass(frozen=True, kw_only=True)
 class ServerReady(EventBase):
     kind: Literal["server_ready"] = "server_ready"
 
 
+@dataclass(frozen=True, kw_only=True)
 class PrefillBatch(EventBase):
     kind: Literal["prefill_batch"] = "prefill_batch"
     new_seq: int | None = None
@@ -130,6 +204,7 @@ class PrefillBatch(EventBase):
     cuda_graph: bool | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
 class DecodeBatch(EventBase):
     kind: Literal["decode_batch"] = "decode_batch"
     running_req: int | None = None
@@ -142,6 +217,7 @@ class DecodeBatch(EventBase):
     cuda_graph: bool | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
 class HttpAccess(EventBase):
     kind: Literal["http_access"] = "http_access"
     method: str
@@ -163,14 +239,16 @@ ErrorCategory = Literal[
 ]
 
 
+@dataclass(frozen=True, kw_only=True)
 class Error(EventBase):
     kind: Literal["error"] = "error"
     category: ErrorCategory
     message: str
-    lines: list[str] = Field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
     """All journal lines of a multi-line error (a traceback), in order; `[raw]` for a one-line error."""
 
 
+@dataclass(frozen=True, kw_only=True)
 class Unit(EventBase):
     kind: Literal["unit"] = "unit"
     state: Literal["starting", "started", "stopping", "stopped", "failed"]
@@ -180,6 +258,7 @@ class Unit(EventBase):
     """systemd's restart counter from `Scheduled restart job, restart counter is at N.` (state `starting`)."""
 
 
+@dataclass(frozen=True, kw_only=True)
 class Log(EventBase):
     kind: Literal["log"] = "log"
     message: str = ""
@@ -190,6 +269,7 @@ AuditOutcome = Literal["ok", "failed", "rolled_back", "refused", "aborted", "sta
 """`started` is an intent written before a change, `interrupted` its outcome when a signal stopped it."""
 
 
+@dataclass(frozen=True, kw_only=True)
 class Audit(EventBase):
     """One line of the host's `audit.jsonl` (see `console.core.pairing.AuditEntry`), on the event feed.
 
@@ -203,10 +283,10 @@ class Audit(EventBase):
     jump_host: str | None = None
     console_id: str | None = None
     profile: str | None = None
-    diff: list[str] = Field(default_factory=list)
+    diff: list[str] = field(default_factory=list)
     outcome: AuditOutcome
     summary: str = ""
-    durations: dict[str, float] = Field(default_factory=dict)
+    durations: dict[str, float] = field(default_factory=dict)
     total_s: float | None = None
     pool_tokens: int | None = None
     message: str = ""
@@ -234,6 +314,30 @@ Event = Annotated[
 ]
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+EVENT_TYPES: dict[str, type[EventBase]] = {
+    cls.kind: cls
+    for cls in (
+        ServerArgs,
+        DistInit,
+        WeightsBegin,
+        WeightsLoaded,
+        KvPoolAllocated,
+        MemoryPoolEnd,
+        CudaGraph,
+        PoolSummary,
+        PoolClamped,
+        ServerReady,
+        PrefillBatch,
+        DecodeBatch,
+        HttpAccess,
+        Error,
+        Unit,
+        Log,
+        Audit,
+    )
+}
+"""Each kind's event class."""
 
 EVENT_KINDS: tuple[str, ...] = (
     "server_args",

@@ -10,7 +10,7 @@ Three figures (issue 19):
    their startup sequences (one dying with a traceback on every rank), then serving: prefill and decode
    stats, uvicorn access lines, health checks, warnings. Baselines: the parser one writes first (split
    the prefixes with a regex each, try every kind's regex on every message, build the event with
-   pydantic's validating constructor; the run checks the kind counts agree, apart from tracebacks,
+   pydantic's validation; the run checks the kind counts agree, apart from tracebacks,
    which it does not group) and a plain `str.split` loop over the same lines;
 2. `k26-console parse FILE --kinds pool_summary`, a process of its own, on a journal of real corpus
    lines (`--cli-lines`): the serving lines of the public cases (stats and access lines) in journald
@@ -352,17 +352,18 @@ def baseline_parse(lines: list[str]) -> Iterator[ev.EventBase]:
                     fields["args"] = {"repr": fields["args"]}
                 if kind == "dist_init":
                     fields["phase"] = "end" if fields["phase"] == "end" else "begin"
-                event = _B_CLASSES[kind](**common, **fields)
+                event = _B_CLASSES[kind].model_validate({**common, **fields})
             elif kind == "error":
-                event = ev.Error(**common, category="other", message=msg, lines=[line])
-            elif kind == "unit":
-                event = ev.Unit(**common, state=_B_STATE[fields["state"]], message=msg)
-            else:
-                event = ev.Unit(
-                    **common, state="failed" if "result" in fields else "stopped", message=msg, **fields
+                event = ev.Error.model_validate(
+                    {**common, "category": "other", "message": msg, "lines": [line]}
                 )
+            elif kind == "unit":
+                event = ev.Unit.model_validate({**common, "state": _B_STATE[fields["state"]], "message": msg})
+            else:
+                state = "failed" if "result" in fields else "stopped"
+                event = ev.Unit.model_validate({**common, "state": state, "message": msg, **fields})
             break
-        yield event if event is not None else ev.Log(**common, message=msg)
+        yield event if event is not None else ev.Log.model_validate({**common, "message": msg})
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -545,7 +546,7 @@ def _section(args: argparse.Namespace, rows: dict[str, list[float]], n: int, n_j
         "| what | best lines/s | median lines/s | best ÷ its baseline's best |",
         "|---|---:|---:|---:|",
         row("`parse_lines`, synthetic TP8 journal (text)", "parser", "split"),
-        row("naive parser (every regex on every line, validated models)", "baseline", "split"),
+        row("naive parser (every regex on every line, validated events)", "baseline", "split"),
         row("plain `str.split` loop over the same lines", "split", None),
     ]
     if rows.get("json"):
@@ -583,38 +584,68 @@ def _section(args: argparse.Namespace, rows: dict[str, list[float]], n: int, n_j
         "The command's time includes the interpreter's start and its imports, as its baseline's does",
         f"(the command on an empty file: {min(rows.get('cli_start', [0.0])):.2f} s best in this run).",
         "",
+        "Before the events became dataclasses (commit 719b69b, validated pydantic events), the same command",
+        "`--cli-lines 0` in the same hour as the first run of this one gave `parse_lines` 137,554 lines/s",
+        "best, 127,730 median (its naive baseline 108,919 best); this parser's first run gave 256,143 best,",
+        "243,404 median (naive 107,896). The machine's load (other sessions' tests) moved this parser's best",
+        "round between 211,000 and 256,000 lines/s over four runs within an hour: the in-process target is",
+        "met in some runs' best round and missed in others. The instruction counts below do not move.",
+        "",
         "How the parser spends a line (`JournalParser.feed_many`): the bulk of a journal (a journald `short`",
         "line carrying SGLang's bracket) is cut with `str.find` and two small caches (`host ident[pid]` with",
-        "the rank tags; the time to the minute); the message goes to its handler by its first six",
-        "characters (`console/core/parsing/messages.py`); the event's fields are collected as a dict and a",
-        "batch of them is validated by pydantic in one call (`TypeAdapter(list[Event])`). `--kinds` builds",
-        "only the kinds asked for, so the command pays validation only for those.",
+        "the rank tags; the line's time, once a second); the message goes to its handler by its first six",
+        "characters (`console/core/parsing/messages.py`), which returns the event's fields, typed; the",
+        "event is made of them without validation (`EventBase.of`: the fields dict becomes the frozen",
+        "dataclass's own). Events are stdlib dataclasses that pydantic validates where they come from",
+        "outside (`event_from_json`) and serialises (`model_dump_json`, same JSON as the pydantic models",
+        "gave: tests/test_parser_contract.py). `--kinds` builds only the kinds asked for.",
         "",
         "Where the time goes, in instructions per line from callgrind (load-independent; 5,000 lines after",
-        "a warm-up, the setup's count subtracted):",
+        "a warm-up of 20,000, counted inside the timed call only):",
         "",
         "| path | instructions per line |",
         "|---|---:|",
         "| `parse_lines`, synthetic journal, the parser before issue 19 (events made by writing pydantic's private slots) | ~25,900 |",
-        "| `parse_lines`, synthetic journal, this parser | ~71,400 |",
-        "| … of which pydantic's validation (`TypeAdapter(list[Event]).validate_python` over each batch) | ~24,000 |",
-        "| `parse FILE --kinds pool_summary` path (`_events`: line splitting, decoding, parsing), real-line journal | ~24,700 |",
-        "| the same, `journalctl -o json` form | ~52,900 |",
-        "| … of which `orjson.loads` | ~10,600 |",
-        "| baseline: decode and `split()` each line of the real-line journal | ~10,800 |",
+        "| `parse_lines`, synthetic journal, issue 19's parser with validated pydantic events (102,485 lines/s best) | ~69,700 |",
+        "| `parse_lines`, synthetic journal, this parser (dataclass events, no per-event validation) | ~45,000 |",
+        "| … of which the journald shortcut (`_JournaldSglang.read`: the line's fields, time and message) | ~17,000 |",
+        "| … of which a decode line's handler (regex, 8 numbers, the fields dict) | ~16,200 |",
+        "| … of which making the event (`EventBase.of`) and freeing it, beyond its fields dict | ~2,900 |",
+        "| `parse FILE --kinds pool_summary` path (`_events`: line splitting, decoding, parsing), real-line journal, before / now | ~29,400 / ~22,400 |",
+        "| the same, `journalctl -o json` form, before / now | ~57,600 / ~58,100 |",
         "",
-        "Validation per event measured no cheaper one call per event, in per-kind lists or in strict mode.",
-        "The only public ways to make a pydantic model are validation, `model_construct` (slower: a Python",
-        "loop over the 25 fields, ~8 µs against ~2.4 µs) and `model_copy(update=…)` of a validated prototype",
-        "(measured the same as validation). So the in-process target of 250,000 lines/s, which the old",
-        "parser reached only by skipping validation through pydantic's private slots, is out of reach for",
-        "validated pydantic events in pure Python on this machine: validation alone is about a third of",
-        "the line, and the rest (envelope, handler, the field dict, freeing the dict and the event) is",
-        "about what the old parser spent on everything. Reaching it would take not building a pydantic",
-        "model per line (events built lazily, or another representation for the bulk kinds): a change of",
-        "the event contract, not made here. The JSON form costs twice the text: `orjson.loads` (the",
-        "stdlib's `json` took ~3× as long per line here), lines four times as long to split and decode,",
-        "and the entry's fields (kept per distinct source: host, PID, unit, invocation, boot).",
+        "Making one decode event of its 13 typed fields, by representation (instructions, callgrind, the",
+        "event freed again; pydantic 2.14):",
+        "",
+        "| how | instructions per event |",
+        "|---|---:|",
+        "| pydantic model, `TypeAdapter(list[Event]).validate_python` of a batch (issue 19's parser) | ~26,600 |",
+        "| pydantic model, its validating constructor | ~37,700 |",
+        "| pydantic model, `model_construct` | ~103,200 |",
+        "| frozen dataclass (`frozen=True`, with or without `slots`), its `__init__` | ~40,000 |",
+        "| plain or slotted dataclass (mutable), its `__init__` | ~9,000 |",
+        "| frozen dataclass, `EventBase.of` (a dict copy, ~1,100, included) | ~3,900 |",
+        "",
+        "A frozen dataclass's `__init__` sets each of the 25 fields through `object.__setattr__`, which",
+        "costs more than pydantic's validation; a mutable dataclass would be immutable by convention only,",
+        "and its `__init__` still takes a quarter of a line. `EventBase.of` keeps events frozen and hashable:",
+        "the parser's dict of fields becomes the instance's (what `copy` and `pickle` do), and a field it",
+        "lacks reads the class default. pydantic takes such events as fields of its models as they are",
+        "(`Boot.events`, the snapshot's tail), without copying or re-validating them.",
+        "",
+        "The in-process target is still missed. What is left is CPython's cost per operation (~300–1,000",
+        "instructions for a slice, a dict lookup of a new string, a `str.find` with a start, an `int()`):",
+        "the shortcut's ~20 of them, the handler's regex (~5,700 for a decode message) and its numbers",
+        "(`int()` ~1,400, `float()` ~900 each), the fields dict, and the calls between the envelope, the",
+        "handler table and the event. The old parser's ~25,900 came from one regex over the whole line",
+        "(envelope and message together, per hot kind), table lookups for small numbers and everything",
+        "unrolled in one loop: what issue 19 took apart for a parser a newcomer can change. The JSON form",
+        "costs more than the text: `orjson.loads` (~10,600 instructions a line; the stdlib's `json` took",
+        "~3× as long), lines four times as long to split and decode, and the entry's fields (kept per",
+        "distinct source: host, PID, unit, invocation, boot). Measured and dropped: a second shortcut for",
+        "journald lines without SGLang's bracket (a tenth of the synthetic journal, ~54,500 instructions",
+        "each) saved ~1,500 of them: their cost is spread over the prefix reader, the error hints and the",
+        "calls, not the envelope's regex.",
         "",
     ]
     return "\n".join(lines)

@@ -1,38 +1,20 @@
-"""Event fields → typed events, through pydantic's public validation.
+"""Event fields → typed events, without validation: the handlers type every value themselves.
 
-The parser collects each event as a plain dict of its fields (`kind` included) and has them validated
-in one call per batch: `TypeAdapter(list[Event])` picks each model by `kind` and checks every value,
-so an event the parser hands out is exactly what `event_from_json` would read back. One call per batch
-rather than one per event keeps pydantic's per-call cost out of the per-line cost.
+Each event is made with `EventBase.of` (the fields dict becomes the event's own). That every event the
+parser makes is exactly what `event_from_json` would read back of it is held by the tests: the golden
+of every corpus file's events (tests/test_parser_contract.py) and the round trips through pydantic's
+validation in tests/support/fastpath.py (the same values, of the same types), used by
+tests/test_parser_fastpath.py and tests/test_parser_property.py.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from pydantic import TypeAdapter, ValidationError
-
-from console.core.events import EVENT_ADAPTER, Event, Log
-
-_EVENTS: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
+from console.core.events import EVENT_TYPES, Event
 
 
 def build_events(drafts: list[dict[str, Any]]) -> list[Event]:
-    if not drafts:
-        return []
-    try:
-        return _EVENTS.validate_python(drafts)
-    except ValidationError:
-        return [_build_one(draft) for draft in drafts]
-
-
-def _build_one(draft: dict[str, Any]) -> Event:
-    try:
-        return EVENT_ADAPTER.validate_python(draft)
-    except ValidationError:
-        # Not reachable from the parser's own handlers (they type every value); if one ever is, the
-        # line is kept as a `log` rather than lost or raised.
-        raw = draft.get("raw")
-        raw = raw if isinstance(raw, str) else ""
-        host = draft.get("host")
-        return Log(host=host if isinstance(host, str) else None, raw=raw, message=raw)
+    """The events of these fields (`kind` included); each dict becomes its event's."""
+    types = EVENT_TYPES
+    return [cast(Event, types[draft["kind"]].of(draft)) for draft in drafts]

@@ -13,6 +13,7 @@ from typing import Any
 
 from console.core.parsing.server_args import parse_server_args
 from console.core.parsing.values import (
+    count,
     gb,
     named_values,
     seconds,
@@ -104,11 +105,11 @@ def decode(msg: str, meta: Fields) -> Fields | None:
         running, tokens, usage, accept_len, accept_rate, graph, gen, queue = m.groups()
         return {
             "kind": "decode_batch",
-            "running_req": int(running),
+            "running_req": count(running),
             "num_tokens": int(tokens),
             "token_usage": float(usage),
             "gen_throughput": float(gen),
-            "queue_req": int(queue),
+            "queue_req": count(queue),
             "accept_len": float(accept_len) if accept_len else None,
             "accept_rate": float(accept_rate) if accept_rate else None,
             "cuda_graph": graph == "True",
@@ -124,12 +125,12 @@ def prefill(msg: str, meta: Fields) -> Fields | None:
         new_seq, new_token, cached, usage, running, queue, graph, throughput = m.groups()
         return {
             "kind": "prefill_batch",
-            "new_seq": int(new_seq),
+            "new_seq": count(new_seq),
             "new_token": int(new_token),
             "cached_token": int(cached),
             "token_usage": float(usage),
-            "running_req": int(running),
-            "queue_req": int(queue),
+            "running_req": count(running),
+            "queue_req": count(queue),
             "input_throughput": float(throughput),
             "cuda_graph": graph == "True",
         }
@@ -143,7 +144,7 @@ def access(msg: str, meta: Fields) -> Fields | None:
     if m is None:
         return None
     client, method, path, status = m.groups()
-    return {"kind": "http_access", "method": method, "path": path, "status": int(status), "client": client}
+    return {"kind": "http_access", "method": method, "path": path, "status": count(status), "client": client}
 
 
 def load_weights(msg: str, meta: Fields) -> Fields | None:
