@@ -271,7 +271,7 @@ AuditOutcome = Literal["ok", "failed", "rolled_back", "refused", "aborted", "sta
 
 @dataclass(frozen=True, kw_only=True)
 class Audit(EventBase):
-    """One line of the host's `audit.jsonl` (see `console.core.pairing.AuditEntry`), on the event feed.
+    """One line of the host's `audit.jsonl` (see `console.core.audit.AuditEntry`), on the event feed.
 
     `host` and `ts` are the common fields; `message` (and `raw`) hold the one-line rendering the feed shows.
     It comes from the host's state directory, not from the journal, so it belongs to no boot.
