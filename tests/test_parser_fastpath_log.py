@@ -257,3 +257,29 @@ def test_shortcut_caches_stay_bounded_and_right_after_clearing() -> None:
     assert_same(_general(items, 1024), events)
     assert [e.pid for e in events[:3]] == [0, 1, 2]
     assert 0 < len(parser._journald._templates) <= CACHE_SIZE
+
+
+def test_the_time_read_once_a_minute_takes_each_lines_own_seconds() -> None:
+    """The shortcut reads a line's date once a minute and adds the line's own `:SS`; a stamp whose
+    seconds are not two ASCII digits is left to the general envelope."""
+    lines = [
+        f"May 30 22:00:{s:02d} gpu1 python3[7411]: [2026-05-30 22:00:{s:02d} TP0] Decode batch, "
+        f"#running-req: 1, #token: 10, token usage: 0.01, cuda graph: True, gen throughput (token/s): 5.00, "
+        f"#queue-req: 0"
+        for s in (1, 2, 59)
+    ]
+    odd = [
+        lines[0].replace("22:00:01 gpu1", "22:00:\u0661\u0662 gpu1"),  # Arabic-Indic digits in journald's
+        lines[0].replace("22:00:01 TP0", "22:00:\u0661\u0662 TP0"),  # … and in SGLang's stamp
+        lines[0].replace("22:00:01 gpu1", "22:00:61 gpu1"),
+    ]
+    shortcut = _JournaldSglang()
+    assert [shortcut.read(line)[0]["ts"] for line in lines] == [  # type: ignore[index]
+        "2026-05-30T22:00:01",
+        "2026-05-30T22:00:02",
+        "2026-05-30T22:00:59",
+    ]
+    assert [shortcut.read(line) for line in odd] == [None, None, None]
+    items = lines + odd + lines
+    assert_same(_general(items), careful(items))
+    assert_same(_general(items, 4), batched(items, 4))

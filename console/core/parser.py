@@ -116,7 +116,7 @@ class JournalParser:
                 except Exception:  # the parser never raises on input; keep the line instead
                     drafts.append(self._fallback(item))
                     continue
-            self._item(item, drafts)
+            self._item(item, drafts, tried=item)
         return self._build(drafts)
 
     def flush(self) -> list[Event]:
@@ -133,7 +133,8 @@ class JournalParser:
 
     # -- one item ---------------------------------------------------------------------------------
 
-    def _item(self, item: str | bytes | dict[str, Any], drafts: list[Fields]) -> None:
+    def _item(self, item: str | bytes | dict[str, Any], drafts: list[Fields], tried: object = None) -> None:
+        """`tried`: a line the journald shortcut has already turned down (it is not read twice)."""
         try:
             if type(item) is str:
                 line = item
@@ -157,7 +158,7 @@ class JournalParser:
                 for part in line.split("\n"):
                     self._text(part.removesuffix("\r"), drafts)
             else:
-                self._text(line, drafts)
+                self._text(line, drafts, shortcut=line is not tried)
         except Exception:  # the parser never raises on input; keep the line instead
             drafts.append(self._fallback(item))
 
@@ -173,12 +174,12 @@ class JournalParser:
             fields["host"] = self._host
         return fields
 
-    def _text(self, line: str, drafts: list[Fields]) -> None:
+    def _text(self, line: str, drafts: list[Fields], *, shortcut: bool = True) -> None:
         if len(line) > MAX_PARSE_CHARS:
             self._seen += 1
             drafts.append(self._fallback(line))
             return
-        known = self._journald.read(line)
+        known = self._journald.read(line) if shortcut else None
         if known is not None:
             meta, source, msg = known
             self._seen += 1
@@ -293,13 +294,13 @@ class _JournaldSglang:
     """The bulk of any journal in one shape: a journald `short` line carrying SGLang's bracket,
     `May 30 22:00:23 host python3[7411]: [2026-05-30 22:00:23 TP0] msg`, read with `str.find` and two
     small caches instead of the envelope's regexes: the fields of `host ident[pid]` with the rank tags
-    (a handful per journal), and the line's time, once a second (journald's stamp, with SGLang's year).
+    (a handful per journal), and the line's time, once a minute (journald's stamp, with SGLang's year).
     It gives exactly what `read_outer` and `SglangPrefix` would, and None for any other line (the
     general path then reads it)."""
 
     def __init__(self) -> None:
         self._templates: dict[str, tuple[Fields, Any] | None] = {}
-        self._seconds: dict[str, str | None] = {}
+        self._minutes: dict[str, str | None] = {}
 
     def read(self, line: str) -> tuple[Fields, Any, str] | None:
         if (
@@ -327,17 +328,27 @@ class _JournaldSglang:
         if template is None:
             return None
         # The time is journald's; SGLang's stamp lends its year (and month, to tell a New Year apart).
-        stamp = line[:15] + line[j + 3 : j + 22]
-        ts = self._seconds.get(stamp, _UNREAD)
-        if ts is _UNREAD:
-            ts = _cached(self._seconds, stamp, stamp_ts(line[:15], line[j + 3 : j + 22]))
-        if ts is None:
+        # Read once a minute: a line adds its own seconds, journald's two digits (SGLang's checked too).
+        secs = line[12:15]
+        if secs not in _SECONDS or line[j + 19 : j + 22] not in _SECONDS:
             return None
+        minute = line[:12] + line[j + 3 : j + 19]
+        prefix = self._minutes.get(minute, _UNREAD)
+        if prefix is _UNREAD:
+            whole = stamp_ts(line[:15], line[j + 3 : j + 22])
+            prefix = _cached(self._minutes, minute, whole[:-3] if whole is not None else None)
+        if prefix is None:
+            return None
+        ts = prefix + secs
         fields, source = template
         meta = fields.copy()  # a copy and two stores cost half of `{**fields, ...}`
         meta["ts"] = ts
         meta["raw"] = line
         return meta, source, line[e + 2 :]
+
+
+_SECONDS = frozenset(f":{n:02d}" for n in range(61))
+"""A stamp's `:SS` (60: a leap second)."""
 
 
 _UNREAD: Any = object()
