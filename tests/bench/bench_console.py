@@ -180,8 +180,7 @@ def _preload_day(app: object, name: str) -> None:
             for i in range(86_400)
         ]
         for start_i in range(0, len(lines), 2000):
-            events = self._parser.feed_many(lines[start_i : start_i + 2000])
-            self._apply(list(events))
+            self.fold.journal(lines[start_i : start_i + 2000])
         for i in range(86_400):
             sample = HostGpuSample(
                 state=SamplerState.OK,
@@ -199,7 +198,7 @@ def _preload_day(app: object, name: str) -> None:
                     for g in range(8)
                 ),
             )
-            self._gpus = sample
+            self.fold.gpu(sample)
         await original_start(self)
 
     session_mod.HostSession.start = start  # type: ignore[method-assign]
@@ -317,6 +316,12 @@ class Terminal:
         fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         ticks = os.sysconf("SC_CLK_TCK")
         return (int(fields[11]) + int(fields[12])) / ticks
+
+    def tail(self, chars: int = 3000) -> str:
+        """The end of what the child wrote, its escapes removed (a traceback, when it died)."""
+        with self._lock:
+            data = b"".join(d for _, d in self.chunks)
+        return re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", data).decode("utf-8", "replace")[-chars:]
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
@@ -613,6 +618,9 @@ def main() -> int:
                 try:
                     # the serving panel's figures are on screen (its p50 header) before the window
                     figures["idle_serving_panel"] = term.wait_for(b"p50", 0, 60.0) is not None
+                    if not figures["idle_serving_panel"]:
+                        # A console that died (a traceback on its terminal) must not read as 0% idle.
+                        raise SystemExit(f"bench: the console never showed its serving panel:\n{term.tail()}")
                     settle(term, args.idle_settle)
                     figures["idle"] = idle_window(term, args.seconds)
                     figures["idle_key_ms"] = _ms(key_latencies(term, args.presses))
