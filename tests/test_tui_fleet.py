@@ -161,3 +161,16 @@ def test_intervals_an_entry_sets_itself_are_left_alone() -> None:
     pacer.show("h00")
     assert entries[0].session_options == {"gpu_interval_s": 0.5, "server_interval_s": 2.0}
     assert entries[1].session_options == {"gpu_interval_s": 4.0, "server_interval_s": 8.0}
+
+
+async def test_f1_names_the_overview_key_only_where_there_is_an_overview() -> None:
+    from console.tui.screens import HelpScreen
+
+    for hosts, listed in ((HOSTS[:2], True), (HOSTS[:1], False)):
+        app = fleet_app(hosts)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            await pilot.press("f1")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            assert ("o            the fleet overview" in app.screen.keys) is listed, hosts

@@ -376,7 +376,8 @@ class ConsoleApp(App[int]):
     # ---- help, keys, quitting ----------------------------------------------------------------------
 
     def action_help(self) -> None:
-        keys = help_keys(self.read_only, profiles=isinstance(self.screen, ProfilesScreen))
+        profiles = isinstance(self.screen, ProfilesScreen)
+        keys = help_keys(self.read_only, profiles=profiles, fleet=self.fleet is not None)
         self.push_screen(self._help.name_for(self, focused_help(self.focused), keys))
 
     def on_unmount(self) -> None:

@@ -41,6 +41,9 @@ KEYS_READ_ONLY = """
 READ_ONLY_NOTE = """
 [b]Read-only[/b]: actions that change the host (apply, restart, roll back) are hidden and refused."""
 
+KEYS_FLEET = """
+  o            the fleet overview (Enter or a click on a row opens that host's dashboard)"""
+
 PROFILE_KEYS = """\
 [b]Keys[/b]
   Esc          back to the dashboard          F1      this help
@@ -52,14 +55,17 @@ PROFILE_KEYS_CHANGING = """
   ctrl+r       apply: confirm the diff and the prediction, then restart and verify"""
 
 
-def help_keys(read_only: bool, *, profiles: bool = False) -> str:
+def help_keys(read_only: bool, *, profiles: bool = False, fleet: bool = False) -> str:
+    """The keys F1 lists: the profiles screen's, else the dashboard's (with `o` when there is a fleet
+    overview, two hosts or more)."""
     if profiles:
         return (
             PROFILE_KEYS
             + ("" if read_only else PROFILE_KEYS_CHANGING)
             + (READ_ONLY_NOTE if read_only else "")
         )
-    return KEYS + (KEYS_READ_ONLY if read_only else KEYS_CHANGING) + (READ_ONLY_NOTE if read_only else "")
+    changing = KEYS_READ_ONLY if read_only else KEYS_CHANGING
+    return KEYS + (KEYS_FLEET if fleet else "") + changing + (READ_ONLY_NOTE if read_only else "")
 
 
 class HelpScreen(ModalScreen[None]):
