@@ -59,6 +59,7 @@ class ReplayDashboard(HostDashboard):
 
     inherit_bindings = False
     BINDINGS = []  # noqa: RUF012 - Textual reads it as a class attribute
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return action not in ABSENT_ACTIONS
 
