@@ -310,3 +310,47 @@ async def _until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
     async with asyncio.timeout(timeout_s):
         while not cond():
             await asyncio.sleep(0.01)
+
+
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie waiting for its parent (this process) to reap it."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state == "Z"
+
+
+async def test_a_twin_stopped_right_after_its_client_left_ends_a_command_that_ignored_the_hangup(
+    tmp_path: Path,
+) -> None:
+    """The demo killed with its terminal: the console's SSH connections close, then the twin stops
+    within the second its server gives a hung-up command before SIGKILL. A `journalctl -f` that ignored
+    the SIGHUP outlived the twin (a CI run found one); the stop now ends it too."""
+    ep = await _endpoint(tmp_path)
+    conn = await asyncssh.connect(
+        "127.0.0.1",
+        ep.host.port,
+        username=ep.server.user,
+        client_keys=[str(tmp_path / "id_ed25519")],
+        known_hosts=str(tmp_path / "known_hosts"),
+    )
+    proc = await conn.create_process("""sh -c 'trap "" HUP; echo $$; exec sleep 60'""")
+    pid = int((await proc.stdout.readline()).strip())
+    conn.close()
+    await conn.wait_closed()
+    try:
+        # The server has seen the connection go (its session closed, or forgotten as before the fix).
+        deadline = time.monotonic() + 10
+        while any(not s.closed for s in ep.server._sessions) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert not _dead(pid), "the command should still be in its second of grace"
+        await ep.server.close()
+        # SIGKILL from the stop, well before the grace second's own kill would come.
+        deadline = time.monotonic() + 0.5
+        while not _dead(pid) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert _dead(pid), "the hung-up command outlived the twin's stop"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, 9)

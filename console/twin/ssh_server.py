@@ -131,15 +131,23 @@ class _Session(asyncssh.SSHServerSession[bytes]):
             self._kill_group(self.proc.pid)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.sessions.discard(self)
         self.closed = True
         self.writable.set()
         if self.proc is not None and self.proc.returncode is None:
             # sshd closes the session's pipes and the process dies of SIGPIPE/SIGHUP; a process that
-            # never writes would linger, so the twin ends the whole group outright.
+            # never writes would linger, so the twin ends the whole group outright. The session stays
+            # known to the server until then: a twin stopped within that second (the demo, its terminal
+            # killed) still ends the group in `TwinSSHServer.close`, where a `journalctl -f` that
+            # ignored the hang-up used to outlive it.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGHUP)
-            asyncio.get_running_loop().call_later(1.0, self._kill_group, self.proc.pid)
+            asyncio.get_running_loop().call_later(1.0, self._end, self.proc.pid)
+        else:
+            self.sessions.discard(self)
+
+    def _end(self, pid: int) -> None:
+        self._kill_group(pid)
+        self.sessions.discard(self)
 
     @staticmethod
     def _kill_group(pid: int) -> None:
