@@ -158,10 +158,15 @@ async def test_the_panel_shows_live_itl_under_load(twin: TwinHost) -> None:
                     break
                 assert time.monotonic() < deadline, "no ITL p50 on the serving panel within 90 s"
                 await pilot.pause(0.2)
-            await pilot.pause(0.1)
-            itl_row = next(
-                line for line in _panel_text(app, twin.name).splitlines() if line.startswith("ITL")
-            )
+
+            def itl_rows() -> list[str]:
+                return [line for line in _panel_text(app, twin.name).splitlines() if line.startswith("ITL")]
+
+            # The figures are in the panel's snapshot: wait for its repaint to draw them.
+            while not any("ms" in row for row in itl_rows()):
+                assert time.monotonic() < deadline, f"the ITL row never drew its figures: {itl_rows()}"
+                await pilot.pause(0.1)
+            itl_row = itl_rows()[0]
             assert "absent" not in itl_row and "ms" in itl_row
             assert "running" in _panel_text(app, twin.name)
     finally:

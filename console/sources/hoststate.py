@@ -179,8 +179,8 @@ class HostStateDir:
         t0 = self._clock()
         result = await self.transport.run(argv, timeout=self.timeout)
         t1 = self._clock()
-        # split_lines: "\n" only; str.splitlines() also splits at U+2028, U+0085..., which a profile name or
-        # summary may hold inside a valid JSON line (it once hid two audit entries as "unreadable").
+        # split_lines: "\n" only; Python's general line splitter also breaks at U+2028, U+0085..., which a
+        # profile name or summary may hold inside a valid JSON line (it once hid two audit entries).
         lines = split_lines(result.stdout)
         # A login shell's start-up files may print before the script does: skip to its first line.
         start = next((i for i, line in enumerate(lines) if line.startswith("now ")), None)
