@@ -148,7 +148,7 @@ async def test_a_recorded_apply_replays_from_the_old_pool_to_the_new(
                 break
         assert pool_of(rdash.snap) == new_pool
         # The timeline: the restart (▲) before the cursor (◆), and where the replay stands.
-        bar = rapp.bar.render_text(120).plain
+        bar = rapp.bar.render_text(2000).plain  # wide: the restart and the cursor in cells of their own
         assert bar.index("▲") < bar.index("◆") and "REPLAY ❚❚ paused 8×" in bar
         # Played from the start at 8x to the end: the feed is the live one, line for line.
         await pilot.press("home")

@@ -57,7 +57,7 @@ async def test_session_snapshots_hold_journal_gpus_and_server(twin: TwinHost) ->
             POOL_AT_085
         ]
         assert snap.events_total == len(snap.recent)
-        assert snap.gpus is not None and snap.gpus.backend == "nvidia-smi" and len(snap.gpus.gpus) == 8
+        assert snap.gpus is not None and snap.gpus.backend == "agent" and len(snap.gpus.gpus) == 8
         metrics = snap.server.metrics if snap.server else None
         assert metrics is not None and metrics.series > 0
         assert metrics.max_total_num_tokens == POOL_AT_085

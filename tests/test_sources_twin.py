@@ -87,7 +87,9 @@ class Host:
     config: HostConfig
 
 
-def _fake_twin(root: Path, name: str, first_lines: int = 10, pause: float = 0.04) -> TwinHost:
+def _fake_twin(
+    root: Path, name: str, first_lines: int = 10, pause: float = 0.04, nvml: bool = True
+) -> TwinHost:
     root.mkdir(parents=True, exist_ok=True)
     script = root / "fake_server.py"
     script.write_text(FAKE_SERVER)
@@ -106,12 +108,13 @@ def _fake_twin(root: Path, name: str, first_lines: int = 10, pause: float = 0.04
         wait_ready=False,
         start_service=True,
         gpus=GpuInventory(name="NVIDIA RTX PRO 6000 Blackwell Server Edition", count=8, total_mib=97887),
+        nvml=nvml,
     )
 
 
 @contextlib.contextmanager
 def _host(
-    root: Path, name: str, address: str, extra_env: dict[str, str] | None = None, **fake: float
+    root: Path, name: str, address: str, extra_env: dict[str, str] | None = None, **fake: float | bool
 ) -> Iterator[Host]:
     twin = _fake_twin(root, name, **fake)  # type: ignore[arg-type]
     twin.start_blocking()
@@ -283,7 +286,8 @@ async def test_gpu_back_ends_over_ssh_give_the_same_samples(tmp_path: Path) -> N
     standin = tmp_path / "standin"
     standin.mkdir()
     (standin / "pynvml.py").write_text(STANDIN)
-    with _host(tmp_path / "b", "gpu-b", "127.0.0.3", {"PYTHONPATH": str(standin)}) as host:
+    # A python3 without nvidia-ml-py of its own, given the stand-in module on its PYTHONPATH.
+    with _host(tmp_path / "b", "gpu-b", "127.0.0.3", {"PYTHONPATH": str(standin)}, nvml=False) as host:
         transport = Transport(host.config, ssh_config=[])
         try:
             started = time.monotonic()
@@ -307,9 +311,15 @@ async def test_gpu_back_ends_over_ssh_give_the_same_samples(tmp_path: Path) -> N
             await transport.close()
 
 
-async def test_host_without_pynvml_falls_back_to_nvidia_smi(session_host: Host) -> None:
-    """The fallback streams: every tick's answer comes down one channel (a command per tick cost two
-    SSH channels a second), and the host's loop ends once the channel closes."""
+async def test_host_without_pynvml_falls_back_to_nvidia_smi(tmp_path: Path) -> None:
+    """A host whose python3 has no nvidia-ml-py: the fallback streams. Every tick's answer comes down one
+    channel (a command per tick cost two SSH channels a second), and the host's loop ends once the
+    channel closes."""
+    with _host(tmp_path / "a", "gpu-a", "127.0.0.2", nvml=False) as session_host:
+        await _nvidia_smi_fallback(session_host)
+
+
+async def _nvidia_smi_fallback(session_host: Host) -> None:
     transport = Transport(session_host.config, ssh_config=[])
     try:
         sampler, first = await open_sampler(transport, interval_s=0.25)

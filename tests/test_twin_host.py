@@ -19,6 +19,7 @@ import asyncssh
 import httpx
 import pytest
 
+from console.sources.gpu_agent import agent_argv
 from console.twin.host import DEFAULT_UNIT, TwinHost, native_journal_available
 from console.twin.layout import GpuInventory
 from console.twin.realsd import why_unavailable
@@ -298,6 +299,49 @@ async def test_nvidia_smi_numbers_move_through_the_phases(twin: TwinHost) -> Non
         agent = await run(conn, "k26-nvml-agent --count 2 --interval 0.01")
         samples = [json.loads(line) for line in agent.stdout.splitlines()]
         assert len(samples) == 2 and samples[0]["gpus"][0]["memory_total"] == 97887 * 1024 * 1024
+
+
+async def test_python3_reads_the_gpus_through_pynvml_as_nvidia_smi_prints_them(twin: TwinHost) -> None:
+    """The console's GPU agent (the script it sends as `python3 -c`) on the twin's python3, which has
+    nvidia-ml-py as a real SGLang host's does: the same GPUs, memory and processes as nvidia-smi."""
+    query = "--query-gpu=index,uuid,memory.used,memory.total --format=csv,noheader,nounits"
+    async with await connect(twin) as conn:
+        for _ in range(50):  # a reading between two of the server's writes: the same numbers in both
+            # The agent stops at the end of its stdin, as when the console closes the channel.
+            async with conn.create_process(shlex.join(agent_argv(0.05))) as proc:
+                async with asyncio.timeout(20):
+                    line = await proc.stdout.readline()
+                proc.stdin.write_eof()
+            smi = await run(conn, f"nvidia-smi {query}")
+            again = await run(conn, f"nvidia-smi {query}")
+            if smi.stdout == again.stdout:
+                break
+        sample = json.loads(line)
+        assert sample["state"] == "ok" and len(sample["gpus"]) == 8, sample
+        rows = [line.split(", ") for line in str(smi.stdout).splitlines()]
+        assert [
+            (g["index"], g["uuid"], g["memory_used_mib"], g["memory_total_mib"]) for g in sample["gpus"]
+        ] == [(int(i), uuid, float(used), float(total)) for i, uuid, used, total in rows]
+        pid = (await run(conn, "systemctl show -P MainPID sglang-k26-ddtree")).stdout.strip()
+        assert all(p["pid"] == int(pid) and p["name"] for g in sample["gpus"] for p in g["processes"])
+
+
+def test_a_twin_without_nvml_has_no_pynvml(tmp_path: Path) -> None:
+    """`nvml=False` on a twin's state directory that had it: the python3 stand-in and pynvml are gone, so
+    the session's python3 is the machine's own, without nvidia-ml-py."""
+    for nvml in (True, False):
+        host = TwinHost(tmp_path / "state", nvml=nvml)
+        host.prepare()
+        assert (host.layout.bin_dir / "python3").exists() is nvml
+        assert (host.layout.nvml_dir / "pynvml.py").exists() is nvml
+    res = subprocess.run(
+        ["python3", "-c", "import pynvml"],
+        env=host.session_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode != 0 and "pynvml" in res.stderr
 
 
 async def test_port_forward_reaches_the_sglang_http_port(twin: TwinHost) -> None:

@@ -42,6 +42,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "the twin's simulated one, or auto (real where this machine allows it; default)",
     )
     p.add_argument(
+        "--no-nvml",
+        action="store_true",
+        help="play a host whose python3 has no nvidia-ml-py: the console reads its GPUs with nvidia-smi "
+        "(by default the twin's python3 has it, as SGLang requires it)",
+    )
+    p.add_argument(
         "--no-register",
         action="store_true",
         help="do not add the twin to your hosts.toml (by default it is added or updated under its --name, "
@@ -161,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         time_scale=args.time_scale,
         ssh_port=args.port,
         systemd=args.systemd,
+        nvml=not args.no_nvml,
     )
 
     async def main() -> int:

@@ -99,13 +99,16 @@ class TwinHost:
         wait_ready: bool = True,
         gpus: GpuInventory | None = None,
         systemd: Literal["auto", "real", "simulated"] = "auto",
+        nvml: bool = True,
     ) -> None:
         """`server_command` replaces `python -m sglang.launch_server` (tests use a small fake server);
         `wait_ready=False` leaves out the ExecStartPost= readiness wait; `ssh=False` serves no SSH (a
         test serving the twin through the real sshd uses `session_env()` instead); `gpus` overrides the
         scenario's GPU inventory (for a fake server that has no scenario); `systemd` chooses a real
         systemd manager in namespaces (`auto`: where this machine allows one) or the simulated one.
-        `K26_TWIN_SYSTEMD=real|simulated` in the environment overrides `auto`."""
+        `K26_TWIN_SYSTEMD=real|simulated` in the environment overrides `auto`. `nvml=False` plays a host
+        whose python3 has no nvidia-ml-py (the console then reads the GPUs with nvidia-smi)."""
+        self.nvml = nvml
         self.gpus = gpus
         self.systemd_mode = systemd
         self.systemd_note: str | None = None
@@ -277,6 +280,7 @@ class TwinHost:
             gpus=inventory,
             user=self.user,
             uid=os.getuid(),
+            nvml=self.nvml,
         )
         write_atomic(lay.config_path, cfg.model_dump_json(indent=1) + "\n")
         write_atomic(lay.owner_path, f"{os.getpid()}\n")

@@ -55,6 +55,10 @@ class TwinConfig(BaseModel):
     gpus: GpuInventory
     user: str
     uid: int
+    nvml: bool = True
+    """The twin's `python3` imports `pynvml` (console.twin.nvml_library), as a real SGLang host's does:
+    SGLang requires nvidia-ml-py. False plays a host whose python3 has none (nvidia-smi is then the
+    console's way to the GPUs)."""
 
 
 class TwinLayout:
@@ -92,6 +96,11 @@ class TwinLayout:
     @property
     def pylib_dir(self) -> Path:
         return self.root / "lib" / "python"
+
+    @property
+    def nvml_dir(self) -> Path:
+        """Where the twin's `python3` finds `pynvml`."""
+        return self.root / "lib" / "nvml"
 
     @property
     def run_dir(self) -> Path:
@@ -208,7 +217,8 @@ def _enter_manager(layout: TwinLayout, binary: str) -> str:
 
 
 def install_standins(layout: TwinLayout, cfg: TwinConfig) -> None:
-    """`<root>/bin/{systemctl,nvidia-smi,journalctl,k26-nvml-agent,sudo}` and the `sglang.launch_server` shim.
+    """`<root>/bin/{systemctl,nvidia-smi,journalctl,k26-nvml-agent,sudo,python3}`, the `sglang.launch_server`
+    shim and `pynvml` (for `python3`, unless the twin plays a host without nvidia-ml-py).
 
     The shim lets the unit say `python3 -m sglang.launch_server ...` as production units do, so that what
     `systemctl show -p ExecStart` prints cannot tell the twin from a real host.
@@ -244,6 +254,17 @@ def install_standins(layout: TwinLayout, cfg: TwinConfig) -> None:
         journalctl = header + f'exec {py_q} -m console.twin.journalctl "$@"\n'
     write_atomic(layout.bin_dir / "journalctl", journalctl, mode=0o755)
     write_atomic(layout.bin_dir / "sudo", header + SUDO_STANDIN, mode=0o755)
+    python3, pynvml = layout.bin_dir / "python3", layout.nvml_dir / "pynvml.py"
+    if cfg.nvml:
+        # The python SGLang runs on, with nvidia-ml-py: the console's GPU agent runs `python3 -c ...`.
+        nvml_q = shlex.quote(str(layout.nvml_dir))
+        write_atomic(python3, header + f'PYTHONPATH={nvml_q}:$PYTHONPATH\nexec {py_q} "$@"\n', mode=0o755)
+        write_atomic(
+            pynvml, '"""k26 twin: nvidia-ml-py."""\nfrom console.twin.nvml_library import *  # noqa: F403\n'
+        )
+    else:
+        python3.unlink(missing_ok=True)
+        pynvml.unlink(missing_ok=True)
     if not layout.sudo_nopasswd.parent.is_dir():
         layout.sudo_nopasswd.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(layout.sudo_nopasswd, "# present: this twin's user may sudo without a password\n")
