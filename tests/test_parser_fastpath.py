@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from console.cli.cmd_parse import _chunks, _lines
-from console.core.events import EVENT_ADAPTER
+from console.core.events import event_adapter
 from console.core.parser import parse_lines
 from tests.support.fastpath import assert_same, batched, careful, mutate
 
@@ -94,7 +94,7 @@ def test_benchmark_journal_matches_feed() -> None:
 
 def test_batch_built_events_behave_like_validated_ones() -> None:
     for event in batched(HOT_LINES):
-        validated = EVENT_ADAPTER.validate_json(event.model_dump_json())
+        validated = event_adapter().validate_json(event.model_dump_json())
         assert validated == event and event == validated
         assert hash(validated) == hash(event)
         assert validated.model_dump() == event.model_dump()

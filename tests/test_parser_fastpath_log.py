@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from console.core.events import EVENT_ADAPTER
+from console.core.events import event_adapter
 from console.core.parser import JournalParser, _JournaldSglang, parse_lines
 from console.core.parsing.envelope import CACHE_SIZE
 from tests.support.fastpath import assert_same, batched, careful, mutate
@@ -176,7 +176,7 @@ def test_numbers_outside_the_tables_are_read_as_feed_reads_them() -> None:
 
 def test_batch_built_logs_behave_like_validated_ones() -> None:
     for event in batched(LOG_LINES, 64):
-        validated = EVENT_ADAPTER.validate_json(event.model_dump_json())
+        validated = event_adapter().validate_json(event.model_dump_json())
         assert validated == event and event == validated
         assert hash(validated) == hash(event)
         assert repr(validated) == repr(event)

@@ -16,29 +16,30 @@ import sys
 from console.cli.errors import EXIT_USAGE, CliError
 from console.core.text import terminal_safe
 
-# Order here is the order `--help` lists them.
-_COMMAND_MODULES: tuple[str, ...] = (
-    # one line per subcommand module `console/cli/cmd_<name>.py`
-    "parse",
-    "plan",
-    "verify",
-    "probe",
-    "profiles",
-    "apply",
-    "restart",
-    "rollback",
-    "confirm",
-    "twin",
-    "demo",
-    "console",
-    "audit",
-    "host",
-    "completion",
-    "export",
-    "snapshot",
-    "record",
-    "replay",
-)
+# Each subcommand and the module `console/cli/cmd_<module>.py` that registers it; the order here is the
+# order `--help` lists them. A command line that names its command imports that module alone: each start
+# of the CLI (a completion, a `snapshot` in a loop) pays for one command's imports, not all nineteen.
+_COMMANDS: dict[str, str] = {
+    "parse": "parse",
+    "plan": "plan",
+    "verify": "verify",
+    "probe": "probe",
+    "profiles": "profiles",
+    "apply": "apply",
+    "restart": "restart",
+    "rollback": "rollback",
+    "confirm": "confirm",
+    "twin": "twin",
+    "demo": "demo",
+    "open": "console",
+    "audit": "audit",
+    "host": "host",
+    "completion": "completion",
+    "export": "export",
+    "snapshot": "snapshot",
+    "record": "record",
+    "replay": "replay",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -110,16 +111,17 @@ def _empty_argument(parser: argparse.ArgumentParser, argv: list[str]) -> str | N
     return None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or with `only` (a command's name) that command alone."""
     parser = _Parser(
         prog="k26-console",
         description="A full-screen console for SGLang inference servers on GPU hosts.",
     )
     parser.add_argument("--version", action="version", version=f"k26-console {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in _COMMAND_MODULES:
-        module = importlib.import_module(f"console.cli.cmd_{name}")
-        module.register(sub)
+    for name, module_name in _COMMANDS.items():
+        if only is None or name == only:
+            importlib.import_module(f"console.cli.cmd_{module_name}").register(sub)
     return parser
 
 
@@ -165,21 +167,17 @@ def _not_a_host(word: str, argv: list[str], commands: set[str]) -> str | None:
     return unknown_host(word, hosts)
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> set[str]:
-    return {name for a in parser._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices}
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # `k26-console HOST` is `k26-console open HOST`: a first word that is no subcommand names a host.
-    commands = _subcommands(parser)
+    commands = set(_COMMANDS)
     if argv and not argv[0].startswith("-") and argv[0] not in commands:
         refused = _not_a_host(argv[0], argv, commands) if argv[0] else None
         if refused is not None:
             say(refused)
             return EXIT_USAGE
         argv.insert(0, "open")
+    parser = build_parser(argv[0] if argv and argv[0] in commands else None)
     empty = _empty_argument(parser, argv)
     if empty is not None:
         say(empty)

@@ -10,7 +10,7 @@ follower resume without loss or repetition and lets the state fold events into b
 Why dataclasses and not pydantic models (issue 19): the parser makes one event per journal line, and
 validating each one cost a third of the line (docs/performance.md). The parser's handlers type every
 value themselves, so it builds events with `EventBase.of` and no validation; pydantic validates events
-where they come from outside (`event_from_json`, `EVENT_ADAPTER`, `model_validate`) and serialises them
+where they come from outside (`event_from_json`, `event_adapter()`, `model_validate`) and serialises them
 (`model_dump_json`): pydantic reads stdlib dataclasses through its public `TypeAdapter`, and the JSON
 form is the one the pydantic models gave, byte for byte (tests/test_parser_contract.py). Events keep
 the few model methods the rest of the code uses (`model_dump_json`, `model_dump`, `model_copy`,
@@ -21,6 +21,7 @@ pydantic models (a boot's events, the snapshot's tail) they are taken as they ar
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Self
@@ -313,7 +314,13 @@ Event = Annotated[
     Field(discriminator="kind"),
 ]
 
-EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+@functools.cache
+def event_adapter() -> TypeAdapter[Event]:
+    """The adapter of the `Event` union, made on first use: building it costs ~40 ms, which a command that
+    reads no events (`profiles list`, `completion --names`) should not pay at start."""
+    return TypeAdapter(Event)
+
 
 EVENT_TYPES: dict[str, type[EventBase]] = {
     cls.kind: cls
@@ -362,4 +369,4 @@ EVENT_KINDS: tuple[str, ...] = (
 
 def event_from_json(data: str | bytes) -> Event:
     """Read back one event written by `event.model_dump_json()`."""
-    return EVENT_ADAPTER.validate_json(data)
+    return event_adapter().validate_json(data)

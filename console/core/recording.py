@@ -37,7 +37,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel
 
 from console.core.audit import AuditEntry
-from console.core.events import EVENT_ADAPTER
+from console.core.events import event_adapter
 from console.core.gpus import HostGpuSample
 from console.core.metrics import MetricsText
 from console.core.pairing import PairingView
@@ -188,7 +188,7 @@ def _typed(kind: str, plain: Any) -> Any:
     if kind == "audit":
         return [AuditEntry.model_validate(entry) for entry in plain]
     if kind == "seed":
-        recent = tuple(EVENT_ADAPTER.validate_python(e) for e in plain["recent"])
+        recent = tuple(event_adapter().validate_python(e) for e in plain["recent"])
         return HostState.model_validate(plain["state"]), recent, int(plain["events_total"])
     model = _MODELS.get(kind)
     if model is None:

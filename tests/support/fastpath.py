@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from console.core.events import EVENT_ADAPTER
+from console.core.events import event_adapter
 from console.core.parser import JournalParser
 
 
@@ -44,7 +44,7 @@ def _values(event: Any) -> list[tuple[str, type, Any]]:
 
 def assert_validates_to_itself(event: Any) -> None:
     """The event is what pydantic's validation makes of its own JSON: same values, of the same types."""
-    validated = EVENT_ADAPTER.validate_json(event.model_dump_json())
+    validated = event_adapter().validate_json(event.model_dump_json())
     assert _values(validated) == _values(event)
 
 
