@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncssh
 import httpx
@@ -32,6 +33,54 @@ from console.sources.transport import (
 from console.twin.ssh_server import TwinSSHServer
 
 FAST = Backoff(initial_s=0.05, max_s=0.2, stable_s=0)
+
+
+async def test_a_command_that_starts_while_the_twin_stops_is_ended_as_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session asked for just before the twin's stop, its process forked just after the stop ended the
+    sessions it knew: a profiling run found such a `journalctl -f --cursor` (a follower resuming) outliving
+    the demo. It is ended as soon as it exists."""
+    ep = await _endpoint(tmp_path)
+    entered, release = asyncio.Event(), asyncio.Event()
+    spawned: list[int] = []
+    real_exec = asyncio.create_subprocess_exec
+
+    async def gated(*argv: Any, **kw: Any) -> asyncio.subprocess.Process:
+        entered.set()
+        await release.wait()
+        proc = await real_exec(*argv, **kw)
+        spawned.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", gated)
+    conn = await asyncssh.connect(
+        "127.0.0.1",
+        ep.host.port,
+        username=ep.server.user,
+        client_keys=[str(tmp_path / "id_ed25519")],
+        known_hosts=str(tmp_path / "known_hosts"),
+    )
+    try:
+        await conn.create_process("""sh -c 'trap "" HUP; exec sleep 60'""")
+        async with asyncio.timeout(10):
+            await entered.wait()
+        closing = asyncio.ensure_future(ep.server.close())
+        await asyncio.sleep(0)  # the stop has begun: it has ended every session it knew of
+        release.set()
+        async with asyncio.timeout(10):
+            while not spawned:
+                await asyncio.sleep(0.01)
+        deadline = time.monotonic() + 0.5
+        while not _dead(spawned[0]) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert _dead(spawned[0]), "a command started during the twin's stop outlived it"
+        await closing
+    finally:
+        conn.close()
+        for pid in spawned:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, 9)
 
 
 @dataclass

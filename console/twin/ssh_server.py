@@ -35,6 +35,13 @@ def _take_tty() -> None:
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
+class _Sessions(set["_Session"]):
+    """A server's sessions, and whether it is closing: a command that starts once it is (its session
+    asked before the close, its process forked after) is ended as soon as it exists."""
+
+    closing = False
+
+
 class _Session(asyncssh.SSHServerSession[bytes]):
     def __init__(
         self,
@@ -42,9 +49,9 @@ class _Session(asyncssh.SSHServerSession[bytes]):
         cwd: str,
         peer: tuple[str, int],
         local: tuple[str, int],
-        sessions: set[_Session] | None = None,
+        sessions: _Sessions | None = None,
     ) -> None:
-        self.sessions = sessions if sessions is not None else set()
+        self.sessions = sessions if sessions is not None else _Sessions()
         self.sessions.add(self)
         self.env = dict(env)
         self.env["SSH_CLIENT"] = f"{peer[0]} {peer[1]} {local[1]}"
@@ -58,6 +65,7 @@ class _Session(asyncssh.SSHServerSession[bytes]):
         self.writable = asyncio.Event()
         self.writable.set()
         self.closed = False
+        self.killed = False
         self.pending_input: list[bytes] = []
         self.eof_pending = False
         self.task: asyncio.Task[None] | None = None
@@ -126,7 +134,9 @@ class _Session(asyncssh.SSHServerSession[bytes]):
         self.writable.set()
 
     def kill(self) -> None:
-        """End the session's command and everything it started, now (the twin is going away)."""
+        """End the session's command and everything it started, now (the twin is going away); a command
+        still being started is ended as soon as it exists (`_started`)."""
+        self.killed = True
         if self.proc is not None and self.proc.returncode is None:
             self._kill_group(self.proc.pid)
 
@@ -148,6 +158,11 @@ class _Session(asyncssh.SSHServerSession[bytes]):
     def _end(self, pid: int) -> None:
         self._kill_group(pid)
         self.sessions.discard(self)
+
+    def _started(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        if self.killed or self.sessions.closing:
+            self._kill_group(proc.pid)
 
     @staticmethod
     def _kill_group(pid: int) -> None:
@@ -197,7 +212,7 @@ class _Session(asyncssh.SSHServerSession[bytes]):
                 self.chan.exit(rc)
 
     async def _run_pipes(self, argv: list[str]) -> int:
-        self.proc = await asyncio.create_subprocess_exec(
+        proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -206,6 +221,7 @@ class _Session(asyncssh.SSHServerSession[bytes]):
             cwd=self.cwd,
             start_new_session=True,
         )
+        self._started(proc)
         assert self.proc.stdin is not None and self.proc.stdout is not None and self.proc.stderr is not None
         for data in self.pending_input:
             self.proc.stdin.write(data)
@@ -232,7 +248,7 @@ class _Session(asyncssh.SSHServerSession[bytes]):
         _set_winsize(master, cols, rows)
         env = dict(self.env, TERM=term or "xterm")
         try:
-            self.proc = await asyncio.create_subprocess_exec(
+            proc = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=slave,
                 stdout=slave,
@@ -242,6 +258,7 @@ class _Session(asyncssh.SSHServerSession[bytes]):
                 start_new_session=True,
                 preexec_fn=_take_tty,
             )
+            self._started(proc)
         finally:
             os.close(slave)
         self.master = master
@@ -295,7 +312,7 @@ class _Server(asyncssh.SSHServer):
         env: Mapping[str, str],
         cwd: str,
         live: set[asyncssh.SSHServerConnection],
-        sessions: set[_Session],
+        sessions: _Sessions,
     ) -> None:
         self.live = live
         self.sessions = sessions
@@ -362,9 +379,10 @@ class TwinSSHServer:
         self.cwd = cwd
         self._acceptor: asyncssh.SSHAcceptor | None = None
         self._live: set[asyncssh.SSHServerConnection] = set()
-        self._sessions: set[_Session] = set()
+        self._sessions = _Sessions()
 
     async def start(self) -> int:
+        self._sessions.closing = False  # open again after a close (a twin's cut and restored network)
         host_key = asyncssh.read_private_key(str(self.host_key))
         client_keys = [asyncssh.read_public_key(str(self.client_public_key))]
         self._acceptor = await asyncssh.create_server(
@@ -382,7 +400,9 @@ class TwinSSHServer:
 
     async def close(self) -> None:
         # A session's SIGHUP-then-SIGKILL runs on this loop, which stops right after: a `journalctl -f`
-        # or `tail -F` that ignored the hang-up would outlive the twin. End them all here.
+        # or `tail -F` that ignored the hang-up would outlive the twin. End them all here, and any whose
+        # command is still starting as soon as it has started.
+        self._sessions.closing = True
         for session in list(self._sessions):
             session.kill()
         self._sessions.clear()
