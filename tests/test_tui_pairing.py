@@ -41,6 +41,7 @@ from console.tui.probe import ProbeScreen
 from console.tui.screens import ApplyConfirmScreen, ConfirmScreen
 from console.tui.view import display_boot, restart_timeline
 from console.twin.host import TwinHost
+from tests.support.cli import slow_boots
 from tests.tui_support import plain
 
 TIME_SCALE = 0.004
@@ -145,16 +146,6 @@ def palette(app: ConsoleApp) -> dict[str, str]:
         return {name: text for name, _, text in ConsoleCommands(app.screen)._commands()}
     finally:
         active_app.reset(token)
-
-
-def slow_boots(twin: TwinHost, scale: float) -> Path:
-    """A drop-in that runs the twin's next boots at `scale` from the next daemon-reload on; the caller
-    removes it (and reloads) when done."""
-    dropins = twin.layout.unit_dir / f"{twin.unit}.d"
-    dropins.mkdir(parents=True, exist_ok=True)
-    path = dropins / "90-test-slow-boot.conf"
-    path.write_text(f"[Service]\nEnvironment=K26_TWIN_TIME_SCALE={scale!r}\n")
-    return path
 
 
 async def watch_phases(dash: HostDashboard, boots_before: int, seen: set[str]) -> None:

@@ -20,9 +20,11 @@ from pathlib import Path
 import pytest
 
 from console.twin.host import TwinHost
+from tests.support.cli import slow_boots
 
 REPO = Path(__file__).resolve().parent.parent
-TIME_SCALE = 0.01  # the incident's boot in about ten seconds: time to kill a console mid-restart
+TIME_SCALE = 0.002  # the module's first boot; alice's restart runs at SLOW_SCALE
+SLOW_SCALE = 0.05  # the incident's boot in about fifty seconds: alice's console is killed well within it
 
 pytestmark = [
     pytest.mark.slow,
@@ -126,6 +128,10 @@ def test_two_consoles_side_by_side_one_killed_mid_restart(twin: TwinHost, tmp_pa
         )
         assert "lock free" in screen and "GPU7" in screen and "█" in screen and "events" in screen
 
+        # Alice's restart runs slowly (her apply reloads the unit, which reads this drop-in): however loaded
+        # the machine, bob's refusal and the kill land within it (a run at the module's pace of ten seconds
+        # a boot saw her apply finish, and her lock go free, before the kill).
+        slow_boots(twin, SLOW_SCALE)
         _palette(sock, a, "Apply profile ctx-200k to twin")
         _wait_for(sock, a, lambda s: "Apply ctx-200k to twin?" in s, 40, "the apply confirmation")
         _tmux(sock, "send-keys", "-t", a, "y")

@@ -89,6 +89,16 @@ def started_twin(state: Path, **kw: Any) -> Iterator[TwinHost]:
         host.stop_sync()
 
 
+def slow_boots(twin: TwinHost, scale: float) -> Path:
+    """A drop-in that runs the twin's next boots at `scale` from the next daemon-reload on; the caller
+    removes it (and reloads) when done."""
+    dropins = twin.layout.unit_dir / f"{twin.unit}.d"
+    dropins.mkdir(parents=True, exist_ok=True)
+    path = dropins / "90-test-slow-boot.conf"
+    path.write_text(f"[Service]\nEnvironment=K26_TWIN_TIME_SCALE={scale!r}\n")
+    return path
+
+
 def wait_until(
     cond: Callable[[], object], timeout_s: float, interval_s: float = 0.05, max_interval_s: float = 0.5
 ) -> bool:
