@@ -35,6 +35,8 @@ from tests.support.cli import CLI, operator_env, profile_variant
 
 @pytest.fixture(scope="module")
 def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
+    # The simulated systemd: the full-disk tests mount a tmpfs over the twin's drop-in and state dirs, in
+    # this machine's mount namespace; a real manager reads its unit files from a namespace of its own.
     host = TwinHost(tmp_path_factory.mktemp("interrupt-twin") / "state", time_scale=0.02, systemd="simulated")
     host.start_sync()
     try:

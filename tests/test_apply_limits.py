@@ -94,9 +94,7 @@ def test_a_phase_past_its_deadline_is_overdue() -> None:
 
 @pytest.fixture(scope="module")
 def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(
-        tmp_path_factory.mktemp("limits-twin") / "state", time_scale=TIME_SCALE, systemd="simulated"
-    )
+    host = TwinHost(tmp_path_factory.mktemp("limits-twin") / "state", time_scale=TIME_SCALE)
     host.start_sync()
     try:
         yield host

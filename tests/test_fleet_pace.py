@@ -24,7 +24,6 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
         name="pace",
         time_scale=0.004,
         ssh_host="127.0.0.31",
-        systemd="simulated",
     )
     host.start_sync()
     try:

@@ -32,7 +32,6 @@ def twins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[TwinHost]]:
                 name=name,
                 time_scale=TIME_SCALE,
                 ssh_host=f"127.0.0.{21 + i}",
-                systemd="simulated",
             )
             twin.start_sync()
             started.append(twin)
