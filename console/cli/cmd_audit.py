@@ -21,7 +21,7 @@ from console.core.audit import AuditEntry, AuditLog, AuditRecord
 from console.core.text import terminal_safe
 
 
-class AuditReport(BaseModel):
+class AuditReport(BaseModel, defer_build=True):
     """The `audit --json` contract."""
 
     host: str

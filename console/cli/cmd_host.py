@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from console.core.profiles import Profile
 
 
-class HostReport(BaseModel):
+class HostReport(BaseModel, defer_build=True):
     """The `host --json` contract: the facts, and the profile check when `--profile` was given."""
 
     facts: HostFacts

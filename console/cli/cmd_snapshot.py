@@ -112,14 +112,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-class ServiceReading(BaseModel):
+class ServiceReading(BaseModel, defer_build=True):
     active_state: str | None = None
     sub_state: str | None = None
     load_state: str | None = None
     error: str | None = None
 
 
-class BootReading(BaseModel):
+class BootReading(BaseModel, defer_build=True):
     index: int
     phase: str
     state: str
@@ -129,7 +129,7 @@ class BootReading(BaseModel):
     errors: list[str] = []
 
 
-class SnapshotReport(BaseModel):
+class SnapshotReport(BaseModel, defer_build=True):
     """The `snapshot --json` contract."""
 
     host: str

@@ -39,7 +39,7 @@ class Severity(StrEnum):
 _RANK = {Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 
-class AlertInputs(BaseModel):
+class AlertInputs(BaseModel, defer_build=True):
     """One reading of a host, as the rules see it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -180,7 +180,7 @@ _RULE = re.compile(
 )
 
 
-class Rule(BaseModel):
+class Rule(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     key: str
@@ -322,7 +322,7 @@ class TransitionKind(StrEnum):
     CLEARED = "cleared"
 
 
-class Alert(BaseModel):
+class Alert(BaseModel, defer_build=True):
     """One rule's verdict on one reading; the JSON the hook gets on stdin."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -337,7 +337,7 @@ class Alert(BaseModel):
     ts: float
 
 
-class Evaluation(BaseModel):
+class Evaluation(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     firing: dict[str, Alert] = Field(default_factory=dict)

@@ -46,7 +46,7 @@ CUDA graphs are captured (the planner's 3 GiB floor is the slack *before* the gr
 # --------------------------------------------------------------------------------------------------
 
 
-class ApplyProgress(BaseModel):
+class ApplyProgress(BaseModel, defer_build=True):
     """Sent to a callback as the apply goes: one per phase change."""
 
     phase: str
@@ -60,7 +60,7 @@ class ApplyProgress(BaseModel):
     purpose: Literal["apply", "rollback"] = "apply"
 
 
-class ApplyPreview(BaseModel):
+class ApplyPreview(BaseModel, defer_build=True):
     """Everything decided before the host is touched."""
 
     profile: str
@@ -97,7 +97,7 @@ class ApplyPreview(BaseModel):
         return self.planner_refused or self.program_changed
 
 
-class ApplyOutcome(BaseModel):
+class ApplyOutcome(BaseModel, defer_build=True):
     ok: bool
     """The verification held."""
     profile: str
@@ -125,7 +125,7 @@ class ApplyOutcome(BaseModel):
 # --------------------------------------------------------------------------------------------------
 
 
-class Verdict(BaseModel):
+class Verdict(BaseModel, defer_build=True):
     """The `verify --json` contract."""
 
     ok: bool

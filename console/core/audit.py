@@ -76,7 +76,7 @@ def restart_seconds(durations: Mapping[str, float]) -> float | None:
     return sum(spans) if spans else None
 
 
-class AuditEntry(BaseModel):
+class AuditEntry(BaseModel, defer_build=True):
     """One line of `audit.jsonl`: who did what to the host, when, and how it ended.
 
     A change is written twice: its intent (`outcome="started"`, `phase="started"`) before the host is
@@ -401,7 +401,7 @@ def _unfinished(intent: AuditRecord, view: PairingView | None) -> AuditRecord:
     )
 
 
-class AuditLog(BaseModel):
+class AuditLog(BaseModel, defer_build=True):
     """The trail as read: the entries in file order (oldest first) and how many lines were unreadable."""
 
     entries: list[AuditEntry] = Field(default_factory=list)

@@ -115,7 +115,7 @@ def sizing_rule_for(version: str | None) -> SizingRule:
     return SizingRule.V0_5_14
 
 
-class Speculative(BaseModel):
+class Speculative(BaseModel, defer_build=True):
     """Speculative decoding as far as it changes the pool or its slack."""
 
     model_config = ConfigDict(frozen=True)
@@ -131,7 +131,7 @@ class Speculative(BaseModel):
         return self.algorithm.upper() in EAGLE_FAMILY
 
 
-class PoolConfig(BaseModel):
+class PoolConfig(BaseModel, defer_build=True):
     """Everything that sizes the pool except memory and `f`."""
 
     model_config = ConfigDict(frozen=True)
@@ -194,7 +194,7 @@ def _legacy_extra_tokens(t0: int, cfg: PoolConfig) -> int:
     return reqs * (spec.num_steps or 0) * (spec.eagle_topk or 1) + reqs * (spec.num_draft_tokens or 0) + 100
 
 
-class MemoryEstimate(BaseModel):
+class MemoryEstimate(BaseModel, defer_build=True):
     """One consistent view of a GPU: free GiB before (`pre`) and after (`post`) the weights load."""
 
     model_config = ConfigDict(frozen=True)
@@ -241,7 +241,7 @@ def req_to_token_gib(tokens: int, cfg: PoolConfig) -> float:
     return req_to_token_bytes(reqs, ctx, cfg.draft_tokens) / GIB
 
 
-class Observation(BaseModel):
+class Observation(BaseModel, defer_build=True):
     """What one boot showed: its pool and, when the lines were there, the memory around the weights."""
 
     model_config = ConfigDict(frozen=True)
@@ -265,7 +265,7 @@ class Observation(BaseModel):
         return value
 
 
-class Calibration(BaseModel):
+class Calibration(BaseModel, defer_build=True):
     """The memory views consistent with the journal; predictions take the most pessimistic one."""
 
     model_config = ConfigDict(frozen=True)

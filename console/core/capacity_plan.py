@@ -29,7 +29,7 @@ from console.core.capacity import (
 )
 
 
-class Plan(BaseModel):
+class Plan(BaseModel, defer_build=True):
     """The planner's answer; field names are the `plan --json` contract."""
 
     target_context: int

@@ -13,7 +13,7 @@ import re
 from pydantic import BaseModel, ConfigDict
 
 
-class GpuBandwidth(BaseModel):
+class GpuBandwidth(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True)
 
     name: str

@@ -50,7 +50,7 @@ def default_confirm_within(expected_boot_s: float | None) -> float:
     return max(MIN_CONFIRM_S, 2.0 * expected_boot_s + 120.0)
 
 
-class PendingRollback(BaseModel):
+class PendingRollback(BaseModel, defer_build=True):
     """An armed host-side rollback: what `verify --json` reports as `pending_rollback`."""
 
     model_config = ConfigDict(extra="ignore")

@@ -44,7 +44,7 @@ weights from a cold network disk)."""
 GIB = 1024**3
 
 
-class ProbePoint(BaseModel):
+class ProbePoint(BaseModel, defer_build=True):
     """One depth of the host's last probe run."""
 
     model_config = ConfigDict(frozen=True)
@@ -54,7 +54,7 @@ class ProbePoint(BaseModel):
     bandwidth_gbs: float | None = None
 
 
-class HostExtras(BaseModel):
+class HostExtras(BaseModel, defer_build=True):
     """What the exporter polls beside the session: the host's state dir, the audit, the planner, probes."""
 
     model_config = ConfigDict(frozen=True)
@@ -79,7 +79,7 @@ class HostExtras(BaseModel):
     """False when the last poll of the host's state dir failed (the values above are the previous ones)."""
 
 
-class HostFigures(BaseModel):
+class HostFigures(BaseModel, defer_build=True):
     """One host's metrics as numbers; None means the series is absent (nothing is known yet)."""
 
     model_config = ConfigDict(frozen=True)

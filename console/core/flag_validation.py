@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from console.core.flags import KEY, TYPE_WORDS, FlagError, FlagList, FlagSpec, convert, value_words
 
 
-class FlagIssue(BaseModel):
+class FlagIssue(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True)
 
     flag: str
@@ -26,7 +26,7 @@ class FlagIssue(BaseModel):
     """One sentence that names the flag."""
 
 
-class ValidationReport(BaseModel):
+class ValidationReport(BaseModel, defer_build=True):
     sglang_version: str
     issues: list[FlagIssue] = Field(default_factory=list)
     resolved: dict[str, str] = Field(default_factory=dict)

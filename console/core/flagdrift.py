@@ -20,7 +20,7 @@ from console.core.flags import FlagError, FlagList, FlagSpec
 DriftKind = Literal["renamed", "removed", "retired", "deprecated", "default_changed"]
 
 
-class FlagDrift(BaseModel):
+class FlagDrift(BaseModel, defer_build=True):
     kind: DriftKind
     flag: str
     """As the profile (or the older list) spells it: `--cuda-graph-max-bs`."""
@@ -31,7 +31,7 @@ class FlagDrift(BaseModel):
     sentence: str
 
 
-class VersionDrift(BaseModel):
+class VersionDrift(BaseModel, defer_build=True):
     written_for: str
     host_version: str
     profile_flags: list[FlagDrift] = Field(default_factory=list)

@@ -37,7 +37,7 @@ _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-class FlagSpec(BaseModel):
+class FlagSpec(BaseModel, defer_build=True):
     """One argparse action of SGLang's server parser."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -91,7 +91,7 @@ class FlagError(ValueError):
         super().__init__(msg)
 
 
-class Resolution(BaseModel):
+class Resolution(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True)
 
     spec: FlagSpec | None
@@ -104,7 +104,7 @@ class Resolution(BaseModel):
     """The value after `=` in `--flag=value`."""
 
 
-class FlagList(BaseModel):
+class FlagList(BaseModel, defer_build=True):
     """The flags one SGLang version accepts."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -352,7 +352,7 @@ def render_flags(flags: Mapping[str, FlagValue], flag_list: FlagList | None = No
 # --------------------------------------------------------------------------------------------------
 
 
-class ParsedArgv(BaseModel):
+class ParsedArgv(BaseModel, defer_build=True):
     values: dict[str, tuple[str, ...] | bool] = Field(default_factory=dict)
     """Primary option string → value words; True for a switch; False for a `--no-x`."""
     problems: list[str] = Field(default_factory=list)

@@ -32,7 +32,7 @@ class SamplerState(StrEnum):
     """The sampler failed this tick (a command failed, the host dropped); `detail` says why."""
 
 
-class GpuProcess(BaseModel):
+class GpuProcess(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     pid: int | None = None
@@ -40,7 +40,7 @@ class GpuProcess(BaseModel):
     used_memory_mib: float | None = None
 
 
-class GpuSample(BaseModel):
+class GpuSample(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     index: int | None = None
@@ -58,7 +58,7 @@ class GpuSample(BaseModel):
         return self.memory_total_mib - self.memory_used_mib
 
 
-class HostGpuSample(BaseModel):
+class HostGpuSample(BaseModel, defer_build=True):
     """One batched sample of all GPUs of one host, taken in one tick."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -36,7 +36,7 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 # ---- the interpreter -----------------------------------------------------------------------------
 
 
-class Interpreter(BaseModel):
+class Interpreter(BaseModel, defer_build=True):
     """How the unit's program is run: a Python interpreter named in ExecStart, a console script whose
     shebang names it, or something that is not Python."""
 
@@ -125,7 +125,7 @@ def hf_repo_folder(repo_id: str) -> str:
 # ---- the model arguments of the running argv ----------------------------------------------------
 
 
-class ModelArgs(BaseModel):
+class ModelArgs(BaseModel, defer_build=True):
     """What the running argv says about the model (None where it does not say)."""
 
     model_path: str | None = None
@@ -179,7 +179,7 @@ def model_args(argv: Sequence[str], flag_list: FlagList) -> ModelArgs:
 # ---- the facts ----------------------------------------------------------------------------------
 
 
-class SglangFacts(BaseModel):
+class SglangFacts(BaseModel, defer_build=True):
     version: str | None = None
     """As the installation names itself (`0.5.12.post1`); None when it could not be read."""
     path: str | None = None
@@ -188,7 +188,7 @@ class SglangFacts(BaseModel):
     """How it was read (`importlib.metadata of /usr/bin/python3`), or why it could not be."""
 
 
-class FlagsFacts(BaseModel):
+class FlagsFacts(BaseModel, defer_build=True):
     flags_from: Literal["host", "shipped"]
     """`host`: extracted from the host's own installation (now, or cached from an earlier extraction of
     that version); `shipped`: the console's own list, a fallback named as such."""
@@ -200,7 +200,7 @@ class FlagsFacts(BaseModel):
     """Why the shipped list is used, one sentence; None when the host's own list is."""
 
 
-class ModelShape(BaseModel):
+class ModelShape(BaseModel, defer_build=True):
     """What the capacity model uses, per GPU at the running TP."""
 
     attention: Literal["mla", "mha"]
@@ -243,7 +243,7 @@ def model_shape(spec: ModelSpec, *, tp: int, kv_cache_dtype: str) -> ModelShape:
     )
 
 
-class ModelFacts(BaseModel):
+class ModelFacts(BaseModel, defer_build=True):
     path: str | None = None
     """`--model-path` as the unit gives it."""
     tokenizer_path: str | None = None
@@ -261,7 +261,7 @@ class ModelFacts(BaseModel):
     """The spec the capacity model takes (`PoolConfig(model=facts.model.spec, …)`)."""
 
 
-class DraftFacts(BaseModel):
+class DraftFacts(BaseModel, defer_build=True):
     algorithm: str
     path: str | None = None
     config_path: str | None = None
@@ -272,7 +272,7 @@ class DraftFacts(BaseModel):
     spec: ModelSpec | None = None
 
 
-class GpuFacts(BaseModel):
+class GpuFacts(BaseModel, defer_build=True):
     index: int | None = None
     name: str | None = None
     memory_total_mib: float | None = None
@@ -283,7 +283,7 @@ class GpuFacts(BaseModel):
     """The figure's source, or `unknown: … is not in the bandwidth table`."""
 
 
-class HostFacts(BaseModel):
+class HostFacts(BaseModel, defer_build=True):
     """What the console learned about one host, each fact with where it came from."""
 
     host: str

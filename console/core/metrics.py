@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from console.core.text import split_lines
 
 
-class MetricSample(BaseModel):
+class MetricSample(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
@@ -27,7 +27,7 @@ class MetricSample(BaseModel):
     value: float
 
 
-class MetricsText(BaseModel):
+class MetricsText(BaseModel, defer_build=True):
     """Every sample of one scrape, with the declared types."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -71,7 +71,7 @@ class MetricsText(BaseModel):
         )
 
 
-class Histogram(BaseModel):
+class Histogram(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     count: float
@@ -247,7 +247,7 @@ _HISTOGRAMS = {
 }
 
 
-class SglangMetrics(BaseModel):
+class SglangMetrics(BaseModel, defer_build=True):
     """The `sglang:*` figures the console shows; None where this SGLang version does not export one."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -54,7 +54,7 @@ _FULL_LAYER_TYPES = frozenset({"full_attention", "attention"})
 _LINEAR_LAYER_TYPES = frozenset({"linear_attention", "mamba", "mamba2"})
 
 
-class LinearStateShape(BaseModel):
+class LinearStateShape(BaseModel, defer_build=True):
     """The recurrent state one linear-attention/mamba layer keeps per request: SGLang's
     `Mamba2StateShape` (srt/configs/mamba_utils.py), a conv window and an SSM state."""
 
@@ -83,7 +83,7 @@ class LinearStateShape(BaseModel):
         return conv + ssm
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(BaseModel, defer_build=True):
     """The architecture facts that size SGLang's KV pool for one model."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

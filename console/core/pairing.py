@@ -36,7 +36,7 @@ DEFAULT_STALE_FACTOR = 3.0
 console that is gone."""
 
 
-class Identity(BaseModel):
+class Identity(BaseModel, defer_build=True):
     """One console: who runs it, on which jump host, as which process, under which random id."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -83,7 +83,7 @@ def is_stale(
     return (now - heartbeat).total_seconds() > factor * interval_s
 
 
-class LockInfo(BaseModel):
+class LockInfo(BaseModel, defer_build=True):
     """The content of the host's `lock` file, written once when the lock is taken."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -159,7 +159,7 @@ class BreakRefused(Exception):
     """A lock break that may not happen (no confirmation, a live holder, no lock); `str()` says why."""
 
 
-class PairingView(BaseModel):
+class PairingView(BaseModel, defer_build=True):
     """Who is on a host and who holds its lock, at one moment of the host's clock."""
 
     model_config = ConfigDict(frozen=True)

@@ -84,7 +84,7 @@ class PlanInputError(CapacityError):
     """A value the planner cannot use, named with where it came from; one sentence."""
 
 
-class FlagSource(BaseModel):
+class FlagSource(BaseModel, defer_build=True):
     """Flag values from one place, keyed the way SGLang's ServerArgs names them (`tp_size`)."""
 
     where: str
@@ -348,7 +348,7 @@ def plan_restart(
 # --------------------------------------------------------------------------------------------------
 
 
-class PlannerVerdict(BaseModel):
+class PlannerVerdict(BaseModel, defer_build=True):
     """The capacity planner on a profile, calibrated on the host's own boots."""
 
     checked: bool

@@ -58,7 +58,7 @@ def kv_bytes_per_token(spec: ModelSpec | None, tp_size: int | None, kv_cache_dty
 # ------------------------------------------------------------------------------------------------
 
 
-class ServerLimits(BaseModel):
+class ServerLimits(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True)
 
     context_len: int | None = None
@@ -125,7 +125,7 @@ class ProbeVerdict(StrEnum):
     UNKNOWN = "unknown"
 
 
-class ProbeTarget(BaseModel):
+class ProbeTarget(BaseModel, defer_build=True):
     """What the probe knows of the host: the card and the KV cell, to turn tok/s into bandwidth."""
 
     model_config = ConfigDict(frozen=True)
@@ -142,7 +142,7 @@ class ProbeTarget(BaseModel):
     page_size: int | None = None
 
 
-class ProbeMeasurement(BaseModel):
+class ProbeMeasurement(BaseModel, defer_build=True):
     """What the stream showed: cumulative token counts and when they arrived (seconds since the send)."""
 
     depth: int
@@ -154,7 +154,7 @@ class ProbeMeasurement(BaseModel):
     server_decode_tok_s: float | None = None
 
 
-class ProbeResult(BaseModel):
+class ProbeResult(BaseModel, defer_build=True):
     """One depth of a probe; the `--json` contract's `results` items."""
 
     depth: int
@@ -364,7 +364,7 @@ def parse_depths(text: str) -> list[int]:
     return depths
 
 
-class SweepFit(BaseModel):
+class SweepFit(BaseModel, defer_build=True):
     """How decode time grows with depth between the shallowest and deepest probes."""
 
     shallow_depth: int
@@ -432,7 +432,7 @@ def sweep_fit(results: Sequence[ProbeResult], target: ProbeTarget) -> SweepFit |
     )
 
 
-class ProbeReport(BaseModel):
+class ProbeReport(BaseModel, defer_build=True):
     """A whole probe run (one depth or a sweep): the `probe --json` object."""
 
     host: str
@@ -475,7 +475,7 @@ class ProbePhase(StrEnum):
     CANCELLED = "cancelled"
 
 
-class ProbeProgress(BaseModel):
+class ProbeProgress(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True)
 
     phase: ProbePhase

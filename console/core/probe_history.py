@@ -13,7 +13,7 @@ from console.core.events import DecodeBatch, Event
 from console.core.probe import ProbeReport, ProbeResult, ProbeStatus
 
 
-class ProbeRecord(BaseModel):
+class ProbeRecord(BaseModel, defer_build=True):
     """One line of the history file: one depth of one run."""
 
     when: datetime
@@ -40,7 +40,7 @@ def records_of(report: ProbeReport) -> list[ProbeRecord]:
     ]
 
 
-class Curve(BaseModel):
+class Curve(BaseModel, defer_build=True):
     """tok/s against depth for one run (or one profile's verified figures)."""
 
     label: str

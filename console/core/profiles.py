@@ -65,7 +65,7 @@ class ProfileError(ValueError):
     """A profile that cannot be read; the message is one sentence naming the file and, for TOML, the line."""
 
 
-class Verified(BaseModel):
+class Verified(BaseModel, defer_build=True):
     """What the last verified restart with this profile measured."""
 
     model_config = ConfigDict(extra="forbid")
@@ -79,7 +79,7 @@ class Verified(BaseModel):
     sglang_version: str | None = None
 
 
-class Profile(BaseModel):
+class Profile(BaseModel, defer_build=True):
     model_config = ConfigDict(extra="forbid")
 
     name: str
@@ -204,7 +204,7 @@ def profile_dropin(profile: Profile, flag_list: FlagList | None = None, *, when:
 # --------------------------------------------------------------------------------------------------
 
 
-class ProfileIssue(BaseModel):
+class ProfileIssue(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True)
 
     where: str
@@ -214,7 +214,7 @@ class ProfileIssue(BaseModel):
     message: str
 
 
-class ProfileValidation(BaseModel):
+class ProfileValidation(BaseModel, defer_build=True):
     profile: str
     sglang_version: str
     issues: list[ProfileIssue] = Field(default_factory=list)
@@ -337,7 +337,7 @@ def _spec_for(flag_list: FlagList, option: str) -> FlagSpec | None:
 # --------------------------------------------------------------------------------------------------
 
 
-class Change(BaseModel):
+class Change(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True)
 
     key: str
@@ -347,7 +347,7 @@ class Change(BaseModel):
     after: str | None = None
 
 
-class ProfileDiff(BaseModel):
+class ProfileDiff(BaseModel, defer_build=True):
     before: str
     after: str
     changes: list[Change] = Field(default_factory=list)

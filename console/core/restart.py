@@ -137,7 +137,7 @@ class RestartError(ValueError):
     """A call the machine cannot accept in its current phase (a controller bug, not a host problem)."""
 
 
-class PhaseSpan(BaseModel):
+class PhaseSpan(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True)
 
     phase: Phase
@@ -149,7 +149,7 @@ class PhaseSpan(BaseModel):
         return None if self.end is None else self.end - self.start
 
 
-class RestartRecord(BaseModel):
+class RestartRecord(BaseModel, defer_build=True):
     """What a restart did, for the audit log, the profile and later ETAs."""
 
     profile: str

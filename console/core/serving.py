@@ -27,7 +27,7 @@ DEFAULT_WINDOW_S = 300.0
 QUANTILES = (0.5, 0.9, 0.99)
 
 
-class Scrape(BaseModel):
+class Scrape(BaseModel, defer_build=True):
     """One `/metrics` reading at a time (seconds, any clock the caller keeps consistent)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -36,7 +36,7 @@ class Scrape(BaseModel):
     metrics: MetricsText
 
 
-class Latency(BaseModel):
+class Latency(BaseModel, defer_build=True):
     """Quantiles of one latency histogram over the window (seconds), linear within a bucket as
     Prometheus' `histogram_quantile` does; None where the window holds no observation."""
 
@@ -51,7 +51,7 @@ class Latency(BaseModel):
     p99: float | None = None
 
 
-class RankKv(BaseModel):
+class RankKv(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     dp_rank: int | None
@@ -59,7 +59,7 @@ class RankKv(BaseModel):
     pool: float | None = None
 
 
-class PoolUsage(BaseModel):
+class PoolUsage(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
@@ -67,7 +67,7 @@ class PoolUsage(BaseModel):
     usage: float
 
 
-class ServingFigures(BaseModel):
+class ServingFigures(BaseModel, defer_build=True):
     """One reading of how the server serves, over a window; every figure None when not exported."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -175,7 +175,7 @@ def _buckets(
     return buckets, _counter(metrics, f"{name}_count"), _counter(metrics, f"{name}_sum")
 
 
-class HistogramDelta(BaseModel):
+class HistogramDelta(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     buckets: tuple[tuple[float, float], ...]
@@ -258,7 +258,7 @@ COUNTER_METRICS = (
 )
 
 
-class PairDelta(BaseModel):
+class PairDelta(BaseModel, defer_build=True):
     """What happened between two successive scrapes: each histogram's and counter's increase (only
     those both scrapes export), read once, so that a window's figures are sums of these."""
 
@@ -304,7 +304,7 @@ def merge_deltas(deltas: Sequence[HistogramDelta]) -> HistogramDelta | None:
     )
 
 
-class TrendPoint(BaseModel):
+class TrendPoint(BaseModel, defer_build=True):
     """One scrape interval, for the sparklines: each latency's p50 over the interval's observations
     (None where it saw none or the metric is absent) and the generation rate of the interval."""
 

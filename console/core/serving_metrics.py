@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 
-class MetricName(BaseModel):
+class MetricName(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str

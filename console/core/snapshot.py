@@ -27,7 +27,7 @@ class ConnState(StrEnum):
     CLOSED = "closed"
 
 
-class ConnectionStatus(BaseModel):
+class ConnectionStatus(BaseModel, defer_build=True):
     """The SSH link to a host: connecting / up / retrying in Ns / failed: reason."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -69,7 +69,7 @@ class FollowState(StrEnum):
     STOPPED = "stopped"
 
 
-class FollowerStatus(BaseModel):
+class FollowerStatus(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     state: FollowState = FollowState.STARTING
@@ -94,7 +94,7 @@ class HealthState(StrEnum):
     ERROR = "error"
 
 
-class ServerSample(BaseModel):
+class ServerSample(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     health: HealthState = HealthState.UNKNOWN
@@ -112,7 +112,7 @@ class ServerSample(BaseModel):
     """`served_model_name` from `/server_info`."""
 
 
-class HostSnapshot(BaseModel):
+class HostSnapshot(BaseModel, defer_build=True):
     """One host at one moment; never mutated, so a screen may hold it while the session moves on."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

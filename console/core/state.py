@@ -104,7 +104,7 @@ def rank_key(event: Event) -> str | None:
     return " ".join(parts) or None
 
 
-class Pool(BaseModel):
+class Pool(BaseModel, defer_build=True):
     """What a boot showed about its KV pool."""
 
     model_config = ConfigDict(frozen=True)
@@ -127,7 +127,7 @@ class Pool(BaseModel):
         return self.max_total_num_tokens if self.max_total_num_tokens is not None else self.kv_tokens
 
 
-class Boot(BaseModel):
+class Boot(BaseModel, defer_build=True):
     """One life of the server, with the events that belong to it."""
 
     model_config = ConfigDict(frozen=True)
@@ -199,7 +199,7 @@ def _key(event: Event) -> str:
     return rank_key(event) or "main"
 
 
-class HostState(BaseModel):
+class HostState(BaseModel, defer_build=True):
     """The host's state as a fold of its events; `apply` returns a new state."""
 
     model_config = ConfigDict(frozen=True)

@@ -45,7 +45,7 @@ class AlertConfigError(ValueError):
     """An `[alerts]` table the console cannot use; `str()` is one sentence for the operator."""
 
 
-class AlertConfig(BaseModel):
+class AlertConfig(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     rules: tuple[Rule, ...]
@@ -128,7 +128,7 @@ def load_alert_config(path: Path | str | None = None) -> AlertConfig:
 # ---------------------------------------------------------------------------------------------- hook
 
 
-class HookResult(BaseModel):
+class HookResult(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     ok: bool

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = ["Backoff"]
 
 
-class Backoff(BaseModel):
+class Backoff(BaseModel, defer_build=True):
     """Exponential backoff with jitter; `max_attempts=None` retries for as long as the console runs."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

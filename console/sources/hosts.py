@@ -67,7 +67,7 @@ class HostsError(ValueError):
     """A hosts file or host name the console cannot use; `str()` is one sentence for the operator."""
 
 
-class HostConfig(BaseModel):
+class HostConfig(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     name: str
@@ -187,7 +187,7 @@ class HostConfig(BaseModel):
         return f"{target}:{self.port}" if self.port else target
 
 
-class UiConfig(BaseModel):
+class UiConfig(BaseModel, defer_build=True):
     """The `[ui]` table. The theme's name is checked against the console's themes where they live
     (console/tui/themes.py, a layer above): here only that it is a short printable word."""
 
@@ -203,7 +203,7 @@ class UiConfig(BaseModel):
         return value
 
 
-class HostsFile(BaseModel):
+class HostsFile(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True)
 
     path: Path | None = None

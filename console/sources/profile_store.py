@@ -47,7 +47,7 @@ def _natural(name: str) -> list[tuple[int, int | str]]:
     return [(0, int(p)) if p.isdigit() else (1, p) for p in re.findall(r"\d+|\D+", name)]
 
 
-class ProfileEntry(BaseModel):
+class ProfileEntry(BaseModel, defer_build=True):
     name: str
     path: Path
     origin: str

@@ -21,7 +21,7 @@ class SetupError(TransportError):
     """The host's settings cannot work (a missing key file): retrying would not help."""
 
 
-class CommandResult(BaseModel):
+class CommandResult(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     argv: tuple[str, ...]

@@ -43,7 +43,7 @@ class ServiceError(Exception):
         self.bad_input = bad_input
 
 
-class UnitInfo(BaseModel):
+class UnitInfo(BaseModel, defer_build=True):
     """`systemctl show` of the unit, the properties the controller reads."""
 
     load_state: str = ""

@@ -25,7 +25,7 @@ from console.core.profiles import (
 from console.core.state import Boot
 
 
-class Issue(BaseModel):
+class Issue(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True)
 
     level: str
@@ -35,7 +35,7 @@ class Issue(BaseModel):
     message: str
 
 
-class ProfileCheck(BaseModel):
+class ProfileCheck(BaseModel, defer_build=True):
     """Everything the editor shows beside the text."""
 
     model_config = ConfigDict(frozen=True)
