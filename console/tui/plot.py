@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import plotext
 from rich.style import Style
 from rich.text import Text
 
@@ -35,6 +34,8 @@ def earlier_styles() -> list[tuple[str, Style]]:
 
 def plot_text(build: Callable[[Any], None], width: int, height: int, styles: dict[str, Style]) -> Text:
     """Run `build(figure)` on a cleared plotext figure of this size; the text, coloured by marker."""
+    import plotext  # here, not at the top: importing it costs ~80 ms (its help text), paid by every console start
+
     fig = plotext.figure
     # The widget, not the process's terminal, decides the size (Textual owns the screen).
     plotext.terminal.limit(False, False)
