@@ -18,7 +18,15 @@ import pytest
 from console.core.gpus import HostGpuSample
 from console.core.metrics import SglangMetrics, parse_prometheus
 from console.core.pairing import PairingView
-from console.core.recording import RetentionPolicy, decode, encode, marks_between, parse_at
+from console.core.recording import (
+    Mark,
+    RetentionPolicy,
+    decode,
+    encode,
+    marks_between,
+    parse_at,
+    restart_marks,
+)
 from console.core.snapshot import FollowerStatus, FollowState, HealthState, ServerSample
 from console.core.state import HostState
 from console.sources.recording import Recorder, RecordingError, RecordingReader
@@ -383,3 +391,18 @@ async def test_a_replay_of_several_hosts_shows_each_on_its_own_dashboard(tmp_pat
             assert a is not None and b is not None
             assert a.events_total > b.events_total > 0
             assert display_boot(a.state) is not None
+
+
+def test_a_restart_is_marked_where_its_boot_begins_whatever_phase_was_seen_first() -> None:
+    """A batch of journal lines read at once can take a new boot straight to "loading": its first mark is
+    still the restart (a loaded CI run drew no ▲ when only "starting" counted). The recording's first
+    boot is a restart only when it began in the recording."""
+
+    def marks(*labels: str) -> list[Mark]:
+        return [Mark(float(n), "twin", "phase", label) for n, label in enumerate(labels)]
+
+    seen = marks("boot 0 pool", "boot 0 ready", "boot 0 stopped", "boot 1 loading", "boot 1 ready")
+    assert restart_marks(seen) == {3}
+    assert restart_marks(marks("boot 0 starting", "boot 0 ready", "boot 1 starting")) == {0, 2}
+    with_error = [*seen[:3], Mark(2.5, "twin", "error", "boot 0 oom: CUDA out of memory"), *seen[3:]]
+    assert restart_marks(with_error) == {4}

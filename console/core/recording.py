@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import re
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
@@ -242,6 +242,29 @@ def marks_between(before: HostState, after: HostState) -> list[tuple[str, str]]:
         for error in boot.errors[seen:]:
             out.append(("error", f"boot {boot.index} {error.category}: {error.message[:80]}"))
     return out
+
+
+def restart_marks(marks: Sequence[Mark]) -> set[int]:
+    """The positions of the marks that begin a restart (▲): each boot's first mark, whatever phase the fold
+    first saw it in (a batch of journal lines read at once can take a new boot past "starting"); the
+    recording's first boot only when it began in the recording."""
+    boots = [_boot_index(m.label) if m.kind == "phase" else None for m in marks]
+    first = min((b for b in boots if b is not None), default=None)
+    seen: set[int] = set()
+    out: set[int] = set()
+    for n, (mark, boot) in enumerate(zip(marks, boots, strict=True)):
+        if boot is None or boot in seen:
+            continue
+        seen.add(boot)
+        if boot != first or mark.label.endswith("starting"):
+            out.add(n)
+    return out
+
+
+def _boot_index(label: str) -> int | None:
+    """N of a phase mark's label, `boot N PHASE`."""
+    words = label.split()
+    return int(words[1]) if len(words) >= 3 and words[0] == "boot" and words[1].isdigit() else None
 
 
 # ---- times -----------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Input, Static
 
-from console.core.recording import Record, clock_text, parse_at
+from console.core.recording import Record, clock_text, parse_at, restart_marks
 from console.sources.alerts import AlertConfig
 from console.sources.recording import RecordingError
 from console.sources.replay import Replay
@@ -107,11 +107,12 @@ class ReplayBar(Vertical):
         def cell(ts: float) -> int:
             return min(width - 1, max(0, int((ts - start) / span * (width - 1))))
 
-        for mark in replay.marks:
+        restarts = restart_marks(replay.marks)
+        for n, mark in enumerate(replay.marks):
             i = cell(mark.ts)
             if mark.kind == "error":
                 cells[i], styles[i] = "✖", pal.style("bad", bold=True)
-            elif mark.label.endswith("starting") and cells[i] != "✖":
+            elif n in restarts and cells[i] != "✖":
                 cells[i], styles[i] = "▲", pal.style("warn", bold=True)
             elif cells[i] == "─":
                 cells[i], styles[i] = "│", pal.info
