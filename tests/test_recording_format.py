@@ -32,7 +32,7 @@ from console.core.state import HostState
 from console.sources.recording import Recorder, RecordingError, RecordingReader
 from console.sources.replay import Replay
 from tests.conftest import CORPUS
-from tests.support.cli import one_sentence, run_main
+from tests.support.cli import one_sentence, run_main, wait_until
 
 CASE = CORPUS / "public" / "case-31.log"
 
@@ -51,14 +51,6 @@ def journal_entries(n: int, start: int = 0) -> list[dict[str, str]]:
         }
         for i in range(start, start + n)
     ]
-
-
-def wait_until(what: str, predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_every_kind_round_trips_through_a_chunk() -> None:
@@ -120,9 +112,9 @@ def test_a_reader_sees_what_an_open_writer_has_committed(tmp_path: Path) -> None
     try:
         rec.record("h", "journal", journal_entries(100))
         reader = RecordingReader(path)
-        wait_until("the first chunk", lambda: (reader.refresh(), reader.chunks)[1])
+        assert wait_until(lambda: (reader.refresh(), reader.chunks)[1], 10), "no first chunk"
         rec.record("h", "journal", journal_entries(100, start=100))
-        wait_until("the second chunk", lambda: (reader.refresh(), len(reader.chunks) >= 2)[1])
+        assert wait_until(lambda: (reader.refresh(), len(reader.chunks) >= 2)[1], 10), "no second chunk"
         replay = Replay(reader)
         replay.seek(replay.end)
         assert replay.hosts["h"].follower.entries == 200
@@ -130,7 +122,7 @@ def test_a_reader_sees_what_an_open_writer_has_committed(tmp_path: Path) -> None
         # A replay at the end of a file still being written follows it.
         assert not replay.refresh()
         rec.record("h", "journal", journal_entries(50, start=200))
-        wait_until("the replay sees the third chunk", replay.refresh)
+        assert wait_until(replay.refresh, 10), "the replay never saw the third chunk"
         replay.play_to(replay.end)
         assert replay.hosts["h"].follower.entries == 250
         assert replay.hosts["h"].follower.cursor == f"s=1;i={249:x}"

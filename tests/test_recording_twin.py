@@ -32,7 +32,7 @@ from console.tui.replay import ReplayApp, ReplayDashboard
 from console.tui.screens import ApplyConfirmScreen, HelpScreen
 from console.tui.view import display_boot
 from console.twin.host import TwinHost
-from tests.support.cli import CLI, operator_env, run_cli
+from tests.support.cli import CLI, operator_env, run_cli, wait_until
 
 TIME_SCALE = 0.002
 SIZE = (160, 48)
@@ -220,17 +220,15 @@ def test_a_recording_killed_halfway_replays_up_to_the_cut(fresh_twin: TwinHost, 
     twin, out = fresh_twin, tmp_path / "cut.k26rec"
     proc = _recorder(twin, tmp_path, out)
     try:
-        deadline = time.monotonic() + 60
         # Halfway: the first boot has been read and a restart is under way.
-        while not _recorded(out):
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "nothing recorded"
-            time.sleep(0.2)
+        assert wait_until(lambda: _recorded(out) or proc.poll() is not None, 60)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert _recorded(out), "nothing recorded"
         twin.systemctl("restart", "--no-block", twin.unit, check=False)
         # Cut once the restart's new boot is on the recording's timeline, before it is ready.
-        while not _marks(out, "boot 1 "):
-            assert time.monotonic() < deadline, "the restart was not recorded"
-            time.sleep(0.05)
+        assert wait_until(lambda: _marks(out, "boot 1 "), 60, max_interval_s=0.05), (
+            "the restart was not recorded"
+        )
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
         killed_at = time.time()
@@ -261,14 +259,11 @@ def test_sigint_ends_a_recording_cleanly(fresh_twin: TwinHost, tmp_path: Path) -
     twin, out = fresh_twin, tmp_path / "int.k26rec"
     proc = _recorder(twin, tmp_path, out)
     try:
-        deadline = time.monotonic() + 60
-        while not _recorded(out):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
         # The lock and presence are recorded, and the recorder is not a console on the host: no heartbeat.
-        while not _kinds(out) >= {"view", "gpu", "server", "link", "follower"}:
-            assert proc.poll() is None and time.monotonic() < deadline, _kinds(out)
-            time.sleep(0.2)
+        wanted = {"view", "gpu", "server", "link", "follower"}
+        assert wait_until(lambda: proc.poll() is not None or (_recorded(out) and _kinds(out) >= wanted), 60)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert _recorded(out) and _kinds(out) >= wanted, _kinds(out)
         presence = twin.layout.root / "home" / ".k26-console" / "presence"
         assert not list(presence.glob("*.json"))
         os.killpg(proc.pid, signal.SIGINT)

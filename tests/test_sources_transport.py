@@ -66,15 +66,14 @@ async def test_a_command_that_starts_while_the_twin_stops_is_ended_as_it_starts(
         async with asyncio.timeout(10):
             await entered.wait()
         closing = asyncio.ensure_future(ep.server.close())
-        await asyncio.sleep(0)  # the stop has begun: it has ended every session it knew of
+        # The stop has begun: it has ended every session it knew of, this one's command not yet forked.
+        await _until(lambda: ep.server._sessions.closing, 10)
         release.set()
-        async with asyncio.timeout(10):
-            while not spawned:
-                await asyncio.sleep(0.01)
-        deadline = time.monotonic() + 0.5
-        while not _dead(spawned[0]) and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        assert _dead(spawned[0]), "a command started during the twin's stop outlived it"
+        await _until(lambda: bool(spawned), 10)
+        try:
+            await _until(lambda: _dead(spawned[0]), 0.5)
+        except TimeoutError:
+            raise AssertionError("a command started during the twin's stop outlived it") from None
         await closing
     finally:
         conn.close()
@@ -365,7 +364,7 @@ def _dead(pid: int) -> bool:
     """Gone, or a zombie waiting for its parent (this process) to reap it."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between open and read
         return True
     return state == "Z"
 
@@ -390,16 +389,14 @@ async def test_a_twin_stopped_right_after_its_client_left_ends_a_command_that_ig
     await conn.wait_closed()
     try:
         # The server has seen the connection go (its session closed, or forgotten as before the fix).
-        deadline = time.monotonic() + 10
-        while any(not s.closed for s in ep.server._sessions) and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await _until(lambda: all(s.closed for s in ep.server._sessions), 10)
         assert not _dead(pid), "the command should still be in its second of grace"
         await ep.server.close()
         # SIGKILL from the stop, well before the grace second's own kill would come.
-        deadline = time.monotonic() + 0.5
-        while not _dead(pid) and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        assert _dead(pid), "the hung-up command outlived the twin's stop"
+        try:
+            await _until(lambda: _dead(pid), 0.5)
+        except TimeoutError:
+            raise AssertionError("the hung-up command outlived the twin's stop") from None
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, 9)
