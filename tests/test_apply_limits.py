@@ -28,7 +28,7 @@ from console.sources.profile_store import ProfileStore
 from console.sources.service import ServiceController, history_path
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
-from tests.support.cli import CLI, CTX200K, operator_env
+from tests.support.cli import CLI, CTX200K, operator_env, wait_until
 
 TIME_SCALE = 0.002
 
@@ -114,6 +114,19 @@ def _host_state(twin: TwinHost) -> tuple[dict[str, str], str]:
     return files, twin.systemctl("show", "-p", "InvocationID,ActiveState,ExecStart", twin.unit).stdout
 
 
+def _settled_state(twin: TwinHost) -> tuple[dict[str, str], str]:
+    """The host's state once the unit has settled: an earlier test's apply ends at the server's ready line,
+    while the unit's ExecStartPost= (which waits for /health) may keep it `activating` a moment longer."""
+    assert wait_until(
+        lambda: (
+            twin.systemctl("is-active", twin.unit, check=False).stdout.strip()
+            not in {"activating", "deactivating", "reloading"}
+        ),
+        60,
+    )
+    return _host_state(twin)
+
+
 def _state_dir(twin: TwinHost) -> Path:
     return twin.layout.home_dir / ".k26-console"
 
@@ -126,7 +139,7 @@ def _presence(twin: TwinHost) -> list[str]:
 def test_cli_refuses_a_1mb_value_before_touching_the_host(twin: TwinHost, tmp_path: Path) -> None:
     path = tmp_path / "huge.toml"
     path.write_text(_text("huge", extra=f'served-model-name = "{"x" * 1_000_000}"\n'))
-    before, presence = _host_state(twin), _presence(twin)
+    before, presence = _settled_state(twin), _presence(twin)
     started = time.monotonic()
     res = subprocess.run(
         [*CLI, "apply", "twin", str(path), "--yes", "--hosts", str(twin.hosts_toml), "--confirm-within", "0"],
@@ -207,7 +220,7 @@ def test_a_changed_program_needs_its_name_or_yes(twin: TwinHost, tmp_path: Path)
     """Without a terminal and without --yes the apply refuses; the preview says the program changes."""
     path = tmp_path / "shell.toml"
     path.write_text(_text("shell", command=SLEEPER))
-    before = _host_state(twin)
+    before = _settled_state(twin)
     res = subprocess.run(
         [*CLI, "apply", "twin", str(path), "--hosts", str(twin.hosts_toml), "--confirm-within", "0"],
         capture_output=True,
