@@ -35,6 +35,7 @@ from console.twin.layout import (
     TwinConfig,
     TwinLayout,
     install_standins,
+    standin_modules,
     write_atomic,
 )
 from console.twin.realsd import RealManager, RealSystemdError, systemd_version, why_unavailable
@@ -128,6 +129,7 @@ class TwinHost:
         self.wait_ready = wait_ready
         self.cfg: TwinConfig | None = None
         self._journal_proc: subprocess.Popen[bytes] | None = None
+        self._standins_proc: subprocess.Popen[bytes] | None = None
         self._ssh: TwinSSHServer | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -367,6 +369,42 @@ class TwinHost:
             raise TwinError("the twin's journal writer did not start")
         self._journal_proc = proc
 
+    def _start_standins(self, cfg: TwinConfig) -> None:
+        """The server behind the twin's Python stand-ins (console.twin.standins); without it, each
+        stand-in runs its module in a Python of its own, as it did before."""
+        env = dict(os.environ, PYTHONPATH=cfg.pythonpath)
+        modules = sorted(set(standin_modules(cfg).values()))
+        proc = subprocess.Popen(
+            [cfg.python, "-m", "console.twin.standins", "serve", str(self.layout.root), *modules],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        proc.stdout.close()
+        if line.strip() != b"ready":
+            proc.kill()
+            proc.wait()
+            raise TwinError("the twin's stand-in server did not start")
+        self._standins_proc = proc
+
+    def _stop_standins(self) -> None:
+        """The server goes with the commands it is running (its process group)."""
+        proc = self._standins_proc
+        if proc is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+            try:
+                proc.wait(5)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        self._standins_proc = None
+
     def _stop_journal(self) -> None:
         proc = self._journal_proc
         if proc is None:
@@ -409,6 +447,7 @@ class TwinHost:
         """Everything but the SSH server (which needs an event loop)."""
         cfg = self.prepare()
         try:
+            self._start_standins(cfg)
             if cfg.systemd == "real":
                 self._manager = RealManager(self.layout)
                 try:
@@ -436,11 +475,13 @@ class TwinHost:
                 self._manager.systemctl("stop", self.unit, timeout=120)
             self._manager.stop()
             self._manager = None
+            self._stop_standins()
             return
         if self.cfg is not None and self._journal_proc is not None:
             self.systemctl("stop", self.unit, check=False)
             self._reap_units()
         self._stop_journal()
+        self._stop_standins()
 
     def _reap_units(self) -> None:
         """A supervisor that did not end on `systemctl stop` is killed with its service's group."""
