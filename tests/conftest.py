@@ -11,6 +11,8 @@
   which parallel workers would write at once.
 - An xdist group per module (see `xdist_group_of`), and the `serial` marker (in pyproject.toml) for tests
   that measure time or CPU: `scripts/test` runs those alone, after the parallel pass (see there).
+- Modules queued longest first (`LongestFirst`, figures in tests/durations.json), so that no worker is
+  left with a long module after the others have finished.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import asyncio
 import inspect
 import io
 import os
+import random
 import shutil
 import signal
+import statistics
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -56,8 +60,35 @@ def children_start_with_default_signals() -> None:
     os.environ[IGNORED_ENV] = ",".join(str(int(s)) for s in ignored)
 
 
+class LongestFirst:
+    """Queue the modules longest first (xdist hands a free worker the next module in the queue; with
+    `--no-loadscope-reorder`, as `scripts/test` runs it, in this order). Each module's measured time is
+    scaled by a factor between 0.75 and 1.25 drawn from the run's seed (pytest-randomly), so modules of
+    similar length still come in varying order; the order of the tests inside a module is left as
+    pytest-randomly made it. A module not in tests/durations.json counts as a median one."""
+
+    @pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle and pytest's own fixture grouping
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        from tests.support.durations import load
+
+        durations = load()
+        default = statistics.median(durations.values()) if durations else 1.0
+        seed = getattr(config.option, "randomly_seed", None)
+        cost: dict[str, float] = {}
+        for item in items:
+            module = item.nodeid.split("::", 1)[0]
+            if module not in cost:
+                jitter = random.Random(f"{seed}:{module}").uniform(0.75, 1.25) if seed is not None else 1.0
+                cost[module] = durations.get(module, default) * jitter
+        first_seen = {m: i for i, m in enumerate(cost)}
+        items.sort(
+            key=lambda it: (-cost[it.nodeid.split("::", 1)[0]], first_seen[it.nodeid.split("::", 1)[0]])
+        )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _xdg_root
+    config.pluginmanager.register(LongestFirst(), "k26-longest-first")
     children_start_with_default_signals()
     _xdg_root = Path(tempfile.mkdtemp(prefix="k26-tests-xdg-"))
     for var in XDG_VARS:
