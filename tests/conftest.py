@@ -65,21 +65,23 @@ class LongestFirst:
     `--no-loadscope-reorder`, as `scripts/test` runs it, in this order). Each module's measured time is
     scaled by a factor between 0.75 and 1.25 drawn from the run's seed (pytest-randomly), so modules of
     similar length still come in varying order; the order of the tests inside a module is left as
-    pytest-randomly made it. A module not in tests/durations.json counts as a median one."""
+    pytest-randomly made it. A module's time is the sum of its selected tests' in tests/durations.json; a
+    test not there counts as a median one."""
 
     @pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle and pytest's own fixture grouping
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        from tests.support.durations import load
+        from tests.support.durations import load, plain_nodeid
 
         durations = load()
         default = statistics.median(durations.values()) if durations else 1.0
         seed = getattr(config.option, "randomly_seed", None)
         cost: dict[str, float] = {}
-        for item in items:
+        for item in items:  # the tests this pass selected (`-m` has deselected the others by now)
             module = item.nodeid.split("::", 1)[0]
-            if module not in cost:
-                jitter = random.Random(f"{seed}:{module}").uniform(0.75, 1.25) if seed is not None else 1.0
-                cost[module] = durations.get(module, default) * jitter
+            cost[module] = cost.get(module, 0.0) + durations.get(plain_nodeid(item.nodeid), default)
+        for module in cost:
+            if seed is not None:
+                cost[module] *= random.Random(f"{seed}:{module}").uniform(0.75, 1.25)
         first_seen = {m: i for i, m in enumerate(cost)}
         items.sort(
             key=lambda it: (-cost[it.nodeid.split("::", 1)[0]], first_seen[it.nodeid.split("::", 1)[0]])
