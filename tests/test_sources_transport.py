@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from console.sources.hosts import HostConfig
+from console.sources.remote_command import CommandResult
 from console.sources.transport import (
     Backoff,
     ConnState,
@@ -400,3 +401,25 @@ async def test_a_twin_stopped_right_after_its_client_left_ends_a_command_that_ig
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, 9)
+
+
+def test_the_error_line_is_the_error_not_systemctls_warning_before_it() -> None:
+    """systemctl 252 warns that a unit changed on disk before it says what failed (and `cat` repeats the
+    warning as a comment): the sentence the console writes must quote the failure."""
+    warning = (
+        "Warning: The unit file, source configuration file or drop-ins of sglang.service changed on disk. "
+        "Run 'systemctl daemon-reload' to reload units."
+    )
+    failed = CommandResult(
+        argv=("systemctl", "cat", "sglang.service"),
+        exit_status=1,
+        stdout=f"# {warning}\n# /etc/systemd/system/sglang.service\n",
+        stderr=f"{warning}\nFailed to cat unit: Permission denied\n",
+    )
+    assert failed.first_error_line() == "Failed to cat unit: Permission denied"
+    only_warned = failed.model_copy(update={"stderr": f"{warning}\n"})
+    assert only_warned.first_error_line() == warning  # not a line of what `cat` printed
+    on_stdout = failed.model_copy(update={"stderr": ""})
+    assert on_stdout.first_error_line() == "# /etc/systemd/system/sglang.service"
+    silent = failed.model_copy(update={"stderr": "", "stdout": "\n"})
+    assert silent.first_error_line() == "exit status 1"

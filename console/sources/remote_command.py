@@ -35,9 +35,17 @@ class CommandResult(BaseModel, defer_build=True):
         return self.exit_status == 0
 
     def first_error_line(self) -> str:
-        for line in split_lines(self.stderr + "\n" + self.stdout):
-            if line.strip():
-                return line.strip()
+        """The line that says what went wrong: stderr's first line that is not a warning (stdout's when
+        stderr is empty). systemctl warns before its error ("Warning: The unit file, source configuration
+        file or drop-ins of X changed on disk...", and `cat` repeats it as a `# Warning:` comment): a
+        sentence quoting the warning would hide the error. A stream of warnings only gives its first."""
+        for stream in (self.stderr, self.stdout):
+            lines = [line.strip() for line in split_lines(stream) if line.strip()]
+            for line in lines:
+                if not line.removeprefix("#").lstrip().startswith("Warning:"):
+                    return line
+            if lines:
+                return lines[0]
         return f"exit status {self.exit_status}"
 
 
