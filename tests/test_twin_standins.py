@@ -52,9 +52,9 @@ def _run(twin: TwinHost, *argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def _server_pid(twin: TwinHost) -> int:
-    proc = twin._standins_proc
-    assert proc is not None, "the twin started no stand-in server"
-    return proc.pid
+    pid = twin._standins.pid
+    assert pid is not None, "the twin started no stand-in server"
+    return pid
 
 
 def _server_children(twin: TwinHost) -> list[str]:
@@ -145,7 +145,7 @@ def test_without_the_server_each_command_runs_in_its_own_python(tmp_path: Path) 
     host = _twin(tmp_path / "state")
     host.start_sync()
     try:
-        host._stop_standins()
+        host._standins.stop()
         active = _run(host, "systemctl", "is-active", host.unit)
         assert (active.returncode, active.stdout) == (0, "active\n"), active
         wrong = _run(host, "systemctl", "no-such-verb")

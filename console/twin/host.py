@@ -41,6 +41,7 @@ from console.twin.layout import (
 from console.twin.realsd import RealManager, RealSystemdError, systemd_version, why_unavailable
 from console.twin.sglang_tree import install_hf_cache, install_sglang_tree
 from console.twin.ssh_server import TwinSSHServer
+from console.twin.standins import StandinServer
 from console.twin.units import ServiceManager, pid_alive
 
 DEFAULT_UNIT = "sglang-k26-ddtree"
@@ -129,7 +130,7 @@ class TwinHost:
         self.wait_ready = wait_ready
         self.cfg: TwinConfig | None = None
         self._journal_proc: subprocess.Popen[bytes] | None = None
-        self._standins_proc: subprocess.Popen[bytes] | None = None
+        self._standins = StandinServer(self.layout)
         self._ssh: TwinSSHServer | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -369,42 +370,6 @@ class TwinHost:
             raise TwinError("the twin's journal writer did not start")
         self._journal_proc = proc
 
-    def _start_standins(self, cfg: TwinConfig) -> None:
-        """The server behind the twin's Python stand-ins (console.twin.standins); without it, each
-        stand-in runs its module in a Python of its own, as it did before."""
-        env = dict(os.environ, PYTHONPATH=cfg.pythonpath)
-        modules = sorted(set(standin_modules(cfg).values()))
-        proc = subprocess.Popen(
-            [cfg.python, "-m", "console.twin.standins", "serve", str(self.layout.root), *modules],
-            stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        proc.stdout.close()
-        if line.strip() != b"ready":
-            proc.kill()
-            proc.wait()
-            raise TwinError("the twin's stand-in server did not start")
-        self._standins_proc = proc
-
-    def _stop_standins(self) -> None:
-        """The server goes with the commands it is running (its process group)."""
-        proc = self._standins_proc
-        if proc is None:
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, sig)
-            try:
-                proc.wait(5)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        self._standins_proc = None
-
     def _stop_journal(self) -> None:
         proc = self._journal_proc
         if proc is None:
@@ -447,7 +412,10 @@ class TwinHost:
         """Everything but the SSH server (which needs an event loop)."""
         cfg = self.prepare()
         try:
-            self._start_standins(cfg)
+            if not self._standins.start(
+                cfg.python, cfg.pythonpath, sorted(set(standin_modules(cfg).values()))
+            ):
+                raise TwinError("the twin's stand-in server did not start")
             if cfg.systemd == "real":
                 self._manager = RealManager(self.layout)
                 try:
@@ -475,13 +443,13 @@ class TwinHost:
                 self._manager.systemctl("stop", self.unit, timeout=120)
             self._manager.stop()
             self._manager = None
-            self._stop_standins()
+            self._standins.stop()
             return
         if self.cfg is not None and self._journal_proc is not None:
             self.systemctl("stop", self.unit, check=False)
             self._reap_units()
         self._stop_journal()
-        self._stop_standins()
+        self._standins.stop()
 
     def _reap_units(self) -> None:
         """A supervisor that did not end on `systemctl stop` is killed with its service's group."""

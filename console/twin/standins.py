@@ -24,6 +24,7 @@ import select
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import traceback
 from collections.abc import Callable
@@ -215,6 +216,51 @@ def serve(root: Path, modules: list[str]) -> None:
                 code = 1
             os._exit(code)
         conn.close()
+
+
+class StandinServer:
+    """The twin's handle on its server: started before the stand-ins are needed, stopped after the
+    service, with the commands it is running (its process group)."""
+
+    def __init__(self, layout: TwinLayout) -> None:
+        self.layout = layout
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self, python: str, pythonpath: str, modules: list[str]) -> bool:
+        """Start the server and wait for its `ready`; False (and nothing left running) when it fails."""
+        self.proc = subprocess.Popen(
+            [python, "-m", "console.twin.standins", "serve", str(self.layout.root), *modules],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=dict(os.environ, PYTHONPATH=pythonpath),
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        self.proc.stdout.close()
+        if line.strip() == b"ready":
+            return True
+        self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+        return False
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+            try:
+                proc.wait(5)
+                return
+            except subprocess.TimeoutExpired:
+                continue
 
 
 def main(argv: list[str]) -> int:
