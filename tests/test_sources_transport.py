@@ -55,13 +55,7 @@ async def test_a_command_that_starts_while_the_twin_stops_is_ended_as_it_starts(
         return proc
 
     monkeypatch.setattr(asyncio, "create_subprocess_exec", gated)
-    conn = await asyncssh.connect(
-        "127.0.0.1",
-        ep.host.port,
-        username=ep.server.user,
-        client_keys=[str(tmp_path / "id_ed25519")],
-        known_hosts=str(tmp_path / "known_hosts"),
-    )
+    conn = await _login(ep)
     try:
         await conn.create_process("""sh -c 'trap "" HUP; exec sleep 60'""")
         async with asyncio.timeout(10):
@@ -116,6 +110,17 @@ async def _endpoint(tmp_path: Path, address: str = "127.0.0.1") -> Endpoint:
         known_hosts=tmp_path / "known_hosts",
     )
     return Endpoint(server, host, host_key, tmp_path)
+
+
+async def _login(ep: Endpoint) -> asyncssh.SSHClientConnection:
+    """A plain asyncssh connection to the endpoint (no Transport): what a client that goes away sees."""
+    return await asyncssh.connect(
+        "127.0.0.1",
+        ep.host.port,
+        username=ep.server.user,
+        client_keys=[str(ep.dir / "id_ed25519")],
+        known_hosts=str(ep.dir / "known_hosts"),
+    )
 
 
 @pytest.fixture
@@ -377,13 +382,7 @@ async def test_a_twin_stopped_right_after_its_client_left_ends_a_command_that_ig
     within the second its server gives a hung-up command before SIGKILL. A `journalctl -f` that ignored
     the SIGHUP outlived the twin (a CI run found one); the stop now ends it too."""
     ep = await _endpoint(tmp_path)
-    conn = await asyncssh.connect(
-        "127.0.0.1",
-        ep.host.port,
-        username=ep.server.user,
-        client_keys=[str(tmp_path / "id_ed25519")],
-        known_hosts=str(tmp_path / "known_hosts"),
-    )
+    conn = await _login(ep)
     proc = await conn.create_process("""sh -c 'trap "" HUP; echo $$; exec sleep 60'""")
     pid = int((await proc.stdout.readline()).strip())
     conn.close()
