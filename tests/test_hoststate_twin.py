@@ -235,6 +235,85 @@ async def test_locked_releases_on_error_and_on_cancel_and_notices_a_broken_lock(
         assert await a.release(lock) is False
 
 
+@contextlib.contextmanager
+def _slow_presence_mv(twin: TwinHost, d: Path) -> Iterator[Path]:
+    """While the file it yields exists, the host's `mv` of a presence file in state dir `d` takes
+    3 beats, and leaves `mv-started.PID` and `mv-done.PID` in `d` (a stand-in first on the twin's PATH;
+    other directories, and other tests sharing the twin, get the real `mv`)."""
+    slow = d / "slow-mv"
+    wrapper = twin.layout.bin_dir / "mv"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'case "${{3-}}" in "{d}"/presence/*)\n'
+        f'  if [ -e "{slow}" ]; then : > "{d}/mv-started.$$"; sleep {3 * BEAT}; /bin/mv "$@"; s=$?;'
+        f' : > "{d}/mv-done.$$"; exit $s; fi ;;\n'
+        "esac\n"
+        'exec /bin/mv "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    try:
+        yield slow
+    finally:
+        wrapper.unlink()
+
+
+async def _a_slow_mv_started(d: Path) -> None:
+    deadline = time.monotonic() + 20 * BEAT
+    while not list(d.glob("mv-started.*")):
+        assert time.monotonic() < deadline, "no presence write reached the host"
+        await asyncio.sleep(0.02)
+
+
+def _left_clean(d: Path) -> None:
+    """Every slowed write that started had ended (the host kills a script whose channel closes, so one
+    cut off never ends), and nothing of the console is left: no presence, no temp file, no lock."""
+    assert len(list(d.glob("mv-done.*"))) == len(list(d.glob("mv-started.*")))
+    assert sorted(p.name for p in (d / "presence").iterdir()) == []
+    assert not (d / "lock").exists() and list(d.glob(".lock.*")) == []
+
+
+async def test_a_beat_under_way_when_the_lock_block_ends_lands_before_the_leave(
+    twin: TwinHost, config: HostConfig
+) -> None:
+    """`locked(leave=True)` (what `apply` holds) cancelled its heartbeat, then left. A beat cut off
+    mid-write left its temp file (`.<id>.json.<pid>`, seen once after an apply on a loaded machine:
+    closing the beat's channel killed its script between the write and the `mv`); one that ran on after
+    the leave would put back the presence the leave removed."""
+    d = _dir(twin, config)
+    with _slow_presence_mv(twin, d) as slow:
+        async with _consoles(config, ALICE) as (a,):
+            async with a.locked("apply ctx-200k", leave=True):
+                slow.touch()
+                await _a_slow_mv_started(d)
+            _left_clean(d)
+
+
+async def test_an_apply_cancelled_while_the_host_takes_the_lock_gives_it_back(
+    twin: TwinHost, config: HostConfig
+) -> None:
+    """Cancelled (Ctrl-C) while the host ran the acquire: the lock the host gave was unknown to the
+    console, so nothing released it, and its presence stayed: a lock held by a console that was gone,
+    for others to break on purpose once it went stale."""
+    d = _dir(twin, config)
+    with _slow_presence_mv(twin, d) as slow:
+        async with _consoles(config, ALICE, BOB) as (a, b):
+            d.mkdir(exist_ok=True)
+            slow.touch()
+
+            async def hold() -> None:
+                async with a.locked("apply ctx-200k", leave=True):
+                    raise AssertionError("the block must not be entered: the acquire was cancelled")
+
+            task = asyncio.ensure_future(hold())
+            await _a_slow_mv_started(d)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            _left_clean(d)
+            slow.unlink()
+            assert (await b.view()).lock is None
+
+
 async def test_a_jump_host_with_a_wrong_clock_does_not_look_stale(twin: TwinHost, config: HostConfig) -> None:
     transports = [Transport(config, ssh_config=[]) for _ in range(2)]
     try:

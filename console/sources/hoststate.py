@@ -192,6 +192,20 @@ class HostStateDir:
             raise HostStateError(self._failure(result, what))
         return datetime.fromtimestamp(host_now, UTC), lines[start + 1 :]
 
+    async def _run_to_the_end(self, script: str, *args: str, what: str) -> tuple[datetime, list[str]]:
+        """`_run`, awaited to its end even when the caller is cancelled meanwhile (the cancellation is
+        raised after it). Cancelling a run closes its channel, and the host may kill the script anywhere
+        in it: a heartbeat cut between its write and its `mv` left `.<id>.json.<pid>` behind, one that
+        ran on after its console left put back the presence the leave had removed. Whatever this
+        console does next on the host (leave, release) must come after the write, not beside it."""
+        run = asyncio.ensure_future(self._run(script, *args, what=what))
+        try:
+            return await asyncio.shield(run)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await run
+            raise
+
     def _failure(self, result: CommandResult, what: str) -> str:
         return f"cannot {what} in {self.path} on {self.host.name}: {result.first_error_line().rstrip('.')}."
 
@@ -229,7 +243,7 @@ class HostStateDir:
             args = [self.me.console_id, self._presence().model_dump_json()]
             if lock is not None:
                 args.append(lock.info.lock_id)
-            _, lines = await self._run(hs.HEARTBEAT, *args, what="write the heartbeat")
+            _, lines = await self._run_to_the_end(hs.HEARTBEAT, *args, what="write the heartbeat")
         if lock is not None and "lock lost" in lines and self._lock is lock:
             lock.lost = True
 
@@ -359,13 +373,25 @@ class HostStateDir:
                 raise HostStateError(f"this console has left {self.host.name}; it takes no lock there.")
             await self._sync_clock()
             info = LockInfo(holder=self.me, intent=intent, taken_at=self.now(), lock_id=uuid.uuid4().hex)
-            now, lines = await self._run(
-                hs.ACQUIRE,
-                self.me.console_id,
-                self._presence().model_dump_json(),
-                info.model_dump_json(),
-                what="take the lock",
+            run = asyncio.ensure_future(
+                self._run(
+                    hs.ACQUIRE,
+                    self.me.console_id,
+                    self._presence().model_dump_json(),
+                    info.model_dump_json(),
+                    what="take the lock",
+                )
             )
+            try:
+                now, lines = await asyncio.shield(run)
+            except asyncio.CancelledError:
+                # As `_run_to_the_end`: the host finishes taking the lock first. A lock it gave is
+                # this console's to release, so it is known here before the cancellation goes on.
+                with contextlib.suppress(Exception):
+                    _, lines = await run
+                    if "acquired" in lines:
+                        self._lock = Lock(info=info, state=self)
+                raise
             if "acquired" in lines:
                 lock = Lock(info=info, state=self)
                 self._lock = lock
@@ -441,7 +467,16 @@ class HostStateDir:
         the heartbeat meanwhile (so the lock never looks stale), and releases it on the way out, on an
         exception and on cancellation too. `leave=True` (a command that exits afterwards) also removes
         this console's heartbeat, which taking the lock wrote; an open console keeps beating instead."""
-        lock = await self.acquire(intent)
+        try:
+            lock = await self.acquire(intent)
+        except asyncio.CancelledError:
+            # Cancelled while the host took the lock (`acquire` then knows it was given): give it back,
+            # and leave, as below. (A refusal, `LockHeld`, keeps the presence: the caller may break a
+            # stale lock and take it again as this console.)
+            if leave or self._lock is not None:
+                with contextlib.suppress(TransportError, HostStateError):
+                    await asyncio.shield(self.leave() if leave else self.release(self._lock))
+            raise
         beat = asyncio.get_running_loop().create_task(self._beat_while(lock), name="k26-lock-heartbeat")
         try:
             yield lock
