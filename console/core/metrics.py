@@ -11,12 +11,15 @@ so series of one metric are replicas' figures: counts add up across series, rati
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.text import split_lines
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 
 class MetricSample(BaseModel, defer_build=True):
@@ -92,6 +95,15 @@ class Histogram(BaseModel, defer_build=True):
             if cumulative >= rank:
                 return bound
         return self.buckets[-1][0]
+
+
+def text_string_to_metric_families(text: str) -> Iterable[Metric]:
+    """prometheus_client's parser, imported when a scrape is first read: the package imports its HTTP
+    exposition with it (urllib.request, http.server, wsgiref), 35 ms at the start of every command that
+    only names these models (audit, apply, plan; docs/performance.md, "The command line's start")."""
+    from prometheus_client.parser import text_string_to_metric_families as families
+
+    return families(text)
 
 
 def _float(text: str) -> float | None:
