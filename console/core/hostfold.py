@@ -50,7 +50,7 @@ class HostFold:
     ) -> None:
         self.host = host
         self.parser = JournalParser(host=host)
-        self.state = HostState()
+        self.state = HostState.empty()
         self.recent: deque[Event] = deque(maxlen=keep_events)
         self.events_total = 0
         self.gpus: HostGpuSample | None = None
