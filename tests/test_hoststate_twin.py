@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -236,36 +236,31 @@ async def test_locked_releases_on_error_and_on_cancel_and_notices_a_broken_lock(
 
 
 @contextlib.contextmanager
-def _slow_presence_mv(twin: TwinHost, d: Path) -> Iterator[Path]:
-    """While the file it yields exists, the host's `mv` of a presence file in state dir `d` takes
-    3 beats, and leaves `mv-started.PID` and `mv-done.PID` in `d` (a stand-in first on the twin's PATH;
-    other directories, and other tests sharing the twin, get the real `mv`)."""
-    slow = d / "slow-mv"
+def _held_presence_mv(twin: TwinHost, d: Path) -> Iterator[tuple[Path, Path]]:
+    """Files (hold, release): while `hold` exists, the host's `mv` of a presence file in state dir `d`
+    waits for `release` (20 beats at most), and leaves `mv-started.PID` and `mv-done.PID` in `d` (a
+    stand-in first on the twin's PATH; other directories, and other tests sharing the twin, get the
+    real `mv`)."""
+    hold, release = d / "hold-mv", d / "release-mv"
     wrapper = twin.layout.bin_dir / "mv"
     wrapper.write_text(
         "#!/bin/sh\n"
         f'case "${{3-}}" in "{d}"/presence/*)\n'
-        f'  if [ -e "{slow}" ]; then : > "{d}/mv-started.$$"; sleep {3 * BEAT}; /bin/mv "$@"; s=$?;'
-        f' : > "{d}/mv-done.$$"; exit $s; fi ;;\n'
+        f'  if [ -e "{hold}" ]; then : > "{d}/mv-started.$$"; i=0\n'
+        f'    while [ ! -e "{release}" ] && [ $i -lt {round(20 * BEAT / 0.05)} ]; do sleep 0.05; i=$((i + 1)); done\n'
+        f'    /bin/mv "$@"; s=$?; : > "{d}/mv-done.$$"; exit $s; fi ;;\n'
         "esac\n"
         'exec /bin/mv "$@"\n'
     )
     wrapper.chmod(0o755)
     try:
-        yield slow
+        yield hold, release
     finally:
         wrapper.unlink()
 
 
-async def _a_slow_mv_started(d: Path) -> None:
-    deadline = time.monotonic() + 20 * BEAT
-    while not list(d.glob("mv-started.*")):
-        assert time.monotonic() < deadline, "no presence write reached the host"
-        await asyncio.sleep(0.02)
-
-
 def _left_clean(d: Path) -> None:
-    """Every slowed write that started had ended (the host kills a script whose channel closes, so one
+    """Every held write that started had ended (the host kills a script whose channel closes, so one
     cut off never ends), and nothing of the console is left: no presence, no temp file, no lock."""
     assert len(list(d.glob("mv-done.*"))) == len(list(d.glob("mv-started.*")))
     assert sorted(p.name for p in (d / "presence").iterdir()) == []
@@ -278,13 +273,27 @@ async def test_a_beat_under_way_when_the_lock_block_ends_lands_before_the_leave(
     """`locked(leave=True)` (what `apply` holds) cancelled its heartbeat, then left. A beat cut off
     mid-write left its temp file (`.<id>.json.<pid>`, seen once after an apply on a loaded machine:
     closing the beat's channel killed its script between the write and the `mv`); one that ran on after
-    the leave would put back the presence the leave removed."""
+    the leave would put back the presence the leave removed. Here a beat is held on the host until the
+    block's end has cancelled it."""
     d = _dir(twin, config)
-    with _slow_presence_mv(twin, d) as slow:
+    with _held_presence_mv(twin, d) as (hold, release):
         async with _consoles(config, ALICE) as (a,):
-            async with a.locked("apply ctx-200k", leave=True):
-                slow.touch()
-                await _a_slow_mv_started(d)
+            end = asyncio.Event()
+
+            async def block() -> None:
+                async with a.locked("apply ctx-200k", leave=True):
+                    hold.touch()
+                    await end.wait()
+
+            task = asyncio.ensure_future(block())
+            await _until(lambda: list(d.glob("mv-started.*")), what="no heartbeat reached the host")
+            beat = next(t for t in asyncio.all_tasks() if t.get_name() == "k26-lock-heartbeat")
+            end.set()
+            await _until(
+                lambda: beat.cancelling() or beat.done(), what="the block's end never cancelled the beat"
+            )
+            release.touch()
+            await task
             _left_clean(d)
 
 
@@ -293,24 +302,27 @@ async def test_an_apply_cancelled_while_the_host_takes_the_lock_gives_it_back(
 ) -> None:
     """Cancelled (Ctrl-C) while the host ran the acquire: the lock the host gave was unknown to the
     console, so nothing released it, and its presence stayed: a lock held by a console that was gone,
-    for others to break on purpose once it went stale."""
+    for others to break on purpose once it went stale. Here the acquire is held on the host until the
+    cancellation has reached it."""
     d = _dir(twin, config)
-    with _slow_presence_mv(twin, d) as slow:
+    with _held_presence_mv(twin, d) as (hold, release):
         async with _consoles(config, ALICE, BOB) as (a, b):
             d.mkdir(exist_ok=True)
-            slow.touch()
+            hold.touch()
 
-            async def hold() -> None:
+            async def take() -> None:
                 async with a.locked("apply ctx-200k", leave=True):
                     raise AssertionError("the block must not be entered: the acquire was cancelled")
 
-            task = asyncio.ensure_future(hold())
-            await _a_slow_mv_started(d)
+            task = asyncio.ensure_future(take())
+            await _until(lambda: list(d.glob("mv-started.*")), what="the acquire never reached the host")
             task.cancel()
+            await asyncio.sleep(0)  # a yield, not a wait: the task takes its cancellation first
+            release.touch()
             with pytest.raises(asyncio.CancelledError):
                 await task
             _left_clean(d)
-            slow.unlink()
+            hold.unlink()
             assert (await b.view()).lock is None
 
 
@@ -518,11 +530,10 @@ async def test_watch_reports_arrivals_and_the_lock(twin: TwinHost, config: HostC
         await b.release()
 
 
-async def _until(predicate: object, timeout: float = 10.0) -> None:
-    assert callable(predicate)
+async def _until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "timed out") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, what
         await asyncio.sleep(0.05)
 
 

@@ -192,18 +192,23 @@ class HostStateDir:
             raise HostStateError(self._failure(result, what))
         return datetime.fromtimestamp(host_now, UTC), lines[start + 1 :]
 
-    async def _run_to_the_end(self, script: str, *args: str, what: str) -> tuple[datetime, list[str]]:
+    async def _run_to_the_end(
+        self, script: str, *args: str, what: str, landed: Callable[[list[str]], None] | None = None
+    ) -> tuple[datetime, list[str]]:
         """`_run`, awaited to its end even when the caller is cancelled meanwhile (the cancellation is
-        raised after it). Cancelling a run closes its channel, and the host may kill the script anywhere
-        in it: a heartbeat cut between its write and its `mv` left `.<id>.json.<pid>` behind, one that
-        ran on after its console left put back the presence the leave had removed. Whatever this
-        console does next on the host (leave, release) must come after the write, not beside it."""
+        raised after it, once `landed` has had the script's lines). Cancelling a run closes its channel,
+        and the host may kill the script anywhere in it: a heartbeat cut between its write and its `mv`
+        left `.<id>.json.<pid>` behind, one that ran on after its console left put back the presence the
+        leave had removed. Whatever this console does next on the host (leave, release) must come after
+        the write, not beside it."""
         run = asyncio.ensure_future(self._run(script, *args, what=what))
         try:
             return await asyncio.shield(run)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
-                await run
+                _, lines = await run
+                if landed is not None:
+                    landed(lines)
             raise
 
     def _failure(self, result: CommandResult, what: str) -> str:
@@ -373,25 +378,20 @@ class HostStateDir:
                 raise HostStateError(f"this console has left {self.host.name}; it takes no lock there.")
             await self._sync_clock()
             info = LockInfo(holder=self.me, intent=intent, taken_at=self.now(), lock_id=uuid.uuid4().hex)
-            run = asyncio.ensure_future(
-                self._run(
-                    hs.ACQUIRE,
-                    self.me.console_id,
-                    self._presence().model_dump_json(),
-                    info.model_dump_json(),
-                    what="take the lock",
-                )
+
+            def given_as_cancelled(lines: list[str]) -> None:
+                # A lock the host gave is this console's to release: known before the cancellation goes on.
+                if "acquired" in lines:
+                    self._lock = Lock(info=info, state=self)
+
+            now, lines = await self._run_to_the_end(
+                hs.ACQUIRE,
+                self.me.console_id,
+                self._presence().model_dump_json(),
+                info.model_dump_json(),
+                what="take the lock",
+                landed=given_as_cancelled,
             )
-            try:
-                now, lines = await asyncio.shield(run)
-            except asyncio.CancelledError:
-                # As `_run_to_the_end`: the host finishes taking the lock first. A lock it gave is
-                # this console's to release, so it is known here before the cancellation goes on.
-                with contextlib.suppress(Exception):
-                    _, lines = await run
-                    if "acquired" in lines:
-                        self._lock = Lock(info=info, state=self)
-                raise
             if "acquired" in lines:
                 lock = Lock(info=info, state=self)
                 self._lock = lock
