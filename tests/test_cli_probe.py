@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -151,7 +152,10 @@ def test_done_when_sweep_refuses_185k_at_085_then_measures_it_at_094(
         ("ok", "ctx-200k"),
     ]
     for probe in probes[-2:]:
-        assert "185k 0.70 tok/s" in probe["summary"] and "attention is the bottleneck" in probe["summary"]
+        # a measured speed, as the JSON's above: 0.70 within 3% (0.69 once, in a 5-worker pass)
+        speed = re.search(r"\b185k (\d+\.\d+) tok/s", probe["summary"])
+        assert speed is not None and float(speed.group(1)) == pytest.approx(0.70, rel=0.03), probe["summary"]
+        assert "attention is the bottleneck" in probe["summary"]
 
 
 def test_human_output_is_a_table_and_a_diagnosis(twin: TwinHost, dirs: dict[str, str]) -> None:
