@@ -12,7 +12,13 @@ an argument (never pasted into the script):
 - The lock is taken with `ln TEMP lock`: link(2) fails when `lock` exists, so of any number of consoles
   racing only one wins, and the file appears with its whole content (an O_EXCL create would show an
   empty lock to a reader for a moment). Each acquisition has its own `lock_id`; release and break
-  remove only the lock they saw.
+  remove only the lock they saw. What no console wrote is refused, never taken: a lock path that is
+  not a regular file (`ln` would link INTO a directory and succeed, for every console) and a lock file
+  that is empty or not LockInfo JSON (`HostStateError`, to be removed by hand).
+- The lock's operations (acquire, release, break, leave's release) take turns under flock(1) on the
+  state directory where the host has it. A release renames the lock away before it removes it, and puts
+  back (with `ln`, over nothing) a lock that turned out not to be its own: a lock broken and taken by
+  another console is never removed, with or without the turns.
 - A lock is as alive as its holder's heartbeat: the acquire script writes the holder's presence first,
   and `locked()` keeps beating while it is held. A lock whose holder's heartbeat is stale (or gone) may
   be broken, only with an explicit confirmation; the break re-checks on the host that neither the lock
@@ -396,14 +402,25 @@ class HostStateDir:
                 lock = Lock(info=info, state=self)
                 self._lock = lock
                 return lock
+        lock_path = f"{self.path.rstrip('/')}/lock"
+        by_hand = "nothing was taken — remove it by hand once nobody is changing the service."
+        kind = next((ln[10:] for ln in lines if ln.startswith("lock-kind ")), "")
+        if kind:
+            raise HostStateError(
+                f"the lock path {lock_path} on {self.host.name} is not a regular file ({kind}); {by_hand}"
+            )
+        if "lock-empty" in lines:
+            raise HostStateError(
+                f"the lock file {lock_path} on {self.host.name} is empty, so it is no console's lock; {by_hand}"
+            )
         held_line = next((ln[5:] for ln in lines if ln.startswith("held ")), "")
         holder_line = next((ln[7:] for ln in lines if ln.startswith("holder ")), "")
         try:
             held = LockInfo.model_validate_json(held_line)
         except ValidationError:
             raise HostStateError(
-                f"the lock in {self.path} on {self.host.name} is held but unreadable; "
-                "remove it by hand once nobody is changing the service."
+                f"the lock file {lock_path} on {self.host.name} does not hold a console's lock "
+                f"(it is not LockInfo JSON); {by_hand}"
             ) from None
         holder = None
         with contextlib.suppress(ValidationError):

@@ -2,6 +2,13 @@
 why each one is safe against racing consoles, is in that module's docstring).
 
 $1 is always the state directory; every script prints `now <host clock>` first.
+
+The lock's operations (ACQUIRE, RELEASE, BREAK and LEAVE's release) take turns (`take_turn`): flock(1) on
+the state directory itself, where the host has flock and its filesystem can lock a directory, so no file
+of its own is added to the directory. The commit-confirmed rollback (console.core.confirm) releases a lock
+under flock on `.lock.flock`: where that file is there, the turn takes it too. Without a turn (no flock,
+a filesystem without locks) each operation is still safe on its own: the lock is only ever taken with
+`ln` and removed after a rename that shows what was removed (see `RELEASE_LOCK`).
 """
 
 __all__ = [
@@ -36,6 +43,58 @@ PROLOGUE = (
 """
 )
 
+# The lock operations' turn, held until the script exits (see the module's docstring). A flock that
+# times out fails the operation (exit 73); one that cannot lock at all lets it go on alone.
+TAKE_TURN = r"""
+take_turn() {
+  command -v flock >/dev/null 2>&1 || return 0
+  # `command exec`: a file that cannot be opened is no turn, where a plain exec would end the script.
+  { command exec 8<"$d"; } 2>/dev/null || return 0
+  flock -w 10 8; s=$?
+  [ $s = 1 ] && { echo "another lock operation in $d did not end within 10 s" >&2; exit 73; }
+  [ $s = 0 ] || exec 8<&-
+  [ -f "$d/.lock.flock" ] || return 0
+  { command exec 7>>"$d/.lock.flock"; } 2>/dev/null || return 0
+  flock -w 10 7; s=$?
+  [ $s = 1 ] && { echo "the rollback's release in $d did not end within 10 s" >&2; exit 73; }
+  [ $s = 0 ] || exec 7>&-
+  return 0
+}
+"""
+
+# What is at path $1: nothing (""), "file" (a regular file, not a link) or the words for anything else.
+LOCK_KIND = r"""
+lock_kind() {
+  if [ -L "$1" ]; then echo "a symbolic link"
+  elif [ ! -e "$1" ]; then :
+  elif [ -f "$1" ]; then echo file
+  elif [ -d "$1" ]; then echo "a directory"
+  elif [ -p "$1" ]; then echo "a named pipe"
+  elif [ -S "$1" ]; then echo "a socket"
+  elif [ -b "$1" ] || [ -c "$1" ]; then echo "a device"
+  else echo "something else"; fi
+}
+"""
+
+# $1 lock id: remove the lock if it is that one; prints `released` or `not ours`. Taken in turn, it looks
+# first (another console's lock is never moved), then renames the lock away and removes it only if the
+# moved file is ours: a lock replaced between the look and the rename (by whatever takes no turn) is put
+# back with `ln`, which never overwrites a lock taken since.
+RELEASE_LOCK = r"""
+release_lock() {
+  take_turn
+  l=$d/lock
+  m=$d/.releasing.$1.$$
+  if [ "$(lock_kind "$l")" = file ] && grep -qF "\"lock_id\":\"$1\"" "$l" 2>/dev/null && mv "$l" "$m" 2>/dev/null
+  then
+    if [ -f "$m" ] && grep -qF "\"lock_id\":\"$1\"" "$m" 2>/dev/null; then rm -f "$m"; echo released; return 0; fi
+    [ -n "$(lock_kind "$l")" ] || ln "$m" "$l" 2>/dev/null
+    rm -f "$m"
+  fi
+  echo "not ours"
+}
+"""
+
 # $1 console id, $2 presence JSON: write the heartbeat atomically.
 WRITE_PRESENCE = r"""
 put_presence() {
@@ -51,7 +110,8 @@ HEARTBEAT = (
     + r"""
 put_presence "$1" "$2"
 if [ -n "${3-}" ]; then
-  if grep -qF "\"lock_id\":\"$3\"" "$d/lock" 2>/dev/null; then echo "lock ours"; else echo "lock lost"; fi
+  # -f first: grep would wait forever on a named pipe put there by hand.
+  if [ -f "$d/lock" ] && grep -qF "\"lock_id\":\"$3\"" "$d/lock" 2>/dev/null; then echo "lock ours"; else echo "lock lost"; fi
 fi
 """
 )
@@ -81,24 +141,43 @@ done
 """
 )
 
-# $1 console id, $2 presence JSON, $3 lock JSON.
+# $1 console id, $2 presence JSON, $3 lock JSON. Prints `acquired`, or `held <the lock's line>` (and
+# `holder <its heartbeat>`), or refuses what is no console's lock, taking nothing: `lock-kind <words>`
+# for a path that is not a regular file (`ln` would put its link INSIDE a directory and succeed, for
+# every console), `lock-empty` for an empty file; a file of garbage is `held <garbage>`, for the console
+# to refuse.
 ACQUIRE = (
     PROLOGUE
     + WRITE_PRESENCE
+    + TAKE_TURN
+    + LOCK_KIND
     + r"""
 put_presence "$1" "$2"
 t=$d/.lock.$1.$$
 printf '%s\n' "$3" > "$t" || { rm -f "$t"; echo "cannot write $t" >&2; exit 71; }
+take_turn
+l=$d/lock
 held=
 i=0
-while [ $i -lt 20 ]; do
-  if ln "$t" "$d/lock" 2>/dev/null; then rm -f "$t"; echo acquired; exit 0; fi
-  [ -f "$d/lock" ] || [ -L "$d/lock" ] || { i=$((i + 1)); continue; }
-  held=$(head -n 1 "$d/lock" 2>/dev/null) && [ -n "$held" ] && break
+while :; do
+  k=$(lock_kind "$l")
+  if [ -z "$k" ]; then
+    if ln "$t" "$l" 2>/dev/null; then
+      if [ ! -L "$l" ] && [ "$l" -ef "$t" ]; then rm -f "$t"; echo acquired; exit 0; fi
+      # A directory appeared there meanwhile and ln linked INTO it: take that back; the next round refuses.
+      [ "$l/${t##*/}" -ef "$t" ] && rm -f "$l/${t##*/}"
+    fi
+  elif [ "$k" != file ]; then
+    rm -f "$t"; printf 'lock-kind %s\n' "$k"; exit 0
+  elif held=$(head -n 1 "$l" 2>/dev/null); then
+    break
+  fi
+  # The lock went away between the look and the link (released meanwhile): try again.
   i=$((i + 1))
+  [ $i -lt 20 ] || { rm -f "$t"; echo "cannot create $l" >&2; exit 72; }
 done
 rm -f "$t"
-[ -n "$held" ] || { echo "cannot create $d/lock" >&2; exit 72; }
+if [ -z "$held" ] && [ ! -s "$l" ]; then echo lock-empty; exit 0; fi
 printf 'held %s\n' "$held"
 cid=$(printf '%s\n' "$held" | sed -n 's/.*"console_id":"\([A-Za-z0-9_-]*\)".*/\1/p')
 if [ -n "$cid" ] && [ -f "$d/presence/$cid.json" ]; then
@@ -110,17 +189,22 @@ fi
 # $1 lock id.
 RELEASE = (
     PROLOGUE
+    + TAKE_TURN
+    + LOCK_KIND
+    + RELEASE_LOCK
     + r"""
-if grep -qF "\"lock_id\":\"$1\"" "$d/lock" 2>/dev/null; then rm -f "$d/lock" && echo released
-else echo "not ours"; fi
+release_lock "$1"
 """
 )
 
 # $1 lock id seen, $2 holder console id, $3 holder heartbeat line seen ("" when none), $4 audit line.
 BREAK = (
     PROLOGUE
+    + TAKE_TURN
     + r"""
-l=$(head -n 1 "$d/lock" 2>/dev/null) || l=
+take_turn
+l=
+[ -f "$d/lock" ] && { l=$(head -n 1 "$d/lock" 2>/dev/null) || l=; }
 case $l in *"\"lock_id\":\"$1\""*) ;; *) echo "changed lock"; exit 0 ;; esac
 p=$(head -n 1 "$d/presence/$2.json" 2>/dev/null) || p=
 [ "$p" = "$3" ] || { echo "changed holder"; exit 0; }
@@ -183,9 +267,12 @@ READ_AUDIT = (
 
 LEAVE = (
     PROLOGUE
+    + TAKE_TURN
+    + LOCK_KIND
+    + RELEASE_LOCK
     + r"""
 rm -f "$d/presence/$1.json"
-[ -n "${2-}" ] && grep -qF "\"lock_id\":\"$2\"" "$d/lock" 2>/dev/null && rm -f "$d/lock" && echo released
+[ -n "${2-}" ] && release_lock "$2"
 exit 0
 """
 )
