@@ -170,3 +170,15 @@ def test_an_ssh_config_alias_is_tried_when_its_hostname_resolves(
     assert code == 2 and "needs a terminal" in one_sentence(err)  # handed to the console
     code, _, err = run_main(["dead-alias"], capsys)
     assert code == 2 and "'dead-alias' is not a host in" in one_sentence(err)
+
+
+def test_host_with_a_profile_that_is_not_utf8_says_so(
+    operator: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The profile is read before the host is reached: no connection is tried.
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b'name = "bad"\ncomment = "\xff\xfe"\n')
+    code, out, err = run_main(["host", "gpu-a", "--profile", str(bad)], capsys)
+    assert code == 2
+    assert out == ""
+    assert one_sentence(err) == f"k26-console: the profile {bad} is not UTF-8 text."

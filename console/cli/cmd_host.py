@@ -76,7 +76,9 @@ def _load_profile(ref: str) -> Profile:
         if ref.endswith(".toml") or path.is_file():
             return parse_profile(path.read_text(encoding="utf-8"), name=path.stem, source=str(path))
         return ProfileStore().load(ref)
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError:
+        raise UsageError(f"the profile {ref} is not UTF-8 text.") from None
+    except OSError as exc:
         raise UsageError(f"cannot read the profile {ref} ({exc.strerror or exc}).") from None
     except (ProfileError, LookupError, ValueError) as exc:
         raise UsageError(f"{str(exc).rstrip('.')}.") from None

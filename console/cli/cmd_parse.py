@@ -12,10 +12,10 @@ import dataclasses
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from console.cli.errors import UsageError
-from console.core.events import EVENT_KINDS, EventBase
+from console.core.events import EVENT_KINDS, Event, EventBase
 from console.core.parser import JournalParser
 from console.core.text import LINE_MAX_BYTES, LineSplitter, json_safe, terminal_safe
 
@@ -114,7 +114,9 @@ def _chunks(
         yield last
 
 
-def _batches(stream: IO[bytes], splitter: LineSplitter, kinds: frozenset[str] | None) -> Iterator[list[Any]]:
+def _batches(
+    stream: IO[bytes], splitter: LineSplitter, kinds: frozenset[str] | None
+) -> Iterator[list[Event]]:
     """`_events` a batch at a time (what has arrived), for the terminal's table."""
     parser = JournalParser(kinds=kinds)
     for chunk in _chunks(stream, splitter=splitter):
@@ -124,7 +126,7 @@ def _batches(stream: IO[bytes], splitter: LineSplitter, kinds: frozenset[str] | 
 
 def _events(
     stream: IO[bytes], splitter: LineSplitter | None = None, kinds: frozenset[str] | None = None
-) -> Iterator[Any]:
+) -> Iterator[Event]:
     """Events of a journal stream through the parser's batch path, flushed at the end; with `kinds`,
     only those are built (the others cost their reading, not their building)."""
     for batch in _batches(stream, splitter or LineSplitter(), kinds):
@@ -136,24 +138,24 @@ def _rich_rows(as_json: bool) -> _RichRows | None:
     return _RichRows() if not as_json and sys.stdout.isatty() else None
 
 
-def _ranks(event: Any) -> str:
+def _ranks(event: EventBase) -> str:
     return " ".join(
         f"{tag}{getattr(event, name)}" for name, tag in _RANK_TAGS if getattr(event, name) is not None
     )
 
 
-def _detail(event: Any) -> str:
-    kind = event.kind
-    if kind == "log":
+def _detail(event: Event) -> str:
+    # `event.kind` tested on the event itself (not a copy in a local) narrows the union to its class.
+    if event.kind == "log":
         return event.message
-    if kind == "error":
+    if event.kind == "error":
         extra = f" ({len(event.lines)} lines)" if len(event.lines) > 1 else ""
         return f"{event.category}: {event.message}{extra}"
-    if kind == "unit":
+    if event.kind == "unit":
         unit = f"{event.systemd_unit} " if event.systemd_unit else ""
         result = f" ({event.result})" if event.result else ""
         return f"{unit}{event.state}{result}: {event.message}"
-    if kind == "server_args":
+    if event.kind == "server_args":
         args = event.args
         shown = ", ".join(
             f"{k}={args[k]!r}" for k in ("model_path", "tp_size", "mem_fraction_static") if k in args
@@ -172,7 +174,7 @@ def _fit(text: str, width: int) -> str:
     return text.ljust(width) if len(text) <= width else text[: width - 1] + "…"
 
 
-def _row(event: Any) -> str:
+def _row(event: Event) -> str:
     # Every field but the fixed ones comes from the journal: control characters are drawn, not sent (an
     # ESC in a host name or a message would retitle the window or move the cursor), and a line break in
     # a message stays one row.
@@ -208,7 +210,7 @@ class _RichRows:
         self._console = Console(highlight=False, soft_wrap=False)
         self._header = True
 
-    def write(self, events: list[Any]) -> None:
+    def write(self, events: list[Event]) -> None:
         from rich import box
         from rich.table import Table
         from rich.text import Text
@@ -236,7 +238,7 @@ class _RichRows:
 
 
 def _write(
-    events: Iterable[Any],
+    events: Iterable[Event],
     as_json: bool,
     kinds: frozenset[str] | None,
     header: bool = True,

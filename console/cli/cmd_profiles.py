@@ -38,7 +38,7 @@ from console.core.text import json_safe, terminal_safe
 from console.sources.profile_store import ProfileStore
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("profiles", help="list, show, diff and validate the saved flag profiles")
     p.add_argument(
         "--dir",

@@ -119,7 +119,7 @@ def register_host(twin_hosts: Path, name: str, target: Path | None = None) -> Pa
     from console.sources.profile_store import atomic_write_text
 
     path = target or default_hosts_path()
-    entry = tomlkit.parse(twin_hosts.read_text(encoding="utf-8"))["hosts"][name]  # type: ignore[index]
+    entry = tomlkit.parse(twin_hosts.read_text(encoding="utf-8"))["hosts"][name]
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -135,7 +135,7 @@ def register_host(twin_hosts: Path, name: str, target: Path | None = None) -> Pa
     hosts = doc["hosts"]
     if not isinstance(hosts, dict):
         raise UsageError(f"{path} has a 'hosts' that is not a table, so the twin was not added to it.")
-    hosts[name] = entry  # type: ignore[index]
+    hosts[name] = entry
     atomic_write_text(path, tomlkit.dumps(doc))
     return path
 
@@ -201,13 +201,13 @@ def run(args: argparse.Namespace) -> int:
             print(twin.ssh_command(), flush=True)
             if not args.no_register:
                 try:
-                    where = register_host(twin.hosts_toml, name)
+                    registered_in = register_host(twin.hosts_toml, name)
                 except (UsageError, OSError) as exc:
                     reason = exc.sentence if isinstance(exc, UsageError) else f"{exc.strerror or exc}."
                     sys.stderr.write(f"k26 twin: not registered: {terminal_safe(reason)}\n")
                 else:
                     print(
-                        f"registered as host '{name}' in {where} (--no-register to skip); "
+                        f"registered as host '{name}' in {registered_in} (--no-register to skip); "
                         f"try: k26-console apply {name} ctx-200k --rollback-on-failure",
                         flush=True,
                     )

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import os
 import sys
 import tarfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,7 @@ class SourceTree:
         files: dict[str, Callable[[], str]] = {}
         for name, handle in names.items():
             if name.startswith(root + "sglang/"):
-                files[name[len(root) :]] = lambda h=handle: read(h)
+                files[name[len(root) :]] = functools.partial(read, handle)
         return cls(files, origin)
 
     def module_file(self, module: str) -> str | None:
@@ -701,7 +702,9 @@ class Extractor:
         pieces = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
         return _first_sentences("".join(pieces))
 
-    def _action(self, node: ast.AST, scope: Scope, kwargs: dict[str, ast.AST]) -> tuple[str, Any, str | None]:
+    def _action(
+        self, node: ast.AST, scope: Scope, kwargs: Mapping[str, ast.AST]
+    ) -> tuple[str, Any, str | None]:
         """(kind, nargs, deprecated) for an `action=`: kind is store/switch/boolean_optional/custom."""
         if isinstance(node, ast.Constant):
             name = node.value
@@ -730,9 +733,10 @@ class Extractor:
                 for a, d in zip(args[len(args) - len(defaults) :], defaults, strict=True):
                     if a.arg == "nargs" and isinstance(d, ast.Constant):
                         nargs = d.value
-                for a, d in zip(init.args.kwonlyargs, init.args.kw_defaults, strict=True):
-                    if a.arg == "nargs" and isinstance(d, ast.Constant):
-                        nargs = d.value
+                # A keyword-only argument without a default has None in `kw_defaults`.
+                for a, kd in zip(init.args.kwonlyargs, init.args.kw_defaults, strict=True):
+                    if a.arg == "nargs" and isinstance(kd, ast.Constant):
+                        nargs = kd.value
             call = next(
                 (s for s in cls.node.body if isinstance(s, ast.FunctionDef) and s.name == "__call__"), None
             )

@@ -92,10 +92,10 @@ class ConsoleCommands(Provider):
                     if view.lock is not None
                     else "asks first",
                 )
-            for entry in app.store.entries():
+            for profile in app.store.entries():
                 yield (
-                    f"Apply profile {entry.name} to {host}",
-                    self._post(ApplyRequested(host, entry.name)),
+                    f"Apply profile {profile.name} to {host}",
+                    self._post(ApplyRequested(host, profile.name)),
                     locked or "shows the diff and the prediction first",
                 )
             yield (

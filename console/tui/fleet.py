@@ -67,7 +67,7 @@ class FleetTable(DataTable[Text]):
         again = on_row and (row, column) == tuple(self.cursor_coordinate)  # DataTable selects this one
         await super()._on_click(event)
         if on_row and not again and self.cursor_coordinate.row == row:
-            self._post_selected_message()
+            self._post_selected_message()  # type: ignore[no-untyped-call]  # unannotated in Textual
 
 
 class FleetView(Vertical):

@@ -312,11 +312,14 @@ class LifelineDriver(LinuxDriver):
         out = self._file
         assert out is not None
         fd = out.fileno()
-        self._file = _TerminalOut(out, lambda how: self.lifeline.terminal_lost(fd, how))
+        guarded = _TerminalOut(out, lambda how: self.lifeline.terminal_lost(fd, how))
+        # Textual declares `_file` as sys.__stderr__'s type, but only hands it to its WriterThread, which
+        # calls write, flush and fileno: the three that _TerminalOut has.
+        self._file = guarded  # type: ignore[assignment]
         self._suspended = False
 
     def start_application_mode(self) -> None:
-        super().start_application_mode()
+        super().start_application_mode()  # type: ignore[no-untyped-call]  # unannotated in Textual
         self.lifeline.bind(asyncio.get_running_loop(), self)
 
     def write(self, data: str) -> None:

@@ -220,14 +220,14 @@ def serving_body(
     if figures.kv_ranks:
         lines.append(rank_line(figures))
     if stale is not None:
-        for line in lines:
-            if isinstance(line, Text):
-                line.stylize(palette().faint)  # over every figure's own colour
+        for part in lines:
+            if isinstance(part, Text):
+                part.stylize(palette().faint)  # over every figure's own colour
         lines.insert(0, Text(stale, palette().style("warn", bold=True)))
-    for line in lines:
-        if isinstance(line, Text):
-            line.no_wrap = True
-            line.overflow = "ellipsis"
+    for part in lines:
+        if isinstance(part, Text):
+            part.no_wrap = True
+            part.overflow = "ellipsis"
     return textual_text(Group(*lines))
 
 
@@ -283,6 +283,7 @@ the server is down, the figures are the last good ones: drawn faint under [b]sta
         )
         if self._held is not None and self._held[0] == key:
             return self._held[1]
+        sig: tuple[object, ...]
         if serving is None:
             self._body, sig = None, ("none", self.compact)
         else:

@@ -366,7 +366,9 @@ class Timeline:
     reason: str | None = None
 
 
-def _machine(boot: Boot, stop_at: float | None, history: list[dict[Phase, float]]) -> RestartMachine | None:
+def _machine(
+    boot: Boot, stop_at: float | None, history: list[dict[Phase | str, float]]
+) -> RestartMachine | None:
     times = [t for t in (event_time(e) for e in boot.events) if t is not None]
     if not times:
         return None
@@ -401,7 +403,7 @@ def restart_timeline(state: HostState, now: float) -> Timeline | None:
     if boot is None:
         return None
     idx = state.boots.index(boot)
-    history: list[dict[Phase, float]] = []
+    history: list[dict[Phase | str, float]] = []
     for i, earlier in enumerate(state.boots[:idx]):
         m = _machine(earlier, _stop_time(state.boots[i - 1]) if i else None, [])
         if m is not None and m.phase == Phase.READY:

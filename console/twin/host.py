@@ -70,7 +70,8 @@ def gpu_inventory(scenario: str) -> GpuInventory:
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # (host, port) for AF_INET, typed Any by the socket module
+        return port
 
 
 def machine_boot_id() -> str:
@@ -326,7 +327,7 @@ class TwinHost:
     def write_hosts_toml(self) -> None:
         """This twin's entry in the console's hosts-file format (console.sources.hosts)."""
         assert self.cfg is not None
-        entry = {
+        entry: dict[str, str | int] = {
             "ssh": f"{self.user}@{self.ssh_host}",
             "port": self.ssh_port,
             "user": self.user,

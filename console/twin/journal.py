@@ -27,6 +27,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import TextIO
 
 from console.twin.layout import JOURNAL_REMOTE, TwinConfig, TwinLayout
 from console.twin.units import stop_when_owner_gone
@@ -60,7 +61,7 @@ class _Writer:
         self.last_realtime = 0
         self.last_mono = 0
         self.remote: asyncio.subprocess.Process | None = None
-        self.fallback_file = None
+        self.fallback_file: TextIO | None = None
         self.seqnum = 0
         self.seqnum_id = uuid.uuid4().hex
 

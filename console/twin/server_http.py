@@ -12,7 +12,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http import HTTPStatus
@@ -262,8 +262,8 @@ class TwinHttpServer:
         except (json.JSONDecodeError, ValidationError) as exc:
             return json_response({"detail": str(exc)}, 422)
 
-    def _routes(self) -> dict[str, Callable[[HttpRequest], Any]]:
-        routes: dict[str, Callable[[HttpRequest], Any]] = {
+    def _routes(self) -> dict[str, Callable[[HttpRequest], Awaitable[Response]]]:
+        routes: dict[str, Callable[[HttpRequest], Awaitable[Response]]] = {
             "/health": self._health,
             "/health_generate": self._health,
             "/model_info": self._model_info,

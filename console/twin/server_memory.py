@@ -172,14 +172,19 @@ class GpuMemoryModel:
         else:
             k_bytes = v_bytes = rows * cell // 2
             kv = k_bytes + v_bytes
-        draft_k = rows * sc.draft.k_cell_bytes if (sc.draft and args.get("speculative_algorithm")) else 0
+        draft = sc.draft if args.get("speculative_algorithm") else None
+        draft_k = rows * draft.k_cell_bytes if draft is not None else 0
 
         capture = [bs for bs in args["cuda_graph_bs"] if bs <= mrr]
         if max(args["cuda_graph_bs"]) > mrr:
             capture.append(mrr)
         capture = sorted(set(capture))
         graph = sc.graph_bytes_base + sc.graph_bytes_per_bs * max(capture)
-        draft_graph = sc.draft.graph_bytes_base + sc.draft.graph_bytes_per_bs * max(capture) if draft_k else 0
+        draft_graph = (
+            draft.graph_bytes_base + draft.graph_bytes_per_bs * max(capture)
+            if draft is not None and draft_k
+            else 0
+        )
         return PoolPlan(
             pre_min=pre_min,
             post_min=post_min,

@@ -72,7 +72,7 @@ class _Session(asyncssh.SSHServerSession[bytes]):
 
     # --- requests ----------------------------------------------------------------------------------
 
-    def connection_made(self, chan: asyncssh.SSHServerChannel[bytes]) -> None:  # type: ignore[override]
+    def connection_made(self, chan: asyncssh.SSHServerChannel[bytes]) -> None:
         self.chan = chan
 
     def pty_requested(
@@ -222,16 +222,16 @@ class _Session(asyncssh.SSHServerSession[bytes]):
             start_new_session=True,
         )
         self._started(proc)
-        assert self.proc.stdin is not None and self.proc.stdout is not None and self.proc.stderr is not None
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         for data in self.pending_input:
-            self.proc.stdin.write(data)
+            proc.stdin.write(data)
         if self.eof_pending:
-            self.proc.stdin.close()
+            proc.stdin.close()
         pumps = [
-            asyncio.ensure_future(self._pump(self.proc.stdout, False)),
-            asyncio.ensure_future(self._pump(self.proc.stderr, True)),
+            asyncio.ensure_future(self._pump(proc.stdout, False)),
+            asyncio.ensure_future(self._pump(proc.stderr, True)),
         ]
-        rc = await self.proc.wait()
+        rc = await proc.wait()
         # Output still buffered in the pipes belongs to the session; a daemonised grandchild holding
         # the pipes open must not keep the channel open forever.
         with contextlib.suppress(TimeoutError):
@@ -293,7 +293,7 @@ class _Session(asyncssh.SSHServerSession[bytes]):
                     getter.cancel()
 
         forwarder = asyncio.ensure_future(forward())
-        rc = await self.proc.wait()
+        rc = await proc.wait()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(2):
                 await forwarder

@@ -152,7 +152,7 @@ def _session(conn: socket.socket, mains: dict[str, Main]) -> None:
     pending = b""
     client_gone = False
     while True:
-        watched = [pidfd] if client_gone else [pidfd, conn]
+        watched: list[int | socket.socket] = [pidfd] if client_gone else [pidfd, conn]
         ready, _, _ = select.select(watched, [], [])
         if pidfd in ready:
             _, status = os.waitpid(pid, 0)

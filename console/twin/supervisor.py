@@ -244,14 +244,13 @@ class Supervisor:
                 t.cancel()
         if main_wait is not None and not main_wait.done():
             main_wait.cancel()
-        ctl_done = proc.returncode is not None
-        if not ctl_done:
+        rc = proc.returncode
+        if rc is None:
             self.kill(proc, signal.SIGTERM)
             await self.wait_exit(proc)
             self.set_state(self.state.active_state, self.state.sub_state, control_pid=0)
             return "stopped" if self.stop_requested.is_set() else "main-exited"
         self.set_state(self.state.active_state, self.state.sub_state, control_pid=0)
-        rc = proc.returncode
         if (rc == 0 or cmd.ignore_failure) and not main_exited:
             return ""
         if rc != 0:
