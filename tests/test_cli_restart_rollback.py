@@ -144,8 +144,11 @@ def test_rollback_puts_the_flags_before_the_apply_back(twin: TwinHost, tmp_path:
     applied_dropins = _dropins(twin)
     trail_before = len(_trail(twin, tmp_path))
 
-    res = _cli(twin, tmp_path, "rollback", "twin", "--yes")
+    # --to-unit-default: whether this apply's drop-in is the console's first here depends on the tests
+    # before it; the rollback goes to the drop-in kept, or (none kept) removes this one.
+    res = _cli(twin, tmp_path, "rollback", "twin", "--yes", "--to-unit-default")
     assert res.returncode == 0, (res.stdout, res.stderr)
+    assert "rollback of " in res.stdout and "- --mem-fraction-static 0.94" in res.stdout  # the preview
     assert _unit(twin)["ExecStart"] == original
     assert _dropins(twin) != applied_dropins
     assert "verified: " in res.stdout

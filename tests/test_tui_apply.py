@@ -167,10 +167,14 @@ async def test_a_refused_profile_forced_fails_pinned_and_rolls_back(twin_at_200k
         await until(pilot, "the confirmation", lambda: isinstance(app.screen, ApplyConfirmScreen))
         confirm = app.screen
         assert not confirm.ok and any("headroom" in e for e in confirm.errors)
-        await pilot.press("y")  # refused as it stands
+        # As on the command line, a refused profile is forced only by typing its name: neither a
+        # wrong name nor the keys y and F (letters of the name being typed) apply it.
+        assert confirm.name_gate == "ctx-200k-greedy"
+        await pilot.press(*"ctx-200k", "enter")
         await pilot.pause()
         assert app.screen is confirm and dash.track is None
-        await pilot.press("F")
+        confirm.query_one("#apply-gate", Input).value = ""
+        await pilot.press(*"ctx-200k-greedy", "enter")
         await until(pilot, "the apply", lambda: dash.track is not None)
         track = dash.track
         await until(pilot, "the verdict", lambda: track.done)
@@ -184,6 +188,11 @@ async def test_a_refused_profile_forced_fails_pinned_and_rolls_back(twin_at_200k
         app.screen.set_focus(dash.gpus)
         await pilot.press("R")
         await until(pilot, "the rollback confirmation", lambda: isinstance(app.screen, ConfirmScreen))
+        # The failed apply left its host-side rollback armed (commit-confirmed, as from the command line):
+        # the confirmation says where the rollback goes and that it settles that one.
+        body = app.screen.detail
+        assert "the drop-in the last apply kept" in body and "- --mem-fraction-static 0.97" in body
+        assert "it is disarmed first" in body
         await pilot.press("y")
         await until(pilot, "the rollback", lambda: dash.track is not track)
         rollback = dash.track
@@ -270,3 +279,35 @@ async def _probe_with(twin: TwinHost, store: ProfileStore, tmp_path: Path, profi
         return ProbeSeen(
             plain(screen.query_one("#probe-title", Static).render()), screen.not_in_force, report.profile
         )
+
+
+async def test_the_banner_follows_a_change_made_elsewhere(twin_at_200k, store, tmp_path) -> None:
+    """This console's verdict stands only until the host is changed from elsewhere: a restart from the
+    command line replaces it with that change's line, as the host's latest change."""
+    import asyncio
+
+    twin = twin_at_200k
+    app = console(twin, store, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        dash = app.dashboards[twin.name]
+        await until(pilot, "a ready boot", lambda: (ready_pool(dash) or 0) >= 200_000)
+        await until(pilot, "the pairing link", lambda: app.hosts[twin.name].link is not None)
+        app.post_message(ApplyRequested(twin.name, "ctx-200k"))
+        await until(pilot, "the confirmation", lambda: isinstance(app.screen, ApplyConfirmScreen))
+        await pilot.press("y")
+        await until(pilot, "the verdict", lambda: dash.track is not None and dash.track.done)
+        assert dash.track.ok and "unchanged" in dash.track.summary
+        assert "unchanged" in plain(dash.verdict.render())
+        home = tmp_path / "elsewhere"
+        restart = asyncio.get_running_loop().run_in_executor(
+            None,
+            lambda: run_cli(
+                home, "restart", twin.name, "--yes", "--hosts", str(twin.hosts_toml), timeout=240
+            ),
+        )
+        await until(
+            pilot, "the banner of the restart", lambda: "restarted" in plain(dash.verdict.render()), 240
+        )
+        assert dash.track is None and "unchanged" not in plain(dash.verdict.render())
+        res = await restart
+        assert res.returncode == 0, (res.stdout, res.stderr)

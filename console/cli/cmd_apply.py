@@ -16,34 +16,31 @@ from __future__ import annotations
 
 import argparse
 import sys
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from console.cli.cmd_plan import finite_float
 from console.cli.errors import CheckFailed, UsageError
 from console.cli.hostchange import (
-    BeforeChange,
-    ChangeRun,
+    ChangeRequest,
     Printer,
     add_lock_options,
     add_verify_options,
     ask,
-    audited,
     change_host,
     json_line,
     out,
 )
 from console.cli.remote import inventory_host
-from console.core.apply import ApplyOutcome, ApplyPreview, ApplyProgress
+from console.core.apply import ApplyPreview, forced_reason
 from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
 from console.core.confirm import default_confirm_within
 from console.core.profiles import Profile, ProfileError, argv_lines
 from console.sources.profile_store import ProfileStore
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
-    from console.sources.hosts import HostConfig
-    from console.sources.hoststate import HostStateDir
+    from console.sources.change import ChangeResult, HostChange, HostChanger
+    from console.sources.service import ServiceController
     from console.sources.transport import Transport
 
 
@@ -160,34 +157,37 @@ def run(args: argparse.Namespace) -> int:
     host = inventory_host(args.host, args.hosts)
     profile, store = _load_profile(args.profile)
     printer = Printer(args.json)
-    change = ChangeRun("apply", f"apply {profile.name}", profile.name)
 
-    async def operate(transport: Transport, state: HostStateDir) -> tuple[ApplyOutcome, str | None]:
-        return await _preview_and_apply(transport, host, state, profile, store, printer, args, change)
+    def controller(transport: Transport) -> ServiceController:
+        from console.sources.service import ServiceController
 
-    return change_host(host, change, args, operate)
+        return ServiceController(
+            host,
+            transport,
+            min_headroom_gib=args.min_headroom_gib,
+            min_free_gib=args.min_free_gib,
+            boot_timeout_s=args.boot_timeout,
+        )
+
+    async def operate(changer: HostChanger, change: HostChange) -> ChangeResult:
+        return await _preview_and_apply(changer, change, profile, store, printer, args)
+
+    return change_host(
+        host, ChangeRequest("apply", f"apply {profile.name}", profile.name), args, controller, operate
+    )
 
 
 async def _preview_and_apply(
-    transport: Transport,
-    host: HostConfig,
-    state: HostStateDir,
+    changer: HostChanger,
+    change: HostChange,
     profile: Profile,
     store: ProfileStore,
     printer: Printer,
     args: argparse.Namespace,
-    change: ChangeRun,
-) -> tuple[ApplyOutcome, str | None]:
-    """The outcome, and the sentence to exit 1 with when it could not be written to the audit trail."""
-    from console.sources.service import ServiceController
+) -> ChangeResult:
+    from console.sources.change import ChangePolicy
 
-    controller = ServiceController(
-        host,
-        transport,
-        min_headroom_gib=args.min_headroom_gib,
-        min_free_gib=args.min_free_gib,
-        boot_timeout_s=args.boot_timeout,
-    )
+    controller = changer.ctl
     change.phase = "validate"
     await controller.learn_host_flags()  # the flags are checked against the SGLang the host runs
     pv = await controller.preview(profile)
@@ -210,32 +210,12 @@ async def _preview_and_apply(
     elif pv.needs_name and not args.json:
         why = "the planner refuses it" if pv.planner_refused else "the unit will run another program"
         out(f"forced with --yes: applying {pv.profile} although {why}.")
-    if pv.needs_name:
-        # Who reads the trail later must see that this change went past a refusal, and how.
-        why = "the planner refused it" if pv.planner_refused else "it changes the program the unit runs"
-        change.forced = f"{why}; forced with --yes" if args.yes else f"{why}; confirmed by typing its name"
-
-    op_id = uuid.uuid4().hex
     confirm_within = args.confirm_within
     if confirm_within is None:
         confirm_within = default_confirm_within(controller.expected_boot_s())
-
-    def progress(p: ApplyProgress) -> None:
-        change.saw(p)
-        printer(p)
-
-    async def apply(before_change: BeforeChange) -> ApplyOutcome:
-        return await controller.apply(
-            profile,
-            force=True,
-            rollback_on_failure=args.rollback_on_failure,
-            progress=progress,
-            store=store,
-            preview=pv,
-            before_change=before_change,
-            confirm_within_s=confirm_within or None,
-            armed_by=state.me.user + (f"@{state.me.jump_host}" if state.me.jump_host else ""),
-            op_id=op_id,
-        )
-
-    return await audited(state, host, change, apply, diff=pv.diff, op_id=op_id)
+    policy = ChangePolicy(
+        confirm_within_s=confirm_within or None,
+        rollback_on_failure=args.rollback_on_failure,
+        forced=forced_reason(pv, "forced with --yes" if args.yes else "confirmed by typing its name"),
+    )
+    return await changer.apply(change, profile, pv, policy, store=store, progress=printer)

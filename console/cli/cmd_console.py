@@ -7,7 +7,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from console.cli.cmd_plan import human_int
+from console.cli.cmd_plan import finite_float, human_int
 from console.cli.cmd_record import add_record_option, check_record_path
 from console.cli.errors import UsageError
 from console.core.capacity import MAX_TOKENS, range_text
@@ -65,6 +65,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("host", nargs="?", metavar="HOST", help="a host in hosts.toml or an ssh target")
     p.add_argument("--hosts", type=Path, metavar="FILE", help="the hosts file (default: the user config dir)")
     add_target_options(p)
+    p.add_argument(
+        "--confirm-within",
+        type=finite_float,
+        default=None,
+        metavar="S",
+        help=(
+            "commit-confirmed, as `apply`: an apply from the console arms a rollback on the host that fires "
+            "unless the new boot is verified within S seconds (default: twice the host's usual restart plus "
+            "2 minutes, at least 300 s; 0 arms none)"
+        ),
+    )
     add_record_option(p)
     add_theme_option(p)
     p.set_defaults(func=run)
@@ -128,6 +139,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"no host given and {where} lists none; name a HOST or add [hosts.NAME] tables.")
     target, source = resolve_target(args)
     theme = resolve_theme(args.theme, hosts.ui.theme)
+    confirm_within = getattr(args, "confirm_within", None)
+    if confirm_within is not None and not 0 <= confirm_within <= 86_400:
+        raise UsageError(f"--confirm-within must be between 0 and 86400 seconds, not {confirm_within:g}.")
     from console.sources.alerts import AlertConfigError, load_alert_config
 
     try:
@@ -137,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     check_record_path(args.record, [c.name for c in configs])
     require_terminal("k26-console open")
     app = ConsoleApp(
-        [HostEntry(name=c.name, config=c, learn=True) for c in configs],
+        [HostEntry(name=c.name, config=c, learn=True, confirm_within_s=confirm_within) for c in configs],
         read_only=args.read_only,
         target=target,
         target_source=source,

@@ -1,10 +1,12 @@
-"""What `apply`, `restart` and `rollback` share: the host's lock, the phases printed as they come, the
-audit trail's intent before the first change and outcome after it, and a signal that stops the change
-cleanly.
+"""The command line's front end of a host change (`apply`, `restart`, `rollback`, `confirm`): connect,
+hold the host's lock, print each phase as it comes and the outcome, and turn a signal into a clean stop.
 
-A signal (SIGINT, SIGHUP, SIGTERM) writes the outcome `interrupted` with the phase it came in. Whatever
-ends the command, the lock and this command's heartbeat are removed from the host (SIGKILL aside: its
-intent then stays unpaired, and readers show it as unfinished once its heartbeat is stale).
+The change itself (lock, intent, the host-side rollback, outcome, `interrupted`) is the one protocol of
+console.sources.change, which the console's own screens run too. A signal (SIGINT, SIGHUP, SIGTERM)
+cancels the change: the protocol writes the outcome `interrupted` with the phase it came in, and
+whatever ends the command, the lock and this command's heartbeat are removed from the host (SIGKILL
+aside: a host-side rollback it armed then fires, and frees the lock; otherwise its intent stays unpaired,
+and readers show it as unfinished once its heartbeat is stale).
 """
 
 from __future__ import annotations
@@ -16,30 +18,27 @@ import json
 import signal
 import sys
 import threading
-import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, CliError, HostBusy, UsageError
 from console.cli.remote import connected
 from console.cli.tables import styled
 from console.core.apply import ApplyOutcome, ApplyProgress
-from console.core.audit import AuditAction, AuditEntry
+from console.core.audit import AuditAction
 from console.core.pairing import BreakRefused, LockHeld
 from console.core.restart import PHASE_LABELS, Phase
 from console.core.text import terminal_safe
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
+    from console.sources.change import ChangeResult, HostChange, HostChanger
     from console.sources.hosts import HostConfig
-    from console.sources.hoststate import HostStateDir, Lock
+    from console.sources.service import ServiceController
     from console.sources.transport import Transport
 
 T = TypeVar("T")
 _SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
-_RECORD_TIMEOUT_S = 20.0
-"""How long an interrupted change tries to write its last audit entry before it lets go anyway."""
-
-BeforeChange = Callable[[], Awaitable[None]]
 
 
 class Interrupted(CliError):
@@ -50,32 +49,14 @@ class Interrupted(CliError):
         self.exit_code = 128 + signum
 
 
-class ChangeRun:
-    """One change of a host (an apply, a restart, a rollback): the phase it is in, the intent written
-    to the audit trail, and the signal that stopped it, if one did."""
+@dataclass
+class ChangeRequest:
+    """What the command asks of the host, before the lock is taken: the change's audit action, how
+    sentences name it, and the profile it applies."""
 
-    def __init__(self, action: AuditAction, title: str, profile: str | None = None) -> None:
-        self.action = action
-        self.title = title
-        """How sentences name it: "apply ctx-200k", "restart of sglang.service", "rollback"."""
-        self.profile = profile
-        self.phase: str = "lock"
-        self.purpose: str = action
-        self.lock: Lock | None = None
-        self.intent: AuditEntry | None = None
-        self.finished = False
-        self.forced: str | None = None
-        """Why the operator had to force the change (with --yes), for the audit trail."""
-        self.caught: signal.Signals | None = None
-
-    def saw(self, p: ApplyProgress) -> None:
-        # A rollback's phases are its own; after an apply they are the rollback of that apply.
-        own = "rollback" if self.action == "rollback" else "apply"
-        self.purpose = p.purpose
-        self.phase = p.phase if p.purpose == own else f"rollback {p.phase}"
-
-    def where(self) -> str:
-        return self.phase.replace("_", " ")
+    action: AuditAction
+    title: str
+    profile: str | None = None
 
 
 def out(text: str = "") -> None:
@@ -183,112 +164,88 @@ def _confirm_break(sentence: str) -> None:
         raise HostBusy("the lock was not broken.")
 
 
-async def take_lock(
-    stack: contextlib.AsyncExitStack, state: HostStateDir, intent: str, args: argparse.Namespace
-) -> Lock:
-    """The host's lock, held until `stack` closes (which also removes this command's heartbeat); exit 3
-    at once when another console holds it. A stale holder's lock is broken only with
-    --break-stale-lock, after a confirmation (or --yes)."""
-    try:
-        return await stack.enter_async_context(state.locked(intent, leave=True))
-    except LockHeld as held:
-        if not (held.stale and args.break_stale_lock):
-            hint = " (--break-stale-lock breaks it)" if held.stale else ""
-            raise HostBusy(f"{str(held).rstrip('.')}{hint}.") from None
-        if not args.yes:
-            await ask(_confirm_break, str(held))
+@contextlib.asynccontextmanager
+async def held(
+    changer: HostChanger, req: ChangeRequest, args: argparse.Namespace
+) -> AsyncIterator[HostChange]:
+    """The change under the host's lock, held until the block ends; exit 3 at once when another console
+    holds it. A stale holder's lock is broken only with --break-stale-lock, after a confirmation (or
+    --yes)."""
+    async with contextlib.AsyncExitStack() as stack:
         try:
-            await state.break_lock(True, reason=f"broken by k26-console to run {intent}")
-        except BreakRefused as exc:
-            raise HostBusy(f"{str(exc).rstrip('.')}.") from None
-        out(f"broke the stale lock: {held}")
-    try:
-        return await stack.enter_async_context(state.locked(intent, leave=True))
-    except LockHeld as again:
-        raise HostBusy(f"{str(again).rstrip('.')}.") from None
+            change = await stack.enter_async_context(changer.begin(req.action, req.title, req.profile))
+        except LockHeld as held_by:
+            if not (held_by.stale and args.break_stale_lock):
+                hint = " (--break-stale-lock breaks it)" if held_by.stale else ""
+                raise HostBusy(f"{str(held_by).rstrip('.')}{hint}.") from None
+            if not args.yes:
+                await ask(_confirm_break, str(held_by))
+            try:
+                await changer.break_lock(reason=f"broken by k26-console to run {req.title}")
+            except BreakRefused as exc:
+                raise HostBusy(f"{str(exc).rstrip('.')}.") from None
+            out(f"broke the stale lock: {held_by}")
+            try:
+                change = await stack.enter_async_context(changer.begin(req.action, req.title, req.profile))
+            except LockHeld as again:
+                raise HostBusy(f"{str(again).rstrip('.')}.") from None
+        yield change
 
 
-def _interrupted_sentence(host: str, run: ChangeRun, sig: signal.Signals) -> str:
-    if run.intent is None:
+def _interrupted_sentence(
+    host: str, req: ChangeRequest, change: HostChange | None, sig: signal.Signals
+) -> str:
+    if change is None or change.intent is None:
         changed = f"nothing on {host} had been changed"
-    else:
-        armed = (
-            f"; a host-side rollback this apply armed fires at its deadline unless settled with "
-            f"k26-console confirm {host}"
-            if run.action == "apply"
-            else ""
+    elif change.armed is not None:
+        changed = (
+            f"the host may be mid-change; the host-side rollback this apply armed fires at "
+            f"{change.armed.deadline:%H:%M:%S} UTC unless settled with k26-console confirm {host}"
         )
-        changed = f"the host may be mid-change (look at {host}'s unit before changing it again{armed})"
-    recorded = (
-        "the interruption is in the audit trail"
-        if run.finished
-        else "the interruption could not be written to the audit trail"
-    )
+    else:
+        changed = f"the host may be mid-change (look at {host}'s unit before changing it again)"
+    where = change.where() if change is not None else "connect"
+    if change is None:
+        recorded = "nothing was written to the audit trail"
+    elif change.finished:
+        recorded = "the interruption is in the audit trail"
+    else:
+        recorded = "the interruption could not be written to the audit trail"
     return (
-        f"{run.title} interrupted by {sig.name} in {run.where()}: the lock is released, "
-        f"{recorded}, and {changed}."
+        f"{req.title} interrupted by {sig.name} in {where}: the lock is released, {recorded}, and {changed}."
     )
 
 
-async def _record_interruption(state: HostStateDir, host: str, run: ChangeRun, sig: signal.Signals) -> None:
-    """The `interrupted` outcome of the intent (or, before any change, an entry saying so), written
-    within `_RECORD_TIMEOUT_S`: the lock is released after it either way."""
-    from console.sources.hoststate import HostStateError
-    from console.sources.transport import TransportError
-
-    if run.intent is not None:
-        entry = run.intent.interrupted(
-            ts=state.now(),
-            phase=run.phase,
-            signal=sig.name,
-            summary=f"interrupted by {sig.name} in {run.where()}; the outcome of the change is unknown",
-        )
-    else:
-        entry = AuditEntry.intent(
-            state.me,
-            ts=state.now(),
-            host=host,
-            action=run.action,
-            op_id=uuid.uuid4().hex,
-            profile=run.profile,
-            lock_id=run.lock.info.lock_id if run.lock else None,
-        ).interrupted(
-            ts=state.now(),
-            phase=run.phase,
-            signal=sig.name,
-            summary=f"interrupted by {sig.name} in {run.where()}, before anything was changed",
-        )
-    with contextlib.suppress(HostStateError, TransportError, TimeoutError):
-        async with asyncio.timeout(_RECORD_TIMEOUT_S):
-            await state.append_audit(entry)
-            run.finished = True
+Operate = Callable[["HostChanger", "HostChange"], Awaitable["ChangeResult"]]
+"""The change itself, inside the lock, run through the protocol: its result."""
 
 
-Operate = Callable[["Transport", "HostStateDir"], Awaitable[tuple[ApplyOutcome, str | None]]]
-"""The change itself, inside the lock: its outcome and the sentence to exit 1 with when that outcome
-could not be written to the audit trail."""
-
-
-def change_host(host: HostConfig, run: ChangeRun, args: argparse.Namespace, operate: Operate) -> int:
+def change_host(
+    host: HostConfig,
+    req: ChangeRequest,
+    args: argparse.Namespace,
+    controller: Callable[[Transport], ServiceController],
+    operate: Operate,
+) -> int:
     """Connect, take the lock, run `operate`, print its outcome: exit 0 when it verified, 1 when not.
     SIGINT, SIGHUP and SIGTERM cancel the change: the cancellation unwinds through the controller (the
-    journal follower is closed), records the interruption and releases the lock on its way out."""
+    journal follower is closed), the protocol records the interruption and releases the lock."""
+    current: list[HostChange] = []
+    caught: list[signal.Signals] = []
 
     async def body() -> int:
+        from console.sources.change import HostChanger
         from console.sources.hoststate import HostStateDir, HostStateError
         from console.sources.service import ServiceError
 
         transport = await connected(host)
         try:
-            state = HostStateDir(transport, host)
-            async with contextlib.AsyncExitStack() as stack:
-                run.lock = await take_lock(stack, state, run.title, args)
-                try:
-                    outcome, unrecorded = await operate(transport, state)
-                except asyncio.CancelledError:
-                    if run.caught is not None:
-                        await _record_interruption(state, host.name, run, run.caught)
-                    raise
+            changer = HostChanger(HostStateDir(transport, host), controller(transport), leave=True)
+            async with held(changer, req, args) as change:
+                current.append(change)
+                if caught:
+                    change.signal = caught[0].name
+                result = await operate(changer, change)
         except ServiceError as exc:
             sentence = f"{str(exc).rstrip('.')}."
             raise (UsageError(sentence) if exc.bad_input else CheckFailed(sentence)) from None
@@ -296,6 +253,7 @@ def change_host(host: HostConfig, run: ChangeRun, args: argparse.Namespace, oper
             raise UsageError(f"{str(exc).rstrip('.')}.") from None
         finally:
             await transport.close()
+        outcome = result.outcome
         if args.json:
             json_line("outcome", outcome.model_dump(mode="json"))
         else:
@@ -303,8 +261,13 @@ def change_host(host: HostConfig, run: ChangeRun, args: argparse.Namespace, oper
             out(styled(summary, "bold green" if outcome.ok else "bold red"))
             for line in rest:
                 out(terminal_safe(line))
-        if unrecorded is not None:
-            raise CheckFailed(unrecorded)
+        if result.lock_lost:
+            out(
+                f"warning: the lock on {host.name} was taken from this command while the change ran "
+                "(another console broke it, or the host's rollback freed it); see k26-console audit."
+            )
+        if result.unrecorded is not None:
+            raise CheckFailed(result.unrecorded)
         return EXIT_OK if outcome.ok else EXIT_CHECK_FAILED
 
     async def main() -> int:
@@ -315,8 +278,10 @@ def change_host(host: HostConfig, run: ChangeRun, args: argparse.Namespace, oper
         assert task is not None
 
         def on_signal(sig: signal.Signals) -> None:
-            if run.caught is None:
-                run.caught = sig
+            if not caught:
+                caught.append(sig)
+                if current:
+                    current[0].signal = sig.name
                 task.cancel()
 
         installed = []
@@ -328,88 +293,16 @@ def change_host(host: HostConfig, run: ChangeRun, args: argparse.Namespace, oper
         try:
             return await body()
         except asyncio.CancelledError:
-            if run.caught is None:
+            if not caught:
                 raise
             task.uncancel()
-            raise Interrupted(_interrupted_sentence(host.name, run, run.caught), run.caught) from None
+            change = current[0] if current else None
+            raise Interrupted(_interrupted_sentence(host.name, req, change, caught[0]), caught[0]) from None
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
 
     return asyncio.run(main())
-
-
-async def audited(
-    state: HostStateDir,
-    host: HostConfig,
-    run: ChangeRun,
-    change: Callable[[BeforeChange], Awaitable[ApplyOutcome]],
-    *,
-    diff: list[str] | None = None,
-    op_id: str | None = None,
-) -> tuple[ApplyOutcome, str | None]:
-    """Run `change`, handing it the callback that writes the intent right before the host is first
-    changed; then write the outcome, paired with the intent. A trail that cannot take the intent stops
-    the change with the host unchanged. Returns the outcome and the sentence to exit 1 with when it
-    could not be written."""
-    from console.sources.hoststate import HostStateError
-    from console.sources.service import ServiceError
-    from console.sources.transport import TransportError
-
-    op_id = op_id or uuid.uuid4().hex
-
-    async def write_intent() -> None:
-        intent = AuditEntry.intent(
-            state.me,
-            ts=state.now(),
-            host=host.name,
-            action=run.action,
-            op_id=op_id,
-            profile=run.profile,
-            diff=diff,
-            lock_id=run.lock.info.lock_id if run.lock else None,
-            forced=run.forced,
-        )
-        try:
-            await state.append_audit(intent)
-        except (HostStateError, TransportError) as exc:
-            raise ServiceError(
-                f"{str(exc).rstrip('.')}; the intent could not be written to the audit trail, so nothing was "
-                f"changed on {host.name}"
-            ) from None
-        run.intent = intent
-
-    try:
-        outcome = await change(write_intent)
-    except ServiceError as exc:
-        if run.intent is not None:
-            # Failed after the change began: the intent gets its outcome before the error is reported.
-            failed = run.intent.model_copy(
-                update={"ts": state.now(), "outcome": "failed", "phase": run.phase, "summary": str(exc)}
-            )
-            with contextlib.suppress(HostStateError, TransportError):
-                await state.append_audit(failed)
-                run.finished = True
-        raise
-    if run.intent is None and not (diff or outcome.durations):
-        return outcome, None
-    entry = AuditEntry.from_outcome(
-        outcome, me=state.me, host=host.name, ts=state.now(), action=run.action, started=run.intent
-    )
-    # A rollback's outcome is named "rollback" by the controller: the trail says "rolled back" alone.
-    entry = entry.model_copy(
-        update={"forced": run.forced, **({"profile": run.profile} if run.action == "rollback" else {})}
-    )
-    try:
-        await state.append_audit(entry)
-        run.finished = True
-    except (HostStateError, TransportError) as exc:
-        done = "verified" if outcome.ok else "ended without verifying"
-        return outcome, (
-            f"the {run.title} {done} on {host.name}, but its outcome is NOT in the audit trail: "
-            f"{str(exc).rstrip('.')}; the trail shows it as started and unfinished."
-        )
-    return outcome, None
 
 
 def add_lock_options(p: argparse.ArgumentParser) -> None:

@@ -15,6 +15,7 @@ Both are said in the preview when they change what the profile asked for.
 from __future__ import annotations
 
 import posixpath
+import shlex
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -95,6 +96,15 @@ class ApplyPreview(BaseModel, defer_build=True):
     def needs_name(self) -> bool:
         """A yes is not enough: the operator types the profile's name (or passes --yes)."""
         return self.planner_refused or self.program_changed
+
+
+def forced_reason(pv: ApplyPreview, how: str) -> str | None:
+    """Why a change went past a refusal, and `how` the operator said so ("forced with --yes"), for the
+    audit trail; None when nothing was refused."""
+    if not pv.needs_name:
+        return None
+    why = "the planner refused it" if pv.planner_refused else "it changes the program the unit runs"
+    return f"{why}; {how}"
 
 
 class ApplyOutcome(BaseModel, defer_build=True):
@@ -299,3 +309,49 @@ __all__ = [
     "judge",
     "planner_verdict",
 ]
+
+
+def argv_word_diff(before: Sequence[str], after: Sequence[str]) -> list[str]:
+    """What changes between two ExecStart argvs, flag by flag ("- --mem-fraction-static 0.97", "+
+    --mem-fraction-static 0.85"); a changed program is one pair of lines. No flag list is needed: a
+    flag's value is the words that follow it up to the next `--` word, as a rollback's preview reads it."""
+
+    def flags(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+        command, words = split_command(argv)
+        out: dict[str, str] = {}
+        key: str | None = None
+        for word in words:
+            if word.startswith("--"):
+                key, _, inline = word.partition("=")
+                out[key] = f"{key}={inline}" if inline else key
+            elif key is not None:
+                out[key] += f" {word}"
+        return command, out
+
+    (cmd_a, a), (cmd_b, b) = flags(before), flags(after)
+    lines: list[str] = []
+    if cmd_a != cmd_b:
+        lines += [f"- {shlex.join(cmd_a)}", f"+ {shlex.join(cmd_b)}"]
+    for key in dict.fromkeys([*a, *b]):
+        if a.get(key) == b.get(key):
+            continue
+        if key in a:
+            lines.append(f"- {a[key]}")
+        if key in b:
+            lines.append(f"+ {b[key]}")
+    return lines
+
+
+class RollbackPreview(BaseModel, defer_build=True):
+    """Where a rollback takes the unit, before it is done: the drop-in it puts back (or that the unit's
+    own ExecStart comes back), and the flags that change."""
+
+    host: str
+    unit: str
+    target: str
+    """In words: "the drop-in kept by the last apply", "the unit's own ExecStart (no drop-in by the console)"."""
+    past_first: bool
+    """The rollback removes the console's only drop-in: it needs the operator's explicit word."""
+    running_argv: list[str] = Field(default_factory=list)
+    new_argv: list[str] = Field(default_factory=list)
+    diff: list[str] = Field(default_factory=list)

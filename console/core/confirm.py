@@ -63,6 +63,9 @@ class PendingRollback(BaseModel, defer_build=True):
     profile: str | None = None
     op_id: str | None = None
     confirm_within_s: float
+    target_context: int | None = None
+    """What the applied boot must hold to be confirmed (the profile's target when it was applied): a
+    later `confirm` reads it here, never from a file the record names."""
     active: bool = True
     """False when the record is there but the timer is not (it fired, or the host rebooted)."""
 
@@ -91,36 +94,120 @@ def rollback_audit_line(entry: AuditEntry) -> str:
     return json.dumps(data, ensure_ascii=True, separators=(",", ":"))
 
 
-# Run by the transient service, as root, when the deadline passes unconfirmed. The console writes it, with
-# its values, to a file in the host's state directory and the timer runs `/bin/sh FILE`: systemd 252
-# writes a transient unit's ExecStart= with `;` escaped as `\;` and reads it back with the backslash
-# after a daemon-reload (which the apply itself runs), so an inline script broke in a real manager.
-# The previous drop-in comes back (or ours goes), systemd reloads, the audit line is appended (after a
-# torn last line's newline), the record goes, and the service restarts.
+# Run by the transient service, as root, when the deadline passes. The console writes it, with its values,
+# to a file in the host's state directory and the timer runs `/bin/sh FILE`: systemd 252 writes a
+# transient unit's ExecStart= with `;` escaped as `\;` and reads it back with the backslash after a
+# daemon-reload (which the apply itself runs), so an inline script broke in a real manager.
+#
+# It is armed BEFORE the console writes its new drop-in, with the drop-in in force at that moment (its
+# text, or "there was none") inside it: never a new drop-in without its timer, and a timer that fires
+# before the write finds the drop-in unchanged and restarts nothing.
+#
+# The record is the token the console's `confirm` and this script race for: whoever renames
+# `pending-rollback.json` first has settled the change, the other does nothing (and `confirm` reports
+# what the host did). A record of another apply (another op_id) is put back untouched.
+#
+# Once the drop-in is back, the lock of the console that armed it (its lock_id) is released, with its
+# heartbeat, so the host is free for the next change without anyone breaking a lock by hand.
 _ROLLBACK_BODY = r"""
-if [ -f "$dir/$name.previous" ]
+record=$state/pending-rollback.json
+claimed=$state/.pending-rollback.fired.$$
+mv -f -- "$record" "$claimed" 2>/dev/null || exit 0
+if ! grep -qF "\"op_id\":\"$op\"" "$claimed"
 then
-  mv -f -- "$dir/$name.previous" "$dir/$name"
+  ln -- "$claimed" "$record" 2>/dev/null
+  rm -f -- "$claimed"
+  exit 0
+fi
+cur=$dir/$name
+changed=1
+if [ "$had" = 1 ]
+then
+  if [ -f "$cur" ] && [ "$(cat -- "$cur"; echo x)" = "${prev}x" ]; then changed=0; fi
 else
-  rm -f -- "$dir/$name"
-  rmdir -- "$dir" 2>/dev/null
+  [ -e "$cur" ] || changed=0
 fi
-systemctl daemon-reload
-now=$(date -u +%Y-%m-%dT%H:%M:%S+00:00)
-line=$(printf '%s' "$line" | sed "s/@K26_ROLLBACK_TS@/$now/")
-a=$state/audit.jsonl
-if [ -s "$a" ] && [ -n "$(tail -c 1 "$a")" ]
+if [ "$changed" = 1 ]
 then
-  echo >> "$a"
+  if [ "$had" = 1 ]
+  then
+    mkdir -p -- "$dir"
+    t=$dir/.$name.rollback.$$
+    printf '%s' "$prev" > "$t" && chmod 0644 "$t" && mv -f -- "$t" "$cur"
+    # The apply kept this same text as .previous: the rollback consumes it, as the console's does.
+    if [ -f "$cur.previous" ] && [ "$(cat -- "$cur.previous"; echo x)" = "${prev}x" ]; then rm -f -- "$cur.previous"; fi
+  else
+    rm -f -- "$cur" "$cur.previous"
+    rmdir -- "$dir" 2>/dev/null
+  fi
+  systemctl daemon-reload
+  line=$line_changed
+else
+  line=$line_same
 fi
-printf '%s\n' "$line" >> "$a"
-rm -f -- "$state/pending-rollback.json" "$0"
-systemctl restart --no-block -- "$unit"
+a=$state/audit.jsonl
+append() {
+  now=$(date -u +%Y-%m-%dT%H:%M:%S+00:00)
+  l=$(printf '%s' "$1" | sed "s/@K26_ROLLBACK_TS@/$now/")
+  if [ -s "$a" ] && [ -n "$(tail -c 1 "$a")" ]; then echo >> "$a"; fi
+  printf '%s\n' "$l" >> "$a"
+}
+append "$line"
+if [ -n "$lock_id" ]
+then
+  # The lock operations' turn (console.sources.hoststate_scripts): flock on the state directory itself.
+  if command -v flock >/dev/null 2>&1 && { command exec 8<"$state"; } 2>/dev/null; then flock -w 10 8; fi
+  m=$state/.lock.rollback.$$
+  if grep -qF "\"lock_id\":\"$lock_id\"" "$state/lock" 2>/dev/null && mv -- "$state/lock" "$m" 2>/dev/null
+  then
+    if grep -qF "\"lock_id\":\"$lock_id\"" "$m"
+    then
+      rm -f -- "$m" "$state/presence/$holder.json"
+      append "$line_lock"
+    else
+      ln -- "$m" "$state/lock" 2>/dev/null
+      rm -f -- "$m"
+    fi
+  fi
+  exec 8<&-
+fi
+rm -f -- "$claimed" "$0"
+if [ "$changed" = 1 ]; then systemctl restart --no-block -- "$unit"; fi
+exit 0
 """
 
 
-def rollback_script(*, dropin_dir: str, dropin_name: str, unit: str, state_dir: str, audit_line: str) -> str:
-    """The whole script, its values quoted for sh."""
-    values = {"dir": dropin_dir, "name": dropin_name, "unit": unit, "state": state_dir, "line": audit_line}
+def rollback_script(
+    *,
+    dropin_dir: str,
+    dropin_name: str,
+    unit: str,
+    state_dir: str,
+    op_id: str,
+    previous: str | None,
+    line_changed: str,
+    line_same: str,
+    lock_id: str | None = None,
+    holder: str | None = None,
+    line_lock: str = "",
+) -> str:
+    """The whole script, its values quoted for sh. `previous` is the drop-in in force when it is armed
+    (None: there was none); `line_changed` and `line_same` the audit lines for a rollback that put it
+    back and for one that found it already there (the console never wrote its own); `line_lock` the line
+    for releasing the lock `lock_id` of console `holder`."""
+    values = {
+        "dir": dropin_dir,
+        "name": dropin_name,
+        "unit": unit,
+        "state": state_dir,
+        "op": op_id,
+        "had": "0" if previous is None else "1",
+        "prev": previous or "",
+        "line_changed": line_changed,
+        "line_same": line_same,
+        "lock_id": lock_id or "",
+        "holder": holder or "",
+        "line_lock": line_lock,
+    }
     head = "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
     return "# k26-console: the host-side rollback of a commit-confirmed apply.\n" + head + _ROLLBACK_BODY

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
@@ -31,6 +32,8 @@ from console.core.apply import (
     ApplyOutcome,
     ApplyPreview,
     ApplyProgress,
+    RollbackPreview,
+    argv_word_diff,
     host_profile,
     judge,
     planner_verdict,
@@ -48,10 +51,16 @@ from console.core.profiles import (
     validate_profile,
 )
 from console.core.restart import Phase
-from console.core.systemd import DROPIN_NAME, ExecStartError, render_dropin
-from console.sources.confirm import HostRollback, RollbackTimerError
+from console.core.systemd import (
+    DROPIN_NAME,
+    ExecStartError,
+    exec_start_lines,
+    render_dropin,
+    split_exec_start,
+)
+from console.sources.confirm import HostRollback, RollbackTimerError, Settled
 from console.sources.dropin import BACKUP_SUFFIX
-from console.sources.hoststate import HostStateError
+from console.sources.hoststate import HostStateDir, HostStateError
 from console.sources.profile_store import ProfileStore
 from console.sources.restart_follow import ProgressReporter, RestartFollower, history_path
 from console.sources.transport import TransportError
@@ -207,6 +216,9 @@ class ServiceController(RestartFollower):
         confirm_within_s: float | None = None,
         armed_by: str = "k26-console",
         op_id: str | None = None,
+        state: HostStateDir | None = None,
+        lock_id: str | None = None,
+        on_armed: Callable[[PendingRollback], None] | None = None,
     ) -> ApplyOutcome:
         """Apply `profile` in one restart and verify it. A profile with invalid flags raises ServiceError
         (bad_input) before anything is touched; one the planner refuses ends `refused` unless `force`.
@@ -263,7 +275,7 @@ class ServiceController(RestartFollower):
                 f"the command cannot be written as a systemd unit: {exc}; the host is unchanged.",
                 bad_input=True,
             ) from None
-        guard = HostRollback(self) if confirm_within_s else None
+        guard = HostRollback(self, state) if confirm_within_s else None
         if guard is not None:
             armed_before = await guard.pending()
             if armed_before is not None and armed_before.active:
@@ -274,7 +286,37 @@ class ServiceController(RestartFollower):
                 )
         if before_change is not None:
             await before_change()
-        await self.write_dropin(text)
+        op_id = op_id or uuid.uuid4().hex
+        armed: PendingRollback | None = None
+        if guard is not None and confirm_within_s:
+            # Before the write, holding the drop-in in force now: from here on the host converges by
+            # itself, whenever this console stops (a timer that fires before the write restarts nothing).
+            try:
+                armed = await guard.arm(
+                    confirm_within_s,
+                    armed_by=armed_by,
+                    profile=profile.name,
+                    op_id=op_id,
+                    target_context=profile.target_context,
+                    lock_id=lock_id,
+                    holder=state.me.console_id if state is not None else None,
+                    audit=self._host_rollback_entry(profile.name, armed_by, confirm_within_s, op_id),
+                )
+            except RollbackTimerError as exc:
+                raise ServiceError(
+                    f"{exc}; nothing was written and the service was not restarted "
+                    "(--confirm-within 0 applies without a host-side rollback)"
+                ) from None
+            if on_armed is not None:
+                on_armed(armed)
+            report.emit(armed.describe(datetime.now(UTC)))
+        try:
+            await self.write_dropin(text)
+        except ServiceError:
+            if guard is not None and armed is not None:
+                with contextlib.suppress(ServiceError, TransportError, HostStateError):
+                    await guard.disarm(op_id)
+            raise
         report.emit(
             f"drop-in written to {self.dropin_path}"
             + (
@@ -283,33 +325,14 @@ class ServiceController(RestartFollower):
                 else " (there was none before: a rollback removes it)"
             )
         )
-        armed: PendingRollback | None = None
-        if guard is not None and confirm_within_s:
-            # Right after the write, so that what the timer restores is the drop-in that ran until now.
-            try:
-                armed = await guard.arm(
-                    confirm_within_s,
-                    armed_by=armed_by,
-                    profile=profile.name,
-                    op_id=op_id,
-                    audit=self._host_rollback_entry(profile.name, armed_by, confirm_within_s, op_id),
-                )
-            except RollbackTimerError as exc:
-                await self._restore()
-                with contextlib.suppress(ServiceError):
-                    await self._daemon_reload()
-                raise ServiceError(
-                    f"{exc}; the previous drop-in is back and the service was not restarted "
-                    "(--confirm-within 0 applies without a host-side rollback)"
-                ) from None
-            report.emit(armed.describe(datetime.now(UTC)))
         m.step_done(Phase.WRITE_DROPIN, self.clock())
         report.emit()
         try:
             await self._reload_and_check(pv.new_argv)
         except ServiceError:
             if guard is not None and armed is not None:
-                await guard.disarm()
+                with contextlib.suppress(ServiceError, TransportError, HostStateError):
+                    await guard.disarm(op_id)
             raise
         m.step_done(Phase.DAEMON_RELOAD, self.clock())
         report.emit()
@@ -374,7 +397,7 @@ class ServiceController(RestartFollower):
             report.emit(sentence)
             return
         try:
-            was_waiting = await guard.disarm()
+            settled = await guard.disarm(armed.op_id)
         except (ServiceError, TransportError, HostStateError) as exc:
             outcome.ok = False
             outcome.pending_rollback = armed
@@ -383,7 +406,7 @@ class ServiceController(RestartFollower):
                 f"{armed.deadline.strftime('%H:%M:%S')} UTC unless stopped."
             )
             return
-        if not was_waiting:
+        if settled is not Settled.DISARMED:
             outcome.ok = False
             outcome.summary += (
                 " But the host-side rollback had already fired (its deadline passed before the boot was "
@@ -429,15 +452,53 @@ class ServiceController(RestartFollower):
 
     # ---- rollback ------------------------------------------------------------------------------
 
+    async def rollback_preview(self) -> RollbackPreview:
+        """Where a rollback goes: the drop-in the last apply kept, or (none kept) the unit's own ExecStart,
+        with the flags that change. Reads the host; changes nothing. ServiceError (bad input) when there is
+        no drop-in of the console's to roll back."""
+        state = await self._dropin_state()
+        if "dropin" not in state and "previous" not in state:
+            raise ServiceError(
+                f"there is no drop-in by k26-console in {self.dropin_dir} on {self.host.name} to roll back.",
+                bad_input=True,
+            )
+        running = await self.running_argv()
+        result = await self._run(["systemctl", "cat", self.unit])
+        previous = None
+        if "previous" in state:
+            prev = await self._run(["cat", "--", f"{self.dropin_path}{BACKUP_SUFFIX}"], privileged=True)
+            previous = prev.stdout if prev.ok else None
+        after: list[str] = []
+        with contextlib.suppress(ExecStartError):
+            lines = exec_start_lines(_without_dropin(result.stdout, self.dropin_path, previous))
+            after = split_exec_start(lines[-1]) if lines else []
+        first = "previous" not in state
+        return RollbackPreview(
+            host=self.host.name,
+            unit=self.unit,
+            target=(
+                f"the unit's own ExecStart: {self.dropin_path} is the console's first drop-in on this host, "
+                "and it is removed"
+                if first
+                else f"the drop-in the last apply kept ({DROPIN_NAME}{BACKUP_SUFFIX})"
+            ),
+            past_first=first,
+            running_argv=running,
+            new_argv=after,
+            diff=argv_word_diff(running, after) if after else [],
+        )
+
     async def rollback(
         self,
         *,
         progress: Callable[[ApplyProgress], None] | None = None,
         expect_pool: int | None = None,
         before_change: BeforeChange | None = None,
+        past_first: bool = True,
     ) -> ApplyOutcome:
-        """Put the previous drop-in back (or remove ours when there was none), reload, restart, verify:
-        ready, no errors since this boot, and, when `expect_pool` is given, the pool it had before."""
+        """Put the previous drop-in back (or remove ours when there was none, only with `past_first`),
+        reload, restart, verify: ready, no errors since this boot, and, when `expect_pool` is given, the
+        pool it had before."""
         m = self._machine("rollback", "rollback")
         report = ProgressReporter(m, self.clock, progress)
         report.emit()
@@ -446,6 +507,14 @@ class ServiceController(RestartFollower):
             m.step_done(Phase.VALIDATE, self.clock(), ok=False, reason="nothing to roll back")
             raise ServiceError(
                 f"there is no drop-in by k26-console in {self.dropin_dir} on {self.host.name} to roll back.",
+                bad_input=True,
+            )
+        if "previous" not in state and not past_first:
+            m.step_done(Phase.VALIDATE, self.clock(), ok=False, reason="past the console's first drop-in")
+            raise ServiceError(
+                f"{self.dropin_path} is the console's first drop-in on {self.host.name}: rolling it back "
+                "removes it and the unit runs its own ExecStart; pass --to-unit-default to do that (the host "
+                "is unchanged)",
                 bad_input=True,
             )
         m.step_done(Phase.VALIDATE, self.clock())
@@ -469,12 +538,20 @@ class ServiceController(RestartFollower):
         after = await self.running_argv()
         events = await self._restart_guarded(m, report)
         out = await self._finish(m, report, None, None, events, target=expect_pool, store=None)
-        out.diff = _argv_diff(before, after)
+        out.diff = argv_word_diff(before, after)
         return out
 
 
-def _argv_diff(before: list[str], after: list[str]) -> list[str]:
-    """A plain word diff for the rollback (no profile to read the flags with)."""
-    if before == after:
-        return []
-    return [f"- {' '.join(before)}", f"+ {' '.join(after)}"]
+def _without_dropin(cat: str, path: str, replacement: str | None) -> str:
+    """`systemctl cat` output with the console's drop-in (its `# PATH` section) replaced by `replacement`
+    (None: left out): the unit as it reads after a rollback."""
+    out: list[str] = []
+    skipping = False
+    for line in cat.split("\n"):
+        if line.startswith("# /"):
+            skipping = line[2:].strip() == path
+            if skipping and replacement is not None:
+                out.append(replacement)
+        if not skipping:
+            out.append(line)
+    return "\n".join(out)

@@ -207,7 +207,11 @@ class HostDashboard(Vertical):
 
     # ---- the controller's restarts -------------------------------------------------------------
 
+    elsewhere = False
+    """The banner describes a change made elsewhere (`supersede`), until this console starts one."""
+
     def begin_track(self, action: str) -> ApplyTrack:
+        self.elsewhere = False
         self.track = ApplyTrack(action)
         boot = display_boot(self.snap.state) if self.snap is not None else None
         self.timeline.set_track(self.track, boot.index if boot is not None else None)
@@ -222,6 +226,23 @@ class HostDashboard(Vertical):
         if self.track is not None:
             self.track.progress(phase, message, elapsed, durations, eta)
             self.timeline.refresh(layout=True)
+
+    def supersede(self, ok: bool | None, line: str) -> None:
+        """A later change of the host, made elsewhere (another console, the command line, the host's own
+        rollback), replaces this console's last verdict: the banner describes the host's latest change,
+        whoever made it, and this console's finished track leaves the timeline. `ok` None: in progress."""
+        if self.track is not None and not self.track.done:
+            return  # this console's own change is running: its verdict comes when it ends
+        if self.track is None and not self.elsewhere:
+            return  # no verdict of this console's is shown: the note under the timeline says it
+        self.elsewhere = True
+        self.track = None
+        self.timeline.set_track(None)
+        if ok is None:
+            self.verdict.clear()
+        else:
+            self.verdict.show_verdict(ok, line, can_roll_back=False)
+        self.fit()
 
     def finish_track(self, ok: bool, summary: str, reasons: tuple[str, ...], *, can_roll_back: bool) -> None:
         if self.track is None:

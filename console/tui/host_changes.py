@@ -1,31 +1,34 @@
-"""A host's changes, each asked first and run under the host's lock: apply a profile, roll back, restart,
-break a stale lock; the refusals when another console holds the lock, the progress on the dashboard, and
-the outcome on the feed and the audit trail. `HostController` (console/tui/host_controller.py) is made of
-this and the session, pairing and alert parts.
+"""The console's front end of a host change: apply a profile, roll back, restart, break a stale lock, each
+asked first; the refusals when another console holds the lock, the progress on the dashboard, and the
+outcome on the feed. The change itself (lock, intent, the host-side rollback an apply arms, outcome,
+`interrupted`) is the one protocol of console.sources.change, the command line's too. `HostController`
+(console/tui/host_controller.py) is made of this and the session, pairing and alert parts.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import uuid
 from collections.abc import Awaitable, Callable
-from functools import partial
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
-from console.core.audit import AuditAction, AuditEntry
+from console.core.apply import forced_reason
+from console.core.audit import AuditAction
+from console.core.confirm import default_confirm_within
 from console.core.pairing import BreakRefused, LockHeld
-from console.core.profiles import Profile, ProfileError
+from console.core.profiles import ProfileError
 from console.tui.pairing import refusal
 from console.tui.screens import ApplyChoice, ApplyConfirmScreen, ConfirmScreen, prediction_text
 from console.tui.view import display_boot
 
 if TYPE_CHECKING:
+    from console.core.apply import ApplyOutcome
     from console.core.pairing import Identity
+    from console.sources.change import ChangeResult, HostChange, HostChanger
     from console.sources.profile_store import ProfileStore
+    from console.sources.service import ServiceController
     from console.tui.dashboard import HostDashboard
     from console.tui.host_entry import HostEntry
     from console.tui.pairing import PairingLink
@@ -59,17 +62,6 @@ class ConsoleUi(Protocol):
         ...
 
 
-class ServiceControllerLike(Protocol):
-    """What the console uses of `console.sources.service.ServiceController`."""
-
-    async def running_argv(self) -> list[str]: ...
-    async def why_not_running(self, profile: Profile) -> str | None: ...
-    async def preview(self, profile: Profile) -> Any: ...
-    async def apply(self, profile: Profile, **kw: Any) -> Any: ...
-    async def rollback(self, **kw: Any) -> Any: ...
-    async def restart(self, **kw: Any) -> Any: ...
-
-
 class HostChanges:
     """The change half of `HostController`: its state is the controller's (set in its `__init__`)."""
 
@@ -85,7 +77,7 @@ class HostChanges:
     running_argv: list[str] | None
     pool_before: int | None
     applied: str | None
-    service_controller: Callable[..., ServiceControllerLike | None]
+    service_controller: Callable[..., ServiceController | None]
 
     def refuse_locked(self, what: str) -> bool:
         """Refuse at once, naming the holder and its intent, while another console holds the lock."""
@@ -110,15 +102,27 @@ class HostChanges:
             return True
         return self.refuse_locked(what)
 
-    async def _under_lock(
-        self, intent: str, action: AuditAction, start: Callable[[], Awaitable[Any]]
-    ) -> Any | None:
-        """Take the host's lock for `intent`, run the service controller's operation inside it with its
-        track on the timeline, and append the audit entry before letting go. None when refused or
-        failed (the operator has been told)."""
+    async def _operate(
+        self,
+        doing: str,
+        action: AuditAction,
+        title: str,
+        run: Callable[[HostChanger, HostChange], Awaitable[ChangeResult]],
+        *,
+        profile: str | None = None,
+    ) -> ApplyOutcome | None:
+        """One change at a time, through the change protocol under the host's lock, while `busy` says
+        `doing`, its track on the timeline. None when refused or failed (the operator has been told)."""
+        from console.sources.change import HostChanger
         from console.sources.hoststate import HostStateError
         from console.sources.transport import TransportError
 
+        service = self.service_controller()
+        if service is None:
+            return None
+        if self.busy is not None:
+            self.ui.notify(f"{self.name}: {self.busy} is still running.", severity="warning")
+            return None
         link, host = self.link, self.name
         if link is None:
             self.ui.notify(
@@ -127,71 +131,20 @@ class HostChanges:
                 severity="warning",
             )
             return None
-        outcome: Any | None = None
+        self.busy = doing
+        result: ChangeResult | None = None
         try:
-            async with link.state.locked(intent) as lock:
+            changer = HostChanger(link.state, service, leave=False)
+            async with changer.begin(action, title, profile) as change:
                 link.poke()
-                # The intent goes into the trail before the operation starts, so a console that dies
-                # mid-restart leaves an entry readers show as unfinished; no trail, no change.
-                started = AuditEntry.intent(
-                    self.me,
-                    ts=link.state.now(),
-                    host=host,
-                    action=action,
-                    op_id=uuid.uuid4().hex,
-                    profile=intent.removeprefix("apply ") if action == "apply" else None,
-                    lock_id=lock.info.lock_id,
-                    summary=intent,
-                )
+                self.dashboard.begin_track(title)
                 try:
-                    await link.state.append_audit(started)
-                except (HostStateError, TransportError) as exc:
-                    self._fail(f"{intent} was not started: the audit trail cannot be written ({exc})")
-                    return None
-                self.dashboard.begin_track(intent)
-                try:
-                    outcome = await start()
-                except asyncio.CancelledError:
-                    # The console is closing mid-operation: say so in the trail before the lock goes.
-                    with contextlib.suppress(HostStateError, TransportError, TimeoutError):
-                        async with asyncio.timeout(10):
-                            await asyncio.shield(
-                                link.state.append_audit(
-                                    started.interrupted(ts=link.state.now(), phase=None, signal=None)
-                                )
-                            )
+                    result = await run(changer, change)
+                except (HostStateError, TransportError):
                     raise
-                except Exception as exc:
-                    failed = started.model_copy(
-                        update={
-                            "ts": link.state.now(),
-                            "outcome": "failed",
-                            "phase": None,
-                            "summary": str(exc),
-                        }
-                    )
-                    with contextlib.suppress(HostStateError, TransportError):
-                        await link.state.append_audit(failed)
+                except Exception as exc:  # the protocol has written `failed`; the operator reads why
                     self._fail(str(exc))
                     return None
-                entry = AuditEntry.from_outcome(
-                    outcome, me=self.me, host=host, ts=link.state.now(), action=action, started=started
-                )
-                try:
-                    await link.state.append_audit(entry)
-                except (HostStateError, TransportError) as exc:
-                    self.ui.notify(
-                        f"{host}: {intent} happened but its outcome is NOT in the audit trail: {exc}",
-                        severity="error",
-                        timeout=30,
-                    )
-                if lock.lost:
-                    self.ui.notify(
-                        f"{host}: another console broke this console's lock while {intent} ran (it judged "
-                        "this console gone); see the audit trail.",
-                        severity="error",
-                        timeout=30,
-                    )
         except LockHeld as held:
             hint = " Break it from the palette (ctrl+p) after confirming." if held.stale else ""
             self.ui.notify(
@@ -200,26 +153,21 @@ class HostChanges:
             return None
         except (HostStateError, TransportError) as exc:
             self.ui.notify(f"{host}: {exc}", severity="error", timeout=15)
-            return outcome
-        finally:
-            link.poke()
-        return outcome
-
-    async def _operate(
-        self, doing: str, intent: str, action: AuditAction, start: Callable[[ServiceControllerLike], Any]
-    ) -> Any | None:
-        """One operation at a time: `start(service)` under the lock while `busy` says `doing`."""
-        service = self.service_controller()
-        if service is None:
-            return None
-        if self.busy is not None:
-            self.ui.notify(f"{self.name}: {self.busy} is still running.", severity="warning")
-            return None
-        self.busy = doing
-        try:
-            return await self._under_lock(intent, action, partial(start, service))
+            if result is None:
+                return None
         finally:
             self.busy = None
+            link.poke()
+        if result.unrecorded is not None:
+            self.ui.notify(f"{host}: {result.unrecorded}", severity="error", timeout=30)
+        if result.lock_lost:
+            self.ui.notify(
+                f"{host}: this console's lock was taken while {title} ran (another console broke it, judging "
+                "this console gone, or the host's rollback freed it); see the audit trail.",
+                severity="error",
+                timeout=30,
+            )
+        return result.outcome
 
     def _progress(self, progress: Any) -> None:
         self.dashboard.progress(
@@ -252,7 +200,10 @@ class HostChanges:
     # ---- apply, rollback, restart, break: each asks first --------------------------------------------
 
     async def apply(self, name: str) -> None:
-        """Preview the saved profile `name` against the host, confirm, then apply it and verify."""
+        """Preview the saved profile `name` against the host, confirm (typing its name where the CLI
+        would ask for it), then apply it with the CLI's commit-confirmed default and verify."""
+        from console.sources.change import ChangePolicy
+
         if self.refuse(f"applying {name}"):
             return
         try:
@@ -269,6 +220,9 @@ class HostChanges:
         except Exception as exc:
             self.ui.notify(f"{self.name}: {exc}", severity="error", timeout=15)
             return
+        confirm_within = self.entry.confirm_within_s
+        if confirm_within is None:
+            confirm_within = default_confirm_within(service.expected_boot_s())
         choice = await self.ui.ask(
             ApplyConfirmScreen(
                 f"Apply {profile.name} to {self.name}?",
@@ -277,6 +231,13 @@ class HostChanges:
                 prediction=prediction_text(preview, profile.target_context),
                 errors=list(preview.errors),
                 warnings=list(preview.warnings),
+                name_gate=profile.name if preview.needs_name else None,
+                note=(
+                    f"Commit-confirmed: {self.name} rolls itself back unless the new boot is verified within "
+                    f"{confirm_within:.0f} s (this console confirms it when it verifies)."
+                    if confirm_within
+                    else "No host-side rollback is armed (--confirm-within 0)."
+                ),
             )
         )
         if choice is None:
@@ -285,18 +246,20 @@ class HostChanges:
         snap = self.dashboard.snap
         boot = display_boot(snap.state) if snap is not None else None
         pool = boot.pool.tokens if boot is not None else None
+        how = "forced from the console" if choice is ApplyChoice.FORCE else "confirmed in the console"
+        policy = ChangePolicy(
+            confirm_within_s=confirm_within or None,
+            forced=forced_reason(preview, f"{how}, its name typed" if preview.needs_name else how),
+        )
         # The preview the operator confirmed is the one applied (no second look that could differ).
         outcome = await self._operate(
             f"applying {profile.name}",
-            f"apply {profile.name}",
             "apply",
-            lambda service: service.apply(
-                profile,
-                force=choice is ApplyChoice.FORCE,
-                progress=self._progress,
-                store=self.store,
-                preview=preview,
+            f"apply {profile.name}",
+            lambda changer, change: changer.apply(
+                change, profile, preview, policy, store=self.store, progress=self._progress
             ),
+            profile=profile.name,
         )
         if outcome is None:
             return
@@ -306,27 +269,64 @@ class HostChanges:
         self._finish(outcome, undoable="write_dropin" in outcome.durations)
 
     async def rollback(self) -> None:
-        if self.refuse("a rollback") or not await self._confirm(
-            "a rollback",
+        """Show where the rollback goes (the drop-in kept, or the unit's own ExecStart) and the flags it
+        changes, confirm, then roll back through the change protocol and verify."""
+        from console.sources.change import ChangePolicy, ChangeResult
+        from console.sources.confirm import HostRollback
+        from console.sources.unit_commands import ServiceError
+
+        if self.refuse("a rollback"):
+            return
+        service = self.service_controller()
+        if service is None or not await self.look_again("a rollback"):
+            return
+        try:
+            pv = await service.rollback_preview()
+            armed = await HostRollback(service, self.link.state).pending() if self.link is not None else None
+        except Exception as exc:
+            self.ui.notify(f"{self.name}: {exc}", severity="warning", timeout=15)
+            return
+        armed = armed if armed is not None and armed.active else None
+        changes = "\n".join(pv.diff) if pv.diff else "no change to the running ExecStart"
+        first = (
+            "\n\nThis removes the console's FIRST drop-in on this host: nothing of the console's is left."
+            if pv.past_first
+            else ""
+        )
+        settles = (
+            f"\n\n{armed.describe(datetime.now(UTC))}: it is disarmed first, and this rollback replaces it."
+            if armed is not None
+            else ""
+        )
+        if not await self.ui.ask(
             ConfirmScreen(
                 f"Roll back the service on {self.name}?",
-                "Restores the drop-in that was in place before the last apply (or removes the console's), "
-                "reloads systemd, restarts the server and verifies it. A restart takes minutes on a real host.",
-            ),
+                f"Back to {pv.target}.\n\n{changes}{first}{settles}\n\nReloads systemd, restarts the "
+                "server and verifies it. A restart takes minutes on a real host.",
+            )
         ):
             return
-        outcome = await self._operate(
-            "rolling back",
-            "rollback",
-            "rollback",
-            lambda service: service.rollback(progress=self._progress, expect_pool=self.pool_before),
-        )
+        policy = ChangePolicy(expect_pool=self.pool_before, past_first=pv.past_first)
+
+        async def run(changer: HostChanger, change: HostChange) -> ChangeResult:
+            if armed is None:
+                return await changer.rollback(change, policy, progress=self._progress)
+            # The host-side rollback of an apply that did not verify: settled by rolling back now (its
+            # record taken first, so the host's timer and this rollback cannot both run).
+            settled = await changer.confirm(change, rollback_now=True, progress=self._progress)
+            if settled.outcome is None:
+                raise ServiceError(settled.summary)
+            return ChangeResult(settled.outcome, unrecorded=settled.unrecorded)
+
+        outcome = await self._operate("rolling back", "rollback", "rollback", run)
         if outcome is not None:
             self._finish(outcome, undoable=False)
 
     async def restart(self) -> None:
         """The service controller's restart: the flags in force, followed phase by phase and verified,
         inside the host's lock and recorded in its audit trail."""
+        from console.sources.change import ChangePolicy
+
         unit = self.entry.config.unit_name if self.entry.config else "the service"
         if self.refuse("a restart") or not await self._confirm(
             "a restart",
@@ -337,9 +337,12 @@ class HostChanges:
             ),
         ):
             return
-        outcome = await self._operate(
-            "restarting", "restart", "restart", lambda service: service.restart(progress=self._progress)
-        )
+
+        async def run(changer: HostChanger, change: HostChange) -> ChangeResult:
+            await changer.refuse_if_armed(change)
+            return await changer.restart(change, ChangePolicy(), progress=self._progress)
+
+        outcome = await self._operate("restarting", "restart", "restart", run)
         if outcome is not None:
             self._finish(outcome, undoable=False)
 

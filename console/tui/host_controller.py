@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
@@ -25,13 +25,16 @@ from console.core.serving import ServingFigures
 from console.core.snapshot import FollowState, HostSnapshot
 from console.sources.profile_store import ProfileStore
 from console.tui.dashboard import HostDashboard
-from console.tui.host_changes import ConsoleUi, HostChanges, ServiceControllerLike
+from console.tui.host_changes import ConsoleUi, HostChanges
 from console.tui.host_entry import HostEntry
 from console.tui.messages import AlertChanged
 from console.tui.pairing import TIMELINE_ACTIONS, PairingLink, held_by_other, lock_note
 from console.tui.profiles import HostView
 from console.tui.themes import palette
 from console.tui.view import display_boot
+
+if TYPE_CHECKING:
+    from console.sources.service import ServiceController
 
 CONSOLE_HEARTBEAT_S = 5.0
 CONSOLE_POLL_S = 4.0
@@ -63,7 +66,7 @@ class HostController(HostChanges):
         self.read_only = read_only
         self.session: Any = None
         """The `HostSession` once started (None: not connected, or a console without sessions)."""
-        self.service: ServiceControllerLike | None = None
+        self.service: ServiceController | None = None
         self.link: PairingLink | None = None
         """The host's presence, lock and audit trail, once its state directory is being read."""
         self.last_audit: AuditEntry | None = None
@@ -194,7 +197,7 @@ class HostController(HostChanges):
         except Exception as exc:
             self.ui.notify(f"{self.name}: {exc}", severity="error", timeout=30)
 
-    def service_controller(self, *, quiet: bool = False) -> ServiceControllerLike | None:
+    def service_controller(self, *, quiet: bool = False) -> ServiceController | None:
         """The host's service controller (one, on the session's transport), or None with a sentence for
         the operator when it cannot be had."""
         from console.sources.session import HostSession
@@ -281,6 +284,12 @@ class HostController(HostChanges):
         for entry in entries:
             if entry.action in TIMELINE_ACTIONS:
                 self.last_audit = entry
+            if (entry.action in TIMELINE_ACTIONS or entry.action == "confirm") and (
+                entry.console_id != self.me.console_id
+            ):
+                # Made elsewhere: this console's own last verdict no longer describes the host.
+                ok = None if entry.outcome == "started" else entry.outcome == "ok"
+                self.dashboard.supersede(ok, entry.line())
         self._show_note()
 
     def _show_note(self) -> None:

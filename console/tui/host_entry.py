@@ -26,6 +26,9 @@ class HostEntry:
     session_options: dict[str, object] = field(default_factory=dict)
     controller_options: dict[str, object] = field(default_factory=dict)
     """Passed to `ServiceController` (tests keep its restart history in a temporary `state_dir`)."""
+    confirm_within_s: float | None = None
+    """The deadline of the host-side rollback an apply from the console arms (`open --confirm-within`);
+    None: the command line's default, from this host's usual restart; 0 arms none."""
     pairing_options: dict[str, object] = field(default_factory=dict)
     """Passed to `HostStateDir` (`heartbeat_s`, `stale_factor`), except `poll_s`: how often the
     presence directory and the lock are read."""

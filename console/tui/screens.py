@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widget import Widget
-from textual.widgets import Button, Static
+from textual.widgets import Button, Input, Static
 
 from console.tui.themes import palette, themed
 from console.tui.view import textual_text
@@ -134,7 +134,10 @@ class ApplyConfirmScreen(ModalScreen[ApplyChoice | None]):
     """Before a profile is applied: the diff against the running ExecStart and the predicted outcome.
 
     A profile the planner (or validation) refuses cannot be applied with `y`; `F` forces it, which is
-    how an operator tries it anyway, knowing that the timeline may end in a failure and a rollback."""
+    how an operator tries it anyway, knowing that the timeline may end in a failure and a rollback.
+    Where the command line asks for the profile's name to be typed (a refused profile, a profile that
+    changes the program the unit runs), so does this: `name_gate` is that name, and neither `y` nor `F`
+    nor a button applies until it is typed (Enter in the field then answers)."""
 
     BINDINGS = [  # noqa: RUF012 - Textual reads it as a class attribute
         Binding("y", "answer('apply')", "Apply"),
@@ -151,8 +154,12 @@ class ApplyConfirmScreen(ModalScreen[ApplyChoice | None]):
         prediction: Text,
         errors: list[str],
         warnings: list[str],
+        name_gate: str | None = None,
+        note: str | None = None,
     ) -> None:
         super().__init__()
+        self.name_gate = name_gate
+        self.note = note
         self.question = question
         self.ok = ok
         self.diff = diff
@@ -170,9 +177,17 @@ class ApplyConfirmScreen(ModalScreen[ApplyChoice | None]):
                 notes.append(f"✘ {e}\n", palette().style("bad", bold=True))
             for w in self.warnings:
                 notes.append(f"⚠ {w}\n", palette().warn)
+            if self.note:
+                notes.append(f"{self.note}\n", palette().muted)
             if notes.plain:
                 notes.rstrip()
                 yield Static(textual_text(notes), id="apply-notes")
+            if self.name_gate is not None:
+                yield Static(
+                    Text(f"Type {self.name_gate} to {'apply' if self.ok else 'force'} it:", "bold"),
+                    id="apply-gate-label",
+                )
+                yield Input(placeholder=self.name_gate, id="apply-gate")
             with Horizontal(id="confirm-buttons"):
                 if self.ok:
                     yield Button("Apply (y)", id="apply", variant="warning")
@@ -181,15 +196,34 @@ class ApplyConfirmScreen(ModalScreen[ApplyChoice | None]):
                 yield Button("Cancel (n)", id="cancel", variant="primary")
 
     def on_mount(self) -> None:
-        self.query_one("#cancel", Button).focus()
+        if self.name_gate is not None:
+            self.query_one("#apply-gate", Input).focus()
+        else:
+            self.query_one("#cancel", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.action_answer(event.button.id if event.button.id in ("apply", "force") else None)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_answer("apply" if self.ok else "force")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # While the name is being typed, y, F and n are letters of it, not answers (Esc still cancels).
+        if action == "answer" and parameters and parameters[0] is not None and self.name_gate is not None:
+            return isinstance(self.focused, Input) is False
+        return True
 
     def action_answer(self, choice: str | None) -> None:
         if choice == "apply" and not self.ok:
             self.notify("the profile is refused as it stands; F forces it.", severity="warning")
             return
+        if choice is not None and self.name_gate is not None:
+            typed = self.query_one("#apply-gate", Input).value.strip()
+            if typed != self.name_gate:
+                self.notify(f"type {self.name_gate} exactly to go on; Esc cancels.", severity="warning")
+                self.query_one("#apply-gate", Input).focus()
+                return
         self.dismiss(ApplyChoice(choice) if choice else None)
 
 
