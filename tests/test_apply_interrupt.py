@@ -138,7 +138,7 @@ def _audit(twin: TwinHost, home: Path) -> dict[str, object]:
     return dict(json.loads(res.stdout))
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT])
 def test_a_signal_releases_the_lock_and_records_the_phase(
     twin: TwinHost, tmp_path: Path, sig: signal.Signals
 ) -> None:

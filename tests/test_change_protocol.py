@@ -471,3 +471,75 @@ def test_a_refused_apply_leaves_no_presence_behind(twin: TwinHost, tmp_path: Pat
     assert "holds the lock" in res.stderr
     after = sorted(p.name for p in presence.glob("*.json"))
     assert [n for n in after if n not in before] == [], after
+
+
+@pytest.mark.parametrize("verifies", [True, False], ids=["verified", "not-verified"])
+def test_an_apply_whose_reader_goes_away_ends_audited_and_says_how(
+    twin: TwinHost, tmp_path: Path, verifies: bool
+) -> None:
+    """`apply ... | head -3`: the reader leaves at "loading weights"; the apply goes on to its end, its
+    outcome is in the audit trail, stderr says how it ended, and the exit status says so too (0 only
+    for a verified boot). Before, it exited 0 mid-restart with only its intent in the trail."""
+    assert wait_until(lambda: _settled(twin), 120)
+    _free_lock(twin, tmp_path)
+    before_argv = _argv(twin)
+    profile = profile_variant(tmp_path, "piped", fraction="0.94" if verifies else "0.97")
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "apply",
+            "twin",
+            str(profile),
+            "--yes",
+            "--hosts",
+            str(twin.hosts_toml),
+            "--confirm-within",
+            "120",
+        ]
+        + ([] if verifies else ["--rollback-on-failure"]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=operator_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        while True:
+            line = proc.stdout.readline()
+            assert line, f"apply ended early: {proc.stderr.read()}"
+            if "loading weights" in line:
+                break
+        proc.stdout.close()  # the reader goes: the apply's next line finds the pipe closed
+        rc = proc.wait(240)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+    assert "Traceback" not in err, err
+    assert "was closed by its reader; the change went on to its end" in err, err
+    ours = [e for e in _trail(twin) if e.get("profile") == "piped" and e.get("action") == "apply"]
+    assert [e["outcome"] for e in ours][:1] == ["started"] and len(ours) == 2, ours
+    assert ours[0]["op_id"] == ours[1]["op_id"]
+    assert not (_state_dir(twin) / PENDING_FILE).exists()  # settled: confirmed, or rolled back by us
+    if verifies:
+        assert rc == 0 and "and verified" in err and ours[1]["outcome"] == "ok"
+        assert "0.94" in _argv(twin)
+        undo = run_cli(
+            tmp_path,
+            "rollback",
+            "twin",
+            "--yes",
+            "--to-unit-default",
+            "--hosts",
+            str(twin.hosts_toml),
+            timeout=240,
+        )
+        assert undo.returncode == 0, (undo.stdout, undo.stderr)
+    else:
+        assert rc == 1 and "did NOT verify" in err and ours[1]["outcome"] != "ok"
+        assert wait_until(lambda: _argv(twin) == before_argv, 60)

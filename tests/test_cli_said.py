@@ -62,7 +62,7 @@ def test_a_probe_without_profile_says_where_its_results_went(twin: TwinHost, tmp
         )
         assert "tok_s_at_depth" in saved.read_text()
     finally:
-        back = run_cli(tmp_path, "rollback", "twin", "--yes", "--hosts", hosts)
+        back = run_cli(tmp_path, "rollback", "twin", "--yes", "--to-unit-default", "--hosts", hosts)
         assert back.returncode == 0, (back.stdout, back.stderr)
 
 

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from console.cli.cmd_plan import finite_float, human_int
 from console.cli.cmd_record import add_record_option, check_record_path
 from console.cli.errors import UsageError
 from console.core.capacity import MAX_TOKENS, range_text
 from console.core.text import terminal_safe
+
+if TYPE_CHECKING:
+    from textual.app import App
 
 
 def add_target_options(p: argparse.ArgumentParser) -> None:
@@ -161,11 +166,53 @@ def run(args: argparse.Namespace) -> int:
         theme=theme,
     )
     with Lifeline(app) as lifeline:
-        code = int(app.run() or 0)
+        code = run_console(app)
     if lifeline.fired:
         say_why_ended(lifeline.reason, "left the hosts")
         end_now(lifeline.exit_code(code))
     return code
+
+
+def crash_log_dir() -> Path:
+    """Where the console writes the traceback of an error it died of (the platform's user log dir)."""
+    from platformdirs import user_log_path
+
+    return user_log_path("k26-console")
+
+
+def run_console(app: App[Any], log_dir: Path | None = None, *, headless: bool = False) -> int:
+    """`app.run()` and the exit status it earns: the app's own, or 1 when it died of an exception. Textual
+    prints the traceback on the terminal it restores; it also goes into a file under `log_dir` (default
+    `crash_log_dir()`, read before a demo's sandbox hides the operator's), named in one sentence, since
+    a tmux pane that closes takes the traceback with it."""
+    result = app.run(headless=headless)
+    error = getattr(app, "_exception", None)
+    code = app.return_code
+    if error is None and not code:
+        return int(result or 0) if isinstance(result, int) else 0
+    where = _write_crash_log(log_dir or crash_log_dir(), error)
+    what = f"{type(error).__name__}: {terminal_safe(str(error))[:200]}" if error is not None else f"exit {code}"
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"k26-console: the console stopped on an error ({what}); {where}.\n")
+    return code if isinstance(code, int) and code > 0 else 1
+
+
+def _write_crash_log(directory: Path, error: BaseException | None) -> str:
+    import time
+    import traceback
+
+    text = (
+        "".join(traceback.format_exception(error)) if error is not None else "the console exited non-zero\n"
+    )
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = directory / f"crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        return f"its traceback could not be written under {directory} ({exc.strerror or exc})"
+    return f"the traceback is in {path}"
 
 
 def say_why_ended(reason: str | None, done: str) -> None:

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING
 from console.cli.cmd_console import (
     add_target_options,
     add_theme_option,
+    crash_log_dir,
     require_terminal,
     resolve_target,
     resolve_theme,
+    run_console,
     say_why_ended,
 )
 from console.cli.cmd_record import add_record_option, check_record_path
@@ -96,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     # The operator's own recordings directory, read before the sandbox hides it: a recording started
     # with W outlives the demo.
     recordings = recordings_dir()
+    crashes = crash_log_dir()  # the operator's, as the recordings: the sandbox goes with the demo
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="k26-demo-")))
         stack.enter_context(sandbox(scratch / "operator"))
@@ -138,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         lifeline = stack.enter_context(Lifeline(app))
         lifeline.last_resort(stop_twin)
         try:
-            code = int(app.run() or 0)
+            code = run_console(app, crashes)
         finally:
             with contextlib.suppress(OSError, ValueError):  # the terminal may be gone (SIGHUP)
                 what = "host" if len(twins) == 1 else f"{len(twins)} hosts"

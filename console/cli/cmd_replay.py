@@ -76,12 +76,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.json:
             return _print_json(replay, args, reader.end if at is None else at)
-        from console.cli.cmd_console import require_terminal
+        from console.cli.cmd_console import require_terminal, run_console
         from console.tui.replay import ReplayApp
 
         require_terminal("k26-console replay")
         alerts = _alert_rules()
-        return int(ReplayApp(replay, args.file, at=at, speed=args.speed, alerts=alerts).run() or 0)
+        return run_console(ReplayApp(replay, args.file, at=at, speed=args.speed, alerts=alerts))
     except RecordingError as exc:
         raise UsageError(f"{str(exc).rstrip('.')}.") from None
     finally:

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -38,7 +39,9 @@ if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
     from console.sources.transport import Transport
 
 T = TypeVar("T")
-_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
+_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT)
+"""What stops a change cleanly (audited `interrupted`, the lock released). SIGQUIT (Ctrl-\\) too: left to
+its default it dumps core and leaves the lock, the heartbeat and no outcome, as SIGKILL does."""
 
 
 class Interrupted(CliError):
@@ -59,9 +62,37 @@ class ChangeRequest:
     profile: str | None = None
 
 
+class _Output:
+    """Where the change's lines go. A reader that goes away (`apply ... | head -3`, a `less` quit) must not
+    stop a change half-way, nor let it end unaudited with exit 0: the first write that finds the pipe
+    closed sends standard output to /dev/null from then on, and the change goes on to its end."""
+
+    lost: bool = False
+
+    def write(self, text: str) -> None:
+        if self.lost:
+            return
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self.lose()
+
+    def lose(self) -> None:
+        self.lost = True
+        # Onto the descriptor itself: what is still buffered then flushes into /dev/null at exit,
+        # rather than ending the process with a BrokenPipeError of its own.
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+
+
+OUTPUT = _Output()
+
+
 def out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+    OUTPUT.write(text + "\n")
 
 
 def json_line(kind: str, data: dict[str, Any]) -> None:
@@ -268,6 +299,14 @@ def change_host(
             )
         if result.unrecorded is not None:
             raise CheckFailed(result.unrecorded)
+        if OUTPUT.lost:
+            # Its reader has gone: the one place left to say how the change ended is standard error.
+            done = "verified" if outcome.ok else "did NOT verify"
+            with contextlib.suppress(OSError):
+                sys.stderr.write(
+                    f"k26-console: the output of {req.title} was closed by its reader; the change went on to "
+                    f"its end and {done} (in the audit trail): {terminal_safe(outcome.summary)}\n"
+                )
         return EXIT_OK if outcome.ok else EXIT_CHECK_FAILED
 
     async def main() -> int:

@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 
-from console.cli.errors import EXIT_USAGE, CliError
+from console.cli.errors import EXIT_CHECK_FAILED, EXIT_USAGE, CliError
 from console.core.text import terminal_safe
 
 # Each subcommand and the module `console/cli/cmd_<module>.py` that registers it; the order here is the
@@ -111,6 +111,10 @@ def _empty_argument(parser: argparse.ArgumentParser, argv: list[str]) -> str | N
     return None
 
 
+_CHANGES = frozenset({"apply", "restart", "rollback", "confirm", "probe"})
+"""Commands whose outcome a closed output must not turn into exit 0."""
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole command line, or with `only` (a command's name) that command alone."""
     parser = _Parser(
@@ -195,9 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # `k26-console parse big.journal | head` must not end in a traceback.
+        # `k26-console parse big.journal | head` must not end in a traceback, and a reader that has read
+        # what it wanted is no failure of a command that only reads. A command that changes or measures
+        # the host is another matter: its outcome did not reach the reader.
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        if args.command in _CHANGES:
+            say(f"the output of {args.command} was closed by its reader before its outcome was written.")
+            return EXIT_CHECK_FAILED
         return 0
 
 

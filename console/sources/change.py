@@ -55,6 +55,7 @@ __all__ = [
     "HostChange",
     "HostChanger",
     "NotSettled",
+    "break_stale_lock",
 ]
 
 RECORD_TIMEOUT_S = 20.0
@@ -479,4 +480,11 @@ class HostChanger:
 
     async def break_lock(self, *, reason: str) -> LockInfo:
         """Break a stale lock (the operator confirmed); BreakRefused says why not. Audited."""
-        return await self.state.break_lock(True, reason=reason)
+        return await break_stale_lock(self.state, reason=reason)
+
+
+async def break_stale_lock(state: HostStateDir, *, reason: str) -> LockInfo:
+    """Break the lock of a console whose heartbeat is stale, after the operator confirmed: the host
+    re-checks it and appends the `lock_break` entry in the same step (console.sources.hoststate). A
+    console that reads the host but has no service controller breaks a lock through this too."""
+    return await state.break_lock(True, reason=reason)

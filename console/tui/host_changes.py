@@ -353,6 +353,7 @@ class HostChanges:
 
     async def break_lock(self) -> None:
         """Break a stale lock, only after a confirmation that shows whose it is and for what."""
+        from console.sources.change import break_stale_lock
         from console.sources.hoststate import HostStateError
         from console.sources.transport import TransportError
 
@@ -377,7 +378,7 @@ class HostChanges:
         if not yes:
             return
         try:
-            info = await link.state.break_lock(True, reason="from the console, after confirming")
+            info = await break_stale_lock(link.state, reason="from the console, after confirming")
         except (BreakRefused, HostStateError, TransportError) as exc:
             self.ui.notify(f"{self.name}: {exc}", severity="warning", timeout=15)
         else:
