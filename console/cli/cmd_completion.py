@@ -1,6 +1,7 @@
 """`k26-console completion bash|zsh`: the shell completion script, for `eval` or a completions dir.
 
-Commands and options come from the parser itself, so the script cannot drift from the command line.
+Commands and options come from the parser itself, through its shape (console/cli/shape.py: made from the
+parser, shipped as data, held equal to it by a test), so the script cannot drift from the command line.
 Host and profile names change after the script is installed, so it asks for them when it completes:
 `k26-console completion --names hosts|profiles` prints them, one a line (nothing when there are none or
 the hosts file cannot be read: a completion never prints an error into the command line).
@@ -13,6 +14,7 @@ import shlex
 import sys
 
 from console.cli.errors import EXIT_OK, UsageError
+from console.cli.shape import Shape, load_shape
 
 _HOST_FIRST = ("apply", "restart", "rollback", "confirm", "audit", "probe", "verify", "open")
 """Commands whose first positional argument is a host."""
@@ -57,41 +59,16 @@ def names(kind: str, hosts_file: str | None = None) -> list[str]:
         return []
 
 
-def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    return {
-        name: choice
-        for action in parser._actions
-        if isinstance(action, argparse._SubParsersAction)
-        for name, choice in action.choices.items()
-    }
-
-
-def _options(parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:
-    """All option strings of `parser` and its subcommands, and those that take a value."""
-    every: list[str] = []
-    valued: list[str] = []
-    for action in parser._actions:
-        for option in action.option_strings:
-            every.append(option)
-            if action.nargs != 0:
-                valued.append(option)
-    for child in _subparsers(parser).values():
-        more, more_valued = _options(child)
-        every += more
-        valued += more_valued
-    return sorted(set(every)), sorted(set(valued))
-
-
-def bash_script(parser: argparse.ArgumentParser) -> str:
-    commands = _subparsers(parser)
-    _, valued = _options(parser)
+def bash_script(shape: Shape) -> str:
+    commands = shape["commands"]
+    valued = sorted({option for c in commands.values() for option in c["valued"]})
     option_cases = "\n".join(
-        f"        {shlex.quote(name)}) opts={shlex.quote(' '.join(_options(child)[0]))} ;;"
-        for name, child in commands.items()
+        f"        {shlex.quote(name)}) opts={shlex.quote(' '.join(c['options']))} ;;"
+        for name, c in commands.items()
     )
     if "open" in commands:  # `k26-console HOST --...` is `open HOST --...`
-        option_cases += f"\n        *) opts={shlex.quote(' '.join(_options(commands['open'])[0]))} ;;"
-    actions = " ".join(_subparsers(commands["profiles"])) if "profiles" in commands else ""
+        option_cases += f"\n        *) opts={shlex.quote(' '.join(commands['open']['options']))} ;;"
+    actions = " ".join(commands["profiles"]["actions"]) if "profiles" in commands else ""
     return f"""# k26-console completion for bash (k26-console completion bash)
 _k26_console_names() {{
     # Host names from the hosts file the command line names with --hosts, if it names one.
@@ -171,12 +148,12 @@ complete -o default -F _k26_console k26-console
 """
 
 
-def zsh_script(parser: argparse.ArgumentParser) -> str:
+def zsh_script(shape: Shape) -> str:
     # zsh runs bash completion functions through bashcompinit: one script, the same answers in both.
     return (
         "# k26-console completion for zsh (k26-console completion zsh)\n"
         "autoload -U +X compinit && { (( ${+_comps} )) || compinit; }\n"
-        "autoload -U +X bashcompinit && bashcompinit\n" + bash_script(parser).split("\n", 1)[1]
+        "autoload -U +X bashcompinit && bashcompinit\n" + bash_script(shape).split("\n", 1)[1]
     )
 
 
@@ -187,8 +164,6 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.shell is None:
         raise UsageError("name the shell: k26-console completion bash, or k26-console completion zsh.")
-    from console.cli.main import build_parser
-
-    parser = build_parser()
-    sys.stdout.write(bash_script(parser) if args.shell == "bash" else zsh_script(parser))
+    shape = load_shape()  # the parser's shape, shipped: no command module is imported (console/cli/shape.py)
+    sys.stdout.write(bash_script(shape) if args.shell == "bash" else zsh_script(shape))
     return EXIT_OK

@@ -115,14 +115,33 @@ _CHANGES = frozenset({"apply", "restart", "rollback", "confirm", "probe"})
 """Commands whose outcome a closed output must not turn into exit 0."""
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The whole command line, or with `only` (a command's name) that command alone."""
+class _Version(argparse.Action):
+    """`--version`: the installed version, read only when asked (importlib.metadata costs ~30 ms)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kw: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        sys.stdout.write(f"k26-console {_version()}\n")
+        parser.exit()
+
+
+def build_parser(only: str | None = None, *, outline: bool = False) -> argparse.ArgumentParser:
+    """The whole command line, or with `only` (a command's name) that command alone. `outline`: every
+    command named with its one-line help from the shipped shape (console/cli/shape.py) and no module
+    imported, for `k26-console --help` (its options are each command's own --help)."""
     parser = _Parser(
         prog="k26-console",
         description="A full-screen console for SGLang inference servers on GPU hosts.",
     )
-    parser.add_argument("--version", action="version", version=f"k26-console {_version()}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    if outline:
+        from console.cli.shape import load_shape
+
+        for name, command in load_shape()["commands"].items():
+            sub.add_parser(name, help=command["help"], add_help=False)
+        return parser
     for name, module_name in _COMMANDS.items():
         if only is None or name == only:
             importlib.import_module(f"console.cli.cmd_{module_name}").register(sub)
@@ -181,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
             say(refused)
             return EXIT_USAGE
         argv.insert(0, "open")
-    parser = build_parser(argv[0] if argv and argv[0] in commands else None)
+    named = argv[0] if argv and argv[0] in commands else None
+    # No command named (`--help`, `--version`, nothing): the outline, with no command module imported.
+    parser = build_parser(named, outline=named is None)
     empty = _empty_argument(parser, argv)
     if empty is not None:
         say(empty)

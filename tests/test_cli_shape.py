@@ -1,0 +1,56 @@
+"""`k26-console --help` and `completion bash|zsh` read the command line's shape from the package's data
+(console/cli/shape.py) instead of importing every command module: the data must say what the parser
+says, and those commands (and `parse`) must import no SSH, Textual or pydantic code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from console.cli.main import build_parser
+from console.cli.shape import load_shape, render, shape_of
+from tests.support.cli import REPO
+
+REGENERATE = "python -m console.cli.shape --write"
+
+
+def test_the_shipped_shape_is_the_parsers() -> None:
+    live = shape_of(build_parser())
+    assert load_shape() == live, f"console/data/cli-shape.json is out of date: run `{REGENERATE}`"
+    assert render(live) == (REPO / "console" / "data" / "cli-shape.json").read_text(), REGENERATE
+
+
+def test_the_outline_lists_every_command_with_its_help() -> None:
+    outline = build_parser(outline=True).format_help()
+    for name, command in shape_of(build_parser())["commands"].items():
+        assert name in outline and command["help"].split()[0] in outline
+
+
+HEAVY = ("asyncssh", "textual", "pydantic", "rich", "console.core.events", "console.sources")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["completion", "bash"], ["completion", "zsh"], ["parse", "-", "--kinds", "pool_summary"]],
+    ids=["help", "completion-bash", "completion-zsh", "parse"],
+)
+def test_light_commands_import_no_ssh_or_textual(argv: list[str]) -> None:
+    code = (
+        "import sys, json\n"
+        "from console.cli.main import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "sys.stderr.write('\\nMODULES ' + json.dumps(sorted(sys.modules)))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, input="", timeout=60, cwd=REPO
+    )
+    loaded = json.loads(res.stderr.rsplit("MODULES ", 1)[1])
+    heavy = HEAVY if argv[0] != "parse" else ("asyncssh", "textual", "console.sources.transport")
+    found = sorted({m for m in loaded for h in heavy if m == h or m.startswith(h + ".")})
+    assert found == [], f"{argv}: {found[:10]}"
