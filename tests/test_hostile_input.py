@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -289,6 +289,22 @@ class _FakeTransport:
         from console.sources.transport import CommandResult
 
         return CommandResult(argv=tuple(argv), exit_status=0, stdout=self.stdout, stderr="")
+
+    @contextlib.asynccontextmanager
+    async def stream(self, argv: list[str], timeout: float | None = None) -> AsyncIterator[object]:
+        """The command's stdout in chunks of 7 bytes (lines and characters cut anywhere), as a remote
+        stream hands it out (`read_unit_journal` reads it bounded, entry by entry)."""
+        data = self.stdout.encode()
+        chunks = [data[i : i + 7] for i in range(0, len(data), 7)]
+
+        class _Stream:
+            async def read(self, size: int = 0) -> bytes:
+                return chunks.pop(0) if chunks else b""
+
+            async def wait(self, timeout: float | None = None) -> int:
+                return 0
+
+        yield _Stream()
 
 
 def test_a_remote_journal_is_split_on_newline_only() -> None:

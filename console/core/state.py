@@ -10,7 +10,10 @@ Boot boundaries (documented in docs/capacity-model.md, "Boots"):
     been opened by the same start and holds nothing else yet;
   * a new journal `invocation_id` (JSON journal) or a new machine `boot_id` opens a new boot;
   * a new PID for a scheduler rank already seen in this boot (`TP0`, `DP1 TP1 EP1`, ...) opens a new
-    boot: a rank keeps its process for the whole life of the server;
+    boot: a rank keeps its process for the whole life of the server; only with a startup line (server
+    args, distributed init, weights, KV pool, CUDA graphs, pool summary): a traffic, readiness or error
+    line from a process the boot has not seen is another process of the unit (an ExecStartPost= shell),
+    and so is a second "fired up" line from one;
   * a `server_args=` dump opens a new boot once the current one holds any SGLang line (the dump is
     the first line a server prints);
   * a second pool summary (`max_total_num_tokens=...`) or a second "fired up" line restarts the
@@ -320,6 +323,8 @@ def _opens_boot(cur: Boot | None, event: Event) -> BootOpenedBy | None:
         return "host_boot"
     if event.invocation_id and cur.invocation_id and event.invocation_id != cur.invocation_id:
         return "invocation"
+    if _helper(cur, event):
+        return None
     key = rank_key(event)
     if key is not None and event.pid is not None and cur.pids.get(key, event.pid) != event.pid:
         return "pid"
@@ -330,6 +335,30 @@ def _opens_boot(cur: Boot | None, event: Event) -> BootOpenedBy | None:
     ):
         return "startup_repeated"
     return None
+
+
+_LIFE = (
+    ServerArgs,
+    DistInit,
+    WeightsBegin,
+    WeightsLoaded,
+    KvPoolAllocated,
+    MemoryPoolEnd,
+    CudaGraph,
+    PoolSummary,
+)
+"""The lines a server prints while it starts: only these, from a process the boot has not seen, can be a
+new server's (its ranks' weights, pool and graphs come before any traffic or readiness)."""
+
+
+def _helper(cur: Boot, event: Event) -> bool:
+    """A line from a process the boot has not seen that no starting server prints: another process of the
+    unit (an ExecStartPre=/ExecStartPost= shell, a health check, a warm-up script echoing the server's
+    lines). It belongs to the current boot and opens none: a readiness wait that prints a rank-tagged
+    line after ready made `verify` say "not ready" (the line's new PID read as the rank's restart)."""
+    seen = cur.seen_pids
+    # A boot that has seen none of its processes yet (a journal begun mid-run) learns them from any line.
+    return bool(seen) and event.pid is not None and event.pid not in seen and not isinstance(event, _LIFE)
 
 
 def _advance(phase: BootPhase, to: BootPhase) -> BootPhase:
@@ -351,7 +380,8 @@ def _add(boot: Boot, event: Event) -> Boot:
         return boot.model_copy(update=upd)
 
     upd["events"] = (*boot.events, event)
-    if not isinstance(event, Unit):
+    # A helper's PID is not the boot's: its next line would read as a rank's restart.
+    if not isinstance(event, Unit) and not _helper(boot, event):
         for name in ("invocation_id", "boot_id"):
             if getattr(boot, name) is None and getattr(event, name):
                 upd[name] = getattr(event, name)

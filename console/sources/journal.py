@@ -26,18 +26,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from console.core.events import Event
 from console.core.parser import JournalParser
-from console.core.parsing.journal_json import load_json
+from console.core.parsing.journal_json import ENTRY_MAX_BYTES, cut_entry, load_json
 from console.core.snapshot import FollowerStatus, FollowState
-from console.core.text import split_lines
+from console.sources.bounded import CutLine, stream_lines
 from console.sources.transport import Transport, TransportError
 
 JournalEntry = dict[str, Any]
+
+ENTRY_TAIL_BYTES = 64 << 10
+"""The last bytes kept of an entry over `ENTRY_MAX_BYTES`: where its cursor is when journalctl printed
+it after the huge field."""
+
+
+def read_entry(line: bytes) -> JournalEntry | None:
+    """One `journalctl -o json` line read from a host: the entry, the one `cut_entry` makes of a line
+    over `ENTRY_MAX_BYTES` (its cursor, metadata and the start of its MESSAGE, with a sentence saying
+    what was cut), or None when it is no entry."""
+    if type(line) is CutLine:
+        return cut_entry(bytes(line), line.tail, line.size, ENTRY_MAX_BYTES)
+    entry = load_json(line)  # orjson: this is most of a busy journal's reading cost
+    return entry if isinstance(entry, dict) else None
+
 
 _INVOCATION_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -227,25 +244,31 @@ class JournalFollower:
         """Read one journalctl run to its end; returns why it ended when that was an error."""
         async with self.transport.stream(argv) as stream:
             self._update(state=FollowState.FOLLOWING, detail=None)
-            async for line in stream.lines():
-                entry = load_json(line)  # orjson: this is most of a busy journal's reading cost
-                cursor = entry.get("__CURSOR") if isinstance(entry, dict) else None
-                if not isinstance(cursor, str):
-                    self._skipped += 1
-                    continue
-                await self._queue.put(entry)
-                # The cursor moves only once the entry is safely queued: a drop before this point
-                # makes the next run print the entry again, a drop after it does not.
-                self._cursor = cursor
-                self._entries += 1
-                if not self._entries % 256:
-                    # asyncssh hands out buffered lines without yielding: let a key in now and then
-                    await asyncio.sleep(0)
+            async for lines in stream_lines(stream, ENTRY_MAX_BYTES, tail=ENTRY_TAIL_BYTES):
+                for line in lines:
+                    entry = read_entry(line)
+                    cursor = entry.get("__CURSOR") if entry is not None else None
+                    if entry is None or not isinstance(cursor, str):
+                        self._skipped += 1
+                        continue
+                    await self._queue.put(entry)
+                    # The cursor moves only once the entry is safely queued: a drop before this point
+                    # makes the next run print the entry again, a drop after it does not.
+                    self._cursor = cursor
+                    self._entries += 1
+                    if not self._entries % 256:
+                        # a chunk holds many entries, handed out without yielding: let a key in now and then
+                        await asyncio.sleep(0)
             status = await stream.wait(2.0)
             if status not in (0, None):
                 text = (await stream.stderr_text()).strip().split("\n")
                 return f"journalctl exited with status {status}" + (f": {text[0]}" if text[0] else "")
             return None
+
+
+JOURNAL_READ_MAX_BYTES = 256 << 20
+"""The most of a unit's journal `read_unit_journal` keeps (256 MiB of JSON lines, ~100,000 busy SGLang
+entries): past it the oldest entries go (a verdict is on the latest boot, at the end)."""
 
 
 async def read_unit_journal(
@@ -255,19 +278,53 @@ async def read_unit_journal(
     lines: int = 50_000,
     journalctl: Sequence[str] = ("journalctl",),
     timeout: float = 120.0,
+    max_bytes: int = JOURNAL_READ_MAX_BYTES,
 ) -> list[str]:
     """The unit's last `lines` journal entries as `journalctl -o json` lines (what `journalctl -u UNIT
-    -o json > saved.journal` would hold, bounded), for one-shot commands such as `verify HOST`."""
+    -o json > saved.journal` would hold, bounded), for one-shot commands such as `verify HOST`.
+
+    Read as the follower reads (`read_entry`): an entry over `ENTRY_MAX_BYTES` is cut, with a sentence in
+    its MESSAGE; past `max_bytes` in all the oldest entries are dropped; past `timeout` seconds the read
+    is a `TransportError`. Lines are split on "\\n" only: journalctl ends an entry there, while a message
+    may hold "\\r" (a tqdm frame), U+2028 or \\x85, at which str.splitlines would cut one entry into
+    pieces that parse as nothing."""
     argv = [*journalctl, "-u", unit, "-o", "json", "--all", "--no-pager", "-n", str(lines)]
-    result = await transport.run(argv, timeout=timeout)
-    if not result.ok:
+    kept: deque[str] = deque()
+    size = 0
+    try:
+        async with asyncio.timeout(timeout):
+            async with transport.stream(argv, timeout=timeout) as stream:
+                async for chunk in stream_lines(stream, ENTRY_MAX_BYTES, tail=ENTRY_TAIL_BYTES):
+                    for line in chunk:
+                        if type(line) is CutLine:
+                            entry = read_entry(line)
+                            if entry is None:
+                                continue
+                            text = json.dumps(entry, ensure_ascii=False)
+                        else:
+                            text = line.decode("utf-8", "replace")
+                            if not text.strip():
+                                continue
+                        kept.append(text)
+                        size += len(text)
+                        while size > max_bytes and len(kept) > 1:
+                            size -= len(kept.popleft())
+                status = await stream.wait(5.0)
+                if status is None:
+                    raise TransportError(
+                        f"{transport.host.name}: lost the connection while running {argv[0]}"
+                    )
+                if status != 0:
+                    error = (await stream.stderr_text()).strip().split("\n")[0]
+                    raise TransportError(
+                        f"journalctl on {transport.host.name} failed with status {status}"
+                        + (f": {error}" if error else "")
+                    )
+    except TimeoutError:
         raise TransportError(
-            f"journalctl on {transport.host.name} failed with status {result.exit_status}: "
-            f"{result.first_error_line()}"
-        )
-    # Split on "\n" only: journalctl ends an entry there, while a message may hold "\r" (a tqdm frame),
-    # U+2028 or \x85, at which str.splitlines would cut one entry into pieces that parse as nothing.
-    return [line for line in split_lines(result.stdout) if line.strip()]
+            f"journalctl on {transport.host.name} did not finish within {timeout:g} s"
+        ) from None
+    return list(kept)
 
 
 async def follow_unit_events(

@@ -33,6 +33,15 @@ class RemoteStream:
         except (asyncssh.Error, OSError) as exc:
             raise TransportError(f"{self._host}: the stream of {self.argv[0]} broke ({exc})") from None
 
+    async def read(self, size: int = 64 << 10) -> bytes:
+        """Up to `size` bytes of stdout as they come, b"" at the end: what a reader that bounds each line
+        itself needs. `readline` cannot bound one: asyncssh hands back a partial line once the channel's
+        window (~2 MiB) is full, which `lines` takes for a drop."""
+        try:
+            return await self._process.stdout.read(size)
+        except (asyncssh.Error, OSError) as exc:
+            raise TransportError(f"{self._host}: the stream of {self.argv[0]} broke ({exc})") from None
+
     async def lines(self) -> AsyncIterator[bytes]:
         while True:
             line = await self.readline()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -61,6 +62,76 @@ def field_int(value: Any) -> int | None:
         return int(text)
     except ValueError:
         return None
+
+
+ENTRY_MAX_BYTES = 1 << 20
+"""The longest `journalctl -o json` line read from a host (1 MiB). journald cuts a stream line at LineMax
+(48 KiB by default), but a native entry (`sd_journal_send`, `systemd-cat`) may be far larger; past this
+the entry keeps the fields before the cut and the start of its MESSAGE (`cut_entry`)."""
+
+REALTIME_MAX_US = 7_258_118_400 * 1_000_000
+"""2200-01-01T00:00:00Z in µs: a `__REALTIME_TIMESTAMP` at or past it (or negative) is no time a host's
+clock shows. It is refused: the entry keeps no time rather than one no date type can hold (year 10000
+made the console's clock text raise)."""
+
+# The fields a cut entry keeps, each a JSON string right after `{` or `,` (never inside a value, where a
+# quote is escaped; older journalctl puts spaces around the colon).
+_CUT_FIELDS = re.compile(
+    rb'(?<=[{,])\s*"(__CURSOR|__REALTIME_TIMESTAMP|__MONOTONIC_TIMESTAMP|_BOOT_ID|_HOSTNAME|_PID|_COMM'
+    rb'|SYSLOG_IDENTIFIER|PRIORITY|UNIT|_SYSTEMD_UNIT|_SYSTEMD_INVOCATION_ID|INVOCATION_ID)"\s*:\s*"([^"\\]*)"'
+)
+_CUT_MESSAGE = re.compile(rb'(?<=[{,])\s*"MESSAGE"\s*:\s*"')
+_CUT_MESSAGE_HEAD = 400
+"""Characters of a cut entry's MESSAGE kept before the note."""
+
+
+def cut_entry(head: bytes, tail: bytes, size: int, limit: int = ENTRY_MAX_BYTES) -> dict[str, Any] | None:
+    """What a `journalctl -o json` line cut after its first `limit` bytes still says, from its first
+    bytes (`head`) and its last ones (`tail`; `size` in all): the entry's metadata fields (journalctl
+    prints an entry's fields in no fixed order, the cursor after a huge MESSAGE as often as before it),
+    and a MESSAGE of its message's start and one sentence saying what was cut. None without a cursor:
+    then it is no entry a follower can resume after."""
+    fields: dict[str, Any] = {}
+    for part in (head, tail):
+        for match in _CUT_FIELDS.finditer(part):
+            name = match.group(1).decode()
+            if name not in fields:
+                fields[name] = match.group(2).decode("utf-8", "replace")
+    if not fields.get("__CURSOR"):
+        return None
+    text = ""
+    for part in (head, tail):
+        found = _CUT_MESSAGE.search(part)
+        if found is not None:
+            text = _string_start(part[found.end() : found.end() + 6 * _CUT_MESSAGE_HEAD])
+            break
+    note = f"[k26-console: journal entry cut at {limit:,} of its {size:,} bytes]"
+    fields["MESSAGE"] = f"{text[:_CUT_MESSAGE_HEAD]} {note}" if text else note
+    return fields
+
+
+def _string_start(raw: bytes) -> str:
+    """The text of a JSON string's first bytes (its closing quote may be missing: the entry was cut)."""
+    end = 0
+    escaped = False
+    for end, byte in enumerate(raw):  # noqa: B007 - `end` is read after the loop
+        if escaped:
+            escaped = False
+        elif byte == 0x5C:  # backslash
+            escaped = True
+        elif byte == 0x22:  # the closing quote
+            break
+    else:
+        end = len(raw)
+    body = raw[:end].decode("utf-8", "ignore")
+    # A cut inside an escape (`\u20`) is dropped, one character at a time, until the rest reads.
+    for trim in range(7):
+        try:
+            text = json.loads(f'"{body[: len(body) - trim]}"')
+        except ValueError:
+            continue
+        return text if isinstance(text, str) else ""
+    return ""
 
 
 class UtcClock:
@@ -125,7 +196,7 @@ class EntryReader:
         if cursor is not None:
             meta["cursor"] = cursor if type(cursor) is str else field_text(cursor)
         realtime = field_int(get("__REALTIME_TIMESTAMP"))
-        if realtime is not None:
+        if realtime is not None and 0 <= realtime < REALTIME_MAX_US:
             meta["realtime_us"] = realtime
             ts = self._clock.iso(realtime)
             if ts is not None:
