@@ -178,6 +178,8 @@ async def test_save_keeps_comments_and_refuses_a_bad_toml(store, tmp_path) -> No
         await replace_line(pilot, screen, "tp-size = 8", "tp-size = 4")
         await pilot.press("ctrl+s")
         await pilot.pause()
+        await pilot.press("y")  # saving asks
+        await pilot.pause()
         saved = path.read_text()
         assert "tp-size = 4" in saved and "# what the box ran with, give or take" in saved
         assert saved.startswith("# Kimi K2.5 on the MI355X box")
@@ -200,6 +202,8 @@ async def test_saving_a_shipped_profile_writes_a_user_copy(store, tmp_path) -> N
         screen.open_profile("ctx-200k")
         await replace_line(pilot, screen, "chunked-prefill-size = 8192", "chunked-prefill-size = 4096")
         await pilot.press("ctrl+s")
+        await pilot.pause()
+        await pilot.press("y")
         await pilot.pause()
         copy = tmp_path / "user" / "ctx-200k.toml"
         assert "chunked-prefill-size = 4096" in copy.read_text()
@@ -235,6 +239,9 @@ async def test_help_on_the_editor() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("p")
         await pilot.pause()
+        assert isinstance(app.screen.focused, ProfileList)  # picking comes first
+        await pilot.press("tab")
+        await pilot.pause()
         assert isinstance(app.screen.focused, ProfileEditor)
         await pilot.press("f1")
         await pilot.pause()
@@ -254,6 +261,8 @@ async def test_read_only_refuses_apply_but_saves(store, tmp_path) -> None:
         await replace_line(pilot, screen, "tp-size = 8", "tp-size = 4")
         await pilot.press("ctrl+s")
         await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
         assert "tp-size = 4" in (tmp_path / "user" / "k25-3m.toml").read_text()
         # The palette offers no apply, restart or roll back.
         from console.tui.commands import ConsoleCommands
@@ -261,3 +270,109 @@ async def test_read_only_refuses_apply_but_saves(store, tmp_path) -> None:
         names = [c[0] for c in ConsoleCommands(app.screen)._commands()]
         assert not any(n.startswith(("Apply", "Restart", "Roll back")) for n in names)
         assert "Profiles: edit, what-if, apply" in names
+
+
+# ---- picking, editing, saving, applying: which profile is unmistakable (issue 34) ------------------
+
+
+def record_applies(app) -> list[str]:
+    """The profiles the screen asked the app to apply (the host's apply flow is not run)."""
+    asked: list[str] = []
+
+    async def apply(name: str) -> None:
+        asked.append(name)
+
+    app.hosts["gpu1"].apply = apply
+    return asked
+
+
+async def test_enter_in_the_list_keeps_the_focus_there_and_apply_names_what_was_picked(store) -> None:
+    """The incident: Enter on ctx-256k, then "↑ Enter" meant to pick ctx-200k typed a blank line into
+    ctx-256k, and ctrl+r saved it unasked and applied ctx-256k."""
+    app = app_with(store)
+    asked = record_applies(app)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_screen(app, pilot)
+        plist = screen.query_one(ProfileList)
+        assert app.screen.focused is plist  # picking comes first
+        shipped_256k = (shipped_profile_dir() / "ctx-256k.toml").read_text()
+        plist.highlighted = plist.get_option_index("ctx-256k")
+        await pilot.pause()
+        assert screen.current == "ctx-256k"  # the list's cursor is the profile shown
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen.focused is plist
+        await pilot.press("up", "enter")
+        await pilot.pause()
+        assert screen.current == "ctx-200k"
+        assert screen.editor.text == (shipped_profile_dir() / "ctx-200k.toml").read_text()
+        assert screen.buffers.get("ctx-256k") is None  # nothing typed into ctx-256k
+        assert "profile ctx-200k" in plain(screen.query_one("#profiles-title", Static).content)
+        await pilot.press("ctrl+r")
+        for _ in range(40):
+            await pilot.pause(0.05)
+            if asked:
+                break
+        assert asked == ["ctx-200k"]
+        assert not (screen.store.dirs[0] / "ctx-256k.toml").exists()
+        assert (shipped_profile_dir() / "ctx-256k.toml").read_text() == shipped_256k
+
+
+async def test_saving_an_edit_asks_and_shows_it(store, tmp_path) -> None:
+    app = app_with(store)
+    path = tmp_path / "user" / "k25-3m.toml"
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_screen(app, pilot)
+        # A stray Enter in the editor: a blank line, which changes no flag.
+        editor = screen.editor
+        editor.focus()
+        editor.move_cursor((2, 0))
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        dialog = app.screen
+        assert type(dialog).__name__ == "SaveConfirmScreen"
+        shown = plain(dialog.query_one("#confirm-question", Static).content) + plain(
+            dialog.query_one("#save-edit", Static).content
+        )
+        assert "Save k25-3m?" in shown and str(path) in shown
+        assert "line 3: + (blank line)" in shown and "the profile itself does not change" in shown
+        await pilot.press("n")
+        await pilot.pause()
+        assert app.screen is screen and path.read_text() == K25  # not written
+        await replace_line(pilot, screen, "tp-size = 8", "tp-size = 4")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        shown = plain(app.screen.query_one("#save-edit", Static).content)
+        assert "- tp-size = 8" in shown and "+ tp-size = 4" in shown
+        assert "does not change" not in shown
+        await pilot.press("y")
+        await pilot.pause()
+        assert app.screen is screen and "tp-size = 4" in path.read_text()
+
+
+async def test_apply_with_unsaved_edits_asks_to_save_first(store, tmp_path) -> None:
+    app = app_with(store)
+    asked = record_applies(app)
+    path = tmp_path / "user" / "k25-3m.toml"
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_screen(app, pilot)
+        await replace_line(pilot, screen, "tp-size = 8", "tp-size = 4")
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        dialog = app.screen
+        assert type(dialog).__name__ == "SaveConfirmScreen"
+        question = plain(dialog.query_one("#confirm-question", Static).content)
+        assert "Save the edits to k25-3m, then apply k25-3m to gpu1?" in question
+        await pilot.press("n")
+        await pilot.pause()
+        assert asked == [] and path.read_text() == K25
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        await pilot.press("y")
+        for _ in range(40):
+            await pilot.pause(0.05)
+            if asked:
+                break
+        assert asked == ["k25-3m"] and "tp-size = 4" in path.read_text()

@@ -6,6 +6,7 @@ editor can run it on every (debounced) keystroke.
 
 from __future__ import annotations
 
+import difflib
 import tomllib
 from collections.abc import Sequence
 
@@ -149,4 +150,62 @@ def check_profile_text(
     )
 
 
-__all__ = ["Issue", "ProfileCheck", "check_profile_text", "named_in"]
+class EditDiff(BaseModel, defer_build=True):
+    """What saving the editor's text changes in the file: the lines, and whether any of it reaches the
+    host (a blank line or a comment changes the file, not the flags a restart would run)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    """The profile the text is saved as."""
+    renamed_from: str | None = None
+    """The profile the text was opened as, when its `name = ...` now says another (a new profile)."""
+    lines: tuple[str, ...] = ()
+    """`line N: + text` / `line N: - text`, in file order; a blank line is said in words."""
+    profile_changed: bool | None = None
+    """Whether the profile read from the text differs from the one read from the file (flags, target,
+    version, notes); None when either does not read as a profile."""
+
+    @property
+    def empty(self) -> bool:
+        return not self.lines and self.renamed_from is None
+
+
+EDIT_LINES_SHOWN = 12
+"""Lines of an edit the save dialog lists; past them it says how many more."""
+
+
+def _shown(line: str) -> str:
+    return line if line.strip() else "(blank line)"
+
+
+def edit_diff(saved: str, text: str, name: str) -> EditDiff:
+    """The edit `text` makes to the saved file `saved` of profile `name`, line by line (numbered as in
+    the edited text for additions, as in the file for removals), for the dialog that asks before
+    saving: an edit made by a stray key (an Enter that was meant for the list) must be seen before it is
+    written."""
+    old, new = saved.split("\n"), text.split("\n")
+    lines: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        lines += [f"line {i + 1}: - {_shown(old[i])}" for i in range(i1, i2)]
+        lines += [f"line {j + 1}: + {_shown(new[j])}" for j in range(j1, j2)]
+    target = named_in(text, name)
+    changed: bool | None = None
+    try:
+        before = parse_profile(saved, name=named_in(saved, name))
+        after = parse_profile(text, name=target)
+    except ProfileError:
+        pass
+    else:
+        changed = before.model_dump(exclude={"name"}) != after.model_dump(exclude={"name"})
+    return EditDiff(
+        name=target,
+        renamed_from=name if target != name else None,
+        lines=tuple(lines),
+        profile_changed=changed,
+    )
+
+
+__all__ = ["EditDiff", "Issue", "ProfileCheck", "check_profile_text", "edit_diff", "named_in"]

@@ -19,18 +19,25 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import OptionList, Static, TextArea
+from textual.widgets import Button, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
 from console.core.apply import PlannerVerdict
 from console.core.flags import FlagList
-from console.core.profiles import ProfileError
+from console.core.profiles import ProfileError, parse_profile
 from console.core.state import Boot
 from console.sources.profile_store import ProfileEntry, ProfileStore, shipped_profile_dir
 from console.tui.footer import KeyFooter
 from console.tui.messages import ApplyRequested
-from console.tui.profile_check import ProfileCheck, check_profile_text, named_in
-from console.tui.screens import diff_text
+from console.tui.profile_check import (
+    EDIT_LINES_SHOWN,
+    EditDiff,
+    ProfileCheck,
+    check_profile_text,
+    edit_diff,
+    named_in,
+)
+from console.tui.screens import ConfirmScreen, diff_text
 from console.tui.themes import palette
 from console.tui.view import fmt_tokens, textual_text
 
@@ -56,7 +63,9 @@ class ProfileList(OptionList):
 (target_context). [b]user[/b] profiles live in your config directory and shadow the
 [b]shipped[/b] examples of the same name; saving a shipped one writes a user copy.
 ● marks a profile with unsaved edits (kept while you look at another one).
-Enter or a click opens it in the editor."""
+↑ ↓ (or a click) open a profile in the editor; the focus stays here, so the next
+↑ Enter picks another profile rather than typing into this one: tab moves to the
+editor. The profile shown is the one ctrl+s saves and ctrl+r applies."""
 
 
 class ProfileEditor(TextArea):
@@ -136,13 +145,22 @@ class ProfilesScreen(Screen[None]):
                 yield Static(id="profile-diff")
         yield KeyFooter()
 
-    def on_mount(self) -> None:
+    def _title(self) -> None:
+        """The title names the profile shown: the one ctrl+s saves and ctrl+r applies."""
         title = Text()
         title.append(" Profiles ", "bold reverse")
         title.append(f"  host {self.host}", "bold")
+        if self.current is not None:
+            title.append("  profile ", palette().muted)
+            title.append(self.current, "bold")
+            if self._dirty(self.current):
+                title.append(" ● unsaved", palette().style("warn", bold=True))
         if self.read_only:
             title.append("  READ-ONLY: applying is refused; saving is local", palette().badge("step"))
         self.query_one("#profiles-title", Static).update(textual_text(title))
+
+    def on_mount(self) -> None:
+        self._title()
         self.query_one("#profile-list").border_title = "profiles"
         self.query_one("#profile-side").border_title = "checks"
         self.reload_list()
@@ -151,7 +169,9 @@ class ProfilesScreen(Screen[None]):
             self.current = names[0] if names else None
         if self.current is not None:
             self.open_profile(self.current)
-        self.query_one(ProfileEditor).focus()
+            self.reload_list()  # the list's cursor on the profile shown
+        # Picking comes first: in the editor, the arrows and Enter that pick a profile edit this one.
+        self.query_one(ProfileList).focus()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return not (action == "apply" and self.read_only)
@@ -195,12 +215,21 @@ class ProfilesScreen(Screen[None]):
         return "shipped" if shipped is not None and entry.path.parent == shipped else entry.origin
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        name = event.option.id
+        # The focus stays in the list: Enter once moved it into the editor, where the operator's next
+        # "↑ Enter" (meant to pick another profile) typed a blank line into this one (issue 34).
+        self._pick(event.option.id)
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        # The list's cursor is the profile shown: a highlight that opened nothing left ctx-256k in the
+        # editor (and under ctrl+r) while the list pointed at ctx-200k.
+        if event.option_list.has_focus:
+            self._pick(event.option.id)
+
+    def _pick(self, name: str | None) -> None:
         if name and name != self.current:
             self.stash()
             self.open_profile(name)
             self.reload_list()
-            self.query_one(ProfileEditor).focus()
 
     # ---- the editor ----------------------------------------------------------------------------
 
@@ -246,6 +275,7 @@ class ProfilesScreen(Screen[None]):
         self._timer = self.set_timer(self.check_delay_s, self.run_check)
 
     def _status(self, note: Text | None = None) -> None:
+        self._title()
         status = Text()
         if self.current is not None and self._dirty(self.current):
             status.append("● unsaved", palette().style("warn", bold=True))
@@ -335,8 +365,45 @@ class ProfilesScreen(Screen[None]):
         self.notify(f"saved {name} to {path}", timeout=4)
         return name
 
+    def edit(self) -> EditDiff | None:
+        """What saving now would change in the shown profile's file."""
+        if self.current is None:
+            return None
+        return edit_diff(self.saved.get(self.current, ""), self.editor.text, self.current)
+
+    def _ask_to_save(
+        self, question: str, edit: EditDiff, then: Callable[[str], object] | None = None
+    ) -> None:
+        """Ask before writing (the profile, the file, the edit line by line); `then(name)` once saved."""
+        path = self.store.dirs[0] / f"{edit.name}.toml" if self.store.dirs else None
+        shipped = self.current is not None and any(
+            e.name == self.current and self.origin(e) == "shipped" for e in self.entries
+        )
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                self._status(Text("not saved: the edit stays in the editor", palette().muted))
+                return
+            name = self.save()
+            if name is not None and then is not None:
+                then(name)
+
+        screen = SaveConfirmScreen(question, edit, where=str(path) if path else None, shipped=shipped)
+        self.app.push_screen(screen, answered)
+
     def action_save(self) -> None:
-        self.save()
+        edit = self.edit()
+        if edit is None:
+            return
+        if edit.empty:
+            self.notify(f"{edit.name} is as saved: nothing to write.", timeout=4)
+            return
+        try:
+            parse_profile(self.editor.text, name=edit.name)
+        except ProfileError:
+            self.save()  # refused, with the reason: nothing to ask about
+            return
+        self._ask_to_save(f"Save {edit.name}?", edit)
 
     def action_apply(self) -> None:
         if self.read_only:
@@ -350,13 +417,63 @@ class ProfilesScreen(Screen[None]):
             why = f"{first.where}: {first.message}" if first else "the profile cannot be read"
             self.notify(f"not applied — fix this first: {why}", severity="error", timeout=10)
             return
-        name = self.current
-        if name is not None and (self._dirty(name) or named_in(self.editor.text, name) != name):
-            name = self.save()  # apply what is on screen, and keep it: saving is local
-            if name is None:
-                return
-        if name is not None:
-            self.post_message(ApplyRequested(self.host, name))
+        edit = self.edit()
+        if edit is None:
+            return
+        if not edit.empty:
+            # What is applied is what is saved: the edit is written first, and only once the operator
+            # has seen it (a stray Enter once reached the host as a "saved" ctx-256k, unasked).
+            self._ask_to_save(
+                f"Save the edits to {edit.name}, then apply {edit.name} to {self.host}?",
+                edit,
+                then=lambda name: self.post_message(ApplyRequested(self.host, name)),
+            )
+            return
+        self.post_message(ApplyRequested(self.host, edit.name))
+
+
+class SaveConfirmScreen(ConfirmScreen):
+    """Before the editor's text is written: which profile, to which file, and the edit line by line,
+    with whether it changes the profile at all (a blank line does not)."""
+
+    def __init__(self, question: str, edit: EditDiff, *, where: str | None, shipped: bool) -> None:
+        super().__init__(question)
+        self.edit = edit
+        self.where = where
+        self.shipped = shipped
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm-box"):
+            yield Static(textual_text(Text(self.question, "bold")), id="confirm-question")
+            yield Static(textual_text(edit_text(self.edit, self.where, self.shipped)), id="save-edit")
+            with Horizontal(id="confirm-buttons"):
+                yield Button("Save (y)", id="yes", variant="warning")
+                yield Button("Cancel (n)", id="no", variant="primary")
+
+
+def edit_text(edit: EditDiff, where: str | None, shipped: bool) -> Text:
+    out = Text()
+    if where is not None:
+        out.append("to ", palette().muted)
+        out.append(where)
+        if shipped:
+            shipped_name = edit.renamed_from or edit.name
+            out.append(f"\n(a user copy: the shipped {shipped_name} stays as it is)", palette().muted)
+    if edit.renamed_from is not None:
+        out.append(
+            f"\nname = {edit.name!r}: a new profile; {edit.renamed_from} keeps its file", palette().warn
+        )
+    for line in edit.lines[:EDIT_LINES_SHOWN]:
+        sign = line.split(": ", 1)[1][:1] if ": " in line else ""
+        out.append("\n" + line, palette().ok if sign == "+" else palette().bad if sign == "-" else "")
+    if len(edit.lines) > EDIT_LINES_SHOWN:
+        out.append(f"\n… {len(edit.lines) - EDIT_LINES_SHOWN} more changed line(s)", palette().muted)
+    if edit.profile_changed is False:
+        out.append(
+            "\nthe profile itself does not change: no flag, target or version differs (only the text)",
+            palette().warn,
+        )
+    return out
 
 
 # ---- rendering of the checks -----------------------------------------------------------------------

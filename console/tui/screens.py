@@ -47,12 +47,15 @@ KEYS_FLEET = """
 PROFILE_KEYS = """\
 [b]Keys[/b]
   Esc          back to the dashboard          F1      this help
-  ctrl+s       save the profile (user profile dir, atomic; a bad TOML is never saved)
-  ctrl+p       command palette                tab     next pane
-  ↑ ↓ Enter    pick a profile in the list (unsaved edits are kept per profile)"""
+  ↑ ↓ Enter    pick a profile in the list: it opens, the focus stays in the list
+               (tab edits it; unsaved edits are kept per profile)
+  ctrl+s       save the profile shown: asks first, with the edit line by line
+               (user profile dir, atomic; a bad TOML is never saved)
+  ctrl+p       command palette                tab     next pane"""
 
 PROFILE_KEYS_CHANGING = """
-  ctrl+r       apply: confirm the diff and the prediction, then restart and verify"""
+  ctrl+r       apply the profile shown (unsaved edits: saved first, after asking): confirm
+               its diff and the prediction, then restart and verify"""
 
 
 def help_keys(read_only: bool, *, profiles: bool = False, fleet: bool = False) -> str:
