@@ -28,6 +28,16 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import ConfigDict, Field, TypeAdapter, with_config
 
+from console.core.parsing.ranges import (
+    MAX_COUNT,
+    MAX_GIB,
+    MAX_SECONDS,
+    MAX_THROUGHPUT,
+    MAX_TOKENS,
+    MAX_USAGE,
+    MIN_MEM_USAGE_GIB,
+)
+
 _ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
 _new = object.__new__
 _setattr = object.__setattr__
@@ -39,6 +49,17 @@ def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
     if adapter is None:
         adapter = _ADAPTERS[cls] = TypeAdapter(cls)
     return adapter
+
+
+# The sane range of each number an SGLang message carries (console.core.parsing.ranges, where the parser
+# turns a line outside it into an `out_of_range` error): validated wherever an event comes from outside.
+GiB = Annotated[float, Field(ge=0.0, le=MAX_GIB)]
+UsageGiB = Annotated[float, Field(ge=MIN_MEM_USAGE_GIB, le=MAX_GIB)]
+Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS)]
+PoolTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Rate = Annotated[float, Field(ge=0.0, le=MAX_THROUGHPUT)]
+Usage = Annotated[float, Field(ge=0.0, le=MAX_USAGE)]
 
 
 @with_config(ConfigDict(extra="forbid"))
@@ -119,22 +140,22 @@ class ServerArgs(EventBase):
 class DistInit(EventBase):
     kind: Literal["dist_init"] = "dist_init"
     phase: Literal["begin", "end"]
-    mem_usage_gb: float | None = None
-    elapsed_s: float | None = None
+    mem_usage_gb: UsageGiB | None = None
+    elapsed_s: Seconds | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class WeightsBegin(EventBase):
     kind: Literal["weights_begin"] = "weights_begin"
-    avail_mem_gb: float | None = None
+    avail_mem_gb: GiB | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class WeightsLoaded(EventBase):
     kind: Literal["weights_loaded"] = "weights_loaded"
-    avail_mem_gb: float | None = None
-    mem_usage_gb: float | None = None
-    elapsed_s: float | None = None
+    avail_mem_gb: GiB | None = None
+    mem_usage_gb: UsageGiB | None = None
+    elapsed_s: Seconds | None = None
     model_type: str | None = None
     dtype: str | None = None
     quant: str | None = None
@@ -143,10 +164,10 @@ class WeightsLoaded(EventBase):
 @dataclass(frozen=True, kw_only=True)
 class KvPoolAllocated(EventBase):
     kind: Literal["kv_pool_allocated"] = "kv_pool_allocated"
-    tokens: int | None = None
-    k_size_gb: float | None = None
-    v_size_gb: float | None = None
-    kv_size_gb: float | None = None
+    tokens: PoolTokens | None = None
+    k_size_gb: GiB | None = None
+    v_size_gb: GiB | None = None
+    kv_size_gb: GiB | None = None
     dtype: str | None = None
     label: str | None = None
     """`Full`, `SWA`, ... when SGLang names the pool (0.5.23 hybrid models); None for the plain pool."""
@@ -155,16 +176,16 @@ class KvPoolAllocated(EventBase):
 @dataclass(frozen=True, kw_only=True)
 class MemoryPoolEnd(EventBase):
     kind: Literal["memory_pool_end"] = "memory_pool_end"
-    avail_mem_gb: float | None = None
+    avail_mem_gb: GiB | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class CudaGraph(EventBase):
     kind: Literal["cuda_graph"] = "cuda_graph"
     phase: Literal["begin", "end"]
-    avail_mem_gb: float | None = None
-    mem_usage_gb: float | None = None
-    elapsed_s: float | None = None
+    avail_mem_gb: GiB | None = None
+    mem_usage_gb: UsageGiB | None = None
+    elapsed_s: Seconds | None = None
     graph: str | None = None
     """What was captured when the line says so: `decode`, `piecewise`, `draft`, `draft extend`, ..."""
 
@@ -172,19 +193,19 @@ class CudaGraph(EventBase):
 @dataclass(frozen=True, kw_only=True)
 class PoolSummary(EventBase):
     kind: Literal["pool_summary"] = "pool_summary"
-    max_total_num_tokens: int
-    chunked_prefill_size: int | None = None
-    max_prefill_tokens: int | None = None
-    max_running_requests: int | None = None
-    context_len: int | None = None
-    available_gpu_mem_gb: float | None = None
+    max_total_num_tokens: PoolTokens
+    chunked_prefill_size: Annotated[int, Field(ge=-1, le=MAX_TOKENS)] | None = None
+    max_prefill_tokens: PoolTokens | None = None
+    max_running_requests: Annotated[int, Field(ge=1, le=MAX_COUNT)] | None = None
+    context_len: PoolTokens | None = None
+    available_gpu_mem_gb: GiB | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class PoolClamped(EventBase):
     kind: Literal["pool_clamped"] = "pool_clamped"
-    requested: int
-    profiled: int
+    requested: Annotated[int, Field(ge=1, le=2**63 - 1)]
+    profiled: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,26 +216,26 @@ class ServerReady(EventBase):
 @dataclass(frozen=True, kw_only=True)
 class PrefillBatch(EventBase):
     kind: Literal["prefill_batch"] = "prefill_batch"
-    new_seq: int | None = None
-    new_token: int | None = None
-    cached_token: int | None = None
-    token_usage: float | None = None
-    running_req: int | None = None
-    queue_req: int | None = None
-    input_throughput: float | None = None
+    new_seq: Count | None = None
+    new_token: Count | None = None
+    cached_token: Count | None = None
+    token_usage: Usage | None = None
+    running_req: Count | None = None
+    queue_req: Count | None = None
+    input_throughput: Rate | None = None
     cuda_graph: bool | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class DecodeBatch(EventBase):
     kind: Literal["decode_batch"] = "decode_batch"
-    running_req: int | None = None
-    num_tokens: int | None = None
-    token_usage: float | None = None
-    gen_throughput: float | None = None
-    queue_req: int | None = None
-    accept_len: float | None = None
-    accept_rate: float | None = None
+    running_req: Count | None = None
+    num_tokens: Count | None = None
+    token_usage: Usage | None = None
+    gen_throughput: Rate | None = None
+    queue_req: Count | None = None
+    accept_len: Annotated[float, Field(ge=0.0, le=1024.0)] | None = None
+    accept_rate: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     cuda_graph: bool | None = None
 
 
@@ -223,7 +244,7 @@ class HttpAccess(EventBase):
     kind: Literal["http_access"] = "http_access"
     method: str
     path: str
-    status: int | None = None
+    status: Annotated[int, Field(ge=100, le=599)] | None = None
     client: str | None = None
 
 
@@ -236,8 +257,11 @@ ErrorCategory = Literal[
     "scheduler_exception",
     "sigquit",
     "traceback",
+    "out_of_range",
     "other",
 ]
+"""`out_of_range`: a number in a line that no host can print (a pool of -5 tokens); the line is kept
+here instead of the event it claimed to be (console.core.parsing.ranges)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from console.core.parsing.ranges import checked
 from console.core.parsing.server_args import parse_server_args
 from console.core.parsing.values import (
     count,
@@ -29,16 +30,19 @@ Handler = Callable[[str, Fields], Fields | None]
 PREFIX_CHARS = 6
 
 # The current (v0.5.9+) stats lines in one regex each; other versions take the general loops below.
+# Each group admits only numbers inside their sane range (parsing/ranges: at most 9 digits of a count,
+# a usage under 1,000, a rate under 1e8), so the bulk of a journal needs no range check; a line with a
+# number past them goes the general way, which checks.
 DECODE = re.compile(
-    r"Decode batch, #running-req: (\d+), #token: (\d+), token usage: (\d+\.\d+), "
-    r"(?:accept len: (\d+\.\d+), accept rate: (\d+\.\d+), )?cuda graph: (True|False), "
-    r"gen throughput \(token/s\): (\d+\.\d+), #queue-req: (\d+)",
+    r"Decode batch, #running-req: (\d{1,9}), #token: (\d{1,9}), token usage: (\d{1,3}\.\d+), "
+    r"(?:accept len: (\d{1,3}\.\d+), accept rate: (0\.\d+|1\.0+), )?cuda graph: (True|False), "
+    r"gen throughput \(token/s\): (\d{1,8}\.\d+), #queue-req: (\d{1,9})(?!\d)",
     re.ASCII,
 )
 PREFILL = re.compile(
-    r"Prefill batch, #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), token usage: (\d+\.\d+), "
-    r"#running-req: (\d+), #queue-req: (\d+), (?:#pending-token: \d+, )?cuda graph: (True|False), "
-    r"input throughput \(token/s\): (\d+\.\d+)",
+    r"Prefill batch, #new-seq: (\d{1,9}), #new-token: (\d{1,9}), #cached-token: (\d{1,9}), "
+    r"token usage: (\d{1,3}\.\d+), #running-req: (\d{1,9}), #queue-req: (\d{1,9}), "
+    r"(?:#pending-token: \d+, )?cuda graph: (True|False), input throughput \(token/s\): (\d{1,8}\.\d+)",
     re.ASCII,
 )
 # uvicorn's access line: `INFO:     127.0.0.1:40052 - "POST /v1/chat/completions HTTP/1.1" 200 OK`
@@ -116,7 +120,7 @@ def decode(msg: str, meta: Fields) -> Fields | None:
         }
     if not msg.startswith("Decode batch"):
         return None
-    return _stats_fields(msg, 12, "decode_batch", _DECODE_KEYS)
+    return checked(_stats_fields(msg, 12, "decode_batch", _DECODE_KEYS), meta)
 
 
 def prefill(msg: str, meta: Fields) -> Fields | None:
@@ -136,7 +140,7 @@ def prefill(msg: str, meta: Fields) -> Fields | None:
         }
     if not msg.startswith("Prefill batch"):
         return None
-    return _stats_fields(msg, 13, "prefill_batch", _PREFILL_KEYS)
+    return checked(_stats_fields(msg, 13, "prefill_batch", _PREFILL_KEYS), meta)
 
 
 def access(msg: str, meta: Fields) -> Fields | None:
@@ -144,13 +148,22 @@ def access(msg: str, meta: Fields) -> Fields | None:
     if m is None:
         return None
     client, method, path, status = m.groups()
-    return {"kind": "http_access", "method": method, "path": path, "status": count(status), "client": client}
+    fields = {
+        "kind": "http_access",
+        "method": method,
+        "path": path,
+        "status": count(status),
+        "client": client,
+    }
+    return checked(fields, meta)
 
 
 def load_weights(msg: str, meta: Fields) -> Fields | None:
     low = msg[:17].lower()
     if low.startswith("load weight begin"):
-        return {"kind": "weights_begin", "avail_mem_gb": gb(named_values(msg).get("avail mem", ""))}
+        return checked(
+            {"kind": "weights_begin", "avail_mem_gb": gb(named_values(msg).get("avail mem", ""))}, meta
+        )
     if not low.startswith("load weight end"):
         return None
     v = named_values(msg)
@@ -161,7 +174,7 @@ def load_weights(msg: str, meta: Fields) -> Fields | None:
         tail = msg[q + 6 :]
         a = tail.find(", avail mem=")
         quant = (tail[:a] if a >= 0 else tail).strip() or None
-    return {
+    fields = {
         "kind": "weights_loaded",
         "avail_mem_gb": gb(v.get("avail mem", "")),
         "mem_usage_gb": gb(v.get("mem usage", "").rstrip(".")),
@@ -170,6 +183,7 @@ def load_weights(msg: str, meta: Fields) -> Fields | None:
         "dtype": v.get("dtype"),
         "quant": quant,
     }
+    return checked(fields, meta)
 
 
 def kv_cache(msg: str, meta: Fields) -> Fields | None:
@@ -181,7 +195,7 @@ def kv_cache(msg: str, meta: Fields) -> Fields | None:
     if dot < 0:
         return None
     v = split_fields(msg[dot + 2 :], ": ")
-    return {
+    fields = {
         "kind": "kv_pool_allocated",
         "tokens": to_int(v.get("#tokens", "")),
         "k_size_gb": gb(v.get("K size", "")),
@@ -190,6 +204,7 @@ def kv_cache(msg: str, meta: Fields) -> Fields | None:
         "dtype": v.get("dtype"),
         "label": msg[:at].strip() or None,
     }
+    return checked(fields, meta)
 
 
 def post_capture(msg: str, meta: Fields) -> Fields | None:
@@ -197,25 +212,29 @@ def post_capture(msg: str, meta: Fields) -> Fields | None:
     if not msg.startswith("Post-capture KV sizing: ") or "allocated. " not in msg:
         return None
     v = split_fields(msg.split("allocated. ", 1)[1], ": ")
-    return {
+    fields = {
         "kind": "kv_pool_allocated",
         "tokens": to_int(v.get("#tokens", "")),
         "kv_size_gb": gb(v.get("KV size", "")),
         "dtype": v.get("dtype"),
         "label": "draft" if "draft KV cache" in msg else None,
     }
+    return checked(fields, meta)
 
 
 def memory(msg: str, meta: Fields) -> Fields | None:
     if msg.startswith("Memory pool end"):
-        return {"kind": "memory_pool_end", "avail_mem_gb": gb(named_values(msg).get("avail mem", ""))}
+        return checked(
+            {"kind": "memory_pool_end", "avail_mem_gb": gb(named_values(msg).get("avail mem", ""))}, meta
+        )
     if msg.startswith("Memory baseline taken"):
         # 0.5.23 splits the old `Init torch distributed ends. mem usage=…` across two lines.
-        return {
+        fields = {
             "kind": "dist_init",
             "phase": "end",
             "mem_usage_gb": gb(named_values(msg).get("mem usage", "")),
         }
+        return checked(fields, meta)
     return None
 
 
@@ -224,12 +243,13 @@ def dist_init(msg: str, meta: Fields) -> Fields | None:
         return {"kind": "dist_init", "phase": "begin"}
     if msg.startswith(("Init torch distributed end", "Init parallel end")):
         v = named_values(msg)
-        return {
+        fields = {
             "kind": "dist_init",
             "phase": "end",
             "mem_usage_gb": gb(v.get("mem usage", "")),
             "elapsed_s": seconds(v.get("elapsed", "")),
         }
+        return checked(fields, meta)
     return None
 
 
@@ -258,7 +278,7 @@ def capture(msg: str, meta: Fields) -> Fields | None:
         return None
     what = what.removeprefix("target ")
     v = named_values(msg)
-    return {
+    fields = {
         "kind": "cuda_graph",
         "phase": phase,
         "avail_mem_gb": gb(v.get("avail mem", "").rstrip(".")),
@@ -266,6 +286,7 @@ def capture(msg: str, meta: Fields) -> Fields | None:
         "elapsed_s": seconds(v.get("elapsed", "").rstrip(".")),
         "graph": what or None,
     }
+    return checked(fields, meta)
 
 
 _SUMMARY_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
@@ -288,7 +309,8 @@ def max_total(msg: str, meta: Fields) -> Fields | None:
     """`max_total_num_tokens=…, chunked_prefill_size=…, …` or `max_total_tokens=N is larger than …`."""
     m = _CLAMPED.match(msg)
     if m is not None:
-        return {"kind": "pool_clamped", "requested": int(m.group(1)), "profiled": int(m.group(2))}
+        clamped = {"kind": "pool_clamped", "requested": int(m.group(1)), "profiled": int(m.group(2))}
+        return checked(clamped, meta)
     fields: Fields = {}
     for key, value in split_fields(msg, "=").items():
         spec = _SUMMARY_FIELDS.get(key)
@@ -296,7 +318,7 @@ def max_total(msg: str, meta: Fields) -> Fields | None:
             fields[spec[0]] = spec[1](value.rstrip(", "))
     if fields.get("max_total_num_tokens") is None:
         return None
-    return {"kind": "pool_summary", **fields}
+    return checked({"kind": "pool_summary", **fields}, meta)
 
 
 def ready(msg: str, meta: Fields) -> Fields | None:
@@ -346,17 +368,18 @@ HANDLERS: dict[str, Handler] = {
     "Post-c": post_capture,
 }
 
+# Every handler that reads a number may make an `error` instead (parsing/ranges: out of its sane range).
 HANDLER_KINDS: dict[Handler, frozenset[str]] = {
-    decode: frozenset({"decode_batch"}),
-    prefill: frozenset({"prefill_batch"}),
-    access: frozenset({"http_access"}),
-    load_weights: frozenset({"weights_begin", "weights_loaded"}),
-    kv_cache: frozenset({"kv_pool_allocated"}),
-    post_capture: frozenset({"kv_pool_allocated"}),
-    memory: frozenset({"memory_pool_end", "dist_init"}),
-    dist_init: frozenset({"dist_init"}),
+    decode: frozenset({"decode_batch", "error"}),
+    prefill: frozenset({"prefill_batch", "error"}),
+    access: frozenset({"http_access", "error"}),
+    load_weights: frozenset({"weights_begin", "weights_loaded", "error"}),
+    kv_cache: frozenset({"kv_pool_allocated", "error"}),
+    post_capture: frozenset({"kv_pool_allocated", "error"}),
+    memory: frozenset({"memory_pool_end", "dist_init", "error"}),
+    dist_init: frozenset({"dist_init", "error"}),
     capture: frozenset({"cuda_graph", "error"}),
-    max_total: frozenset({"pool_clamped", "pool_summary"}),
+    max_total: frozenset({"pool_clamped", "pool_summary", "error"}),
     ready: frozenset({"server_ready"}),
     server_args: frozenset({"server_args"}),
     sigquit: frozenset({"error"}),
