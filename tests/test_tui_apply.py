@@ -311,3 +311,32 @@ async def test_the_banner_follows_a_change_made_elsewhere(twin_at_200k, store, t
         assert dash.track is None and "unchanged" not in plain(dash.verdict.render())
         res = await restart
         assert res.returncode == 0, (res.stdout, res.stderr)
+
+
+async def test_the_banner_does_not_outlive_the_boot_it_verified(twin_at_200k, store, tmp_path) -> None:
+    """A verdict describes one boot: when that server dies after it (killed here), the banner says so
+    instead of "verified"; the service is then started again for the module's other tests."""
+    import os
+    import signal
+
+    twin = twin_at_200k
+    app = console(twin, store, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        dash = app.dashboards[twin.name]
+        await until(pilot, "a ready boot", lambda: (ready_pool(dash) or 0) >= 200_000)
+        app.post_message(ApplyRequested(twin.name, "ctx-200k"))
+        await until(pilot, "the confirmation", lambda: isinstance(app.screen, ApplyConfirmScreen))
+        await pilot.press("y")
+        await until(pilot, "the verdict", lambda: dash.track is not None and dash.track.done)
+        assert dash.track.ok and "✔" in plain(dash.verdict.render())
+        pid = twin.main_pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        await until(
+            pilot,
+            "the banner to drop the verdict",
+            lambda: dash.track is None and "✔" not in plain(dash.verdict.render()),
+            60,
+        )
+    twin.systemctl("start", twin.unit, check=False)
+    assert twin.systemctl("is-active", twin.unit, check=False).stdout.strip() in ("active", "activating")

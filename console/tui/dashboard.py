@@ -178,6 +178,7 @@ class HostDashboard(Vertical):
         self.serving.show(snap)
         self.throughput.show(snap)
         self.feed.show(snap)
+        self._verdict_still_true(snap)
         if self.gpus.rows_needed() != self._gpu_rows_fitted:
             self.fit()  # the first sample, or a GPU gone: the chart's room changed
         elif not self.throughput.display:
@@ -210,10 +211,16 @@ class HostDashboard(Vertical):
     elsewhere = False
     """The banner describes a change made elsewhere (`supersede`), until this console starts one."""
 
+    last_own_boot: int | None = None
+    """The index of the last boot this console's finished change brought up (or found): a later boot,
+    or that boot ending, means the verdict no longer describes the host (`_verdict_still_true`)."""
+
     def begin_track(self, action: str) -> ApplyTrack:
         self.elsewhere = False
+        self.last_own_boot = None
         self.track = ApplyTrack(action)
         boot = display_boot(self.snap.state) if self.snap is not None else None
+        self.track_started_boot = boot.index if boot is not None else None
         self.timeline.set_track(self.track, boot.index if boot is not None else None)
         if self.verdict.display:
             self.verdict.clear()
@@ -226,6 +233,24 @@ class HostDashboard(Vertical):
         if self.track is not None:
             self.track.progress(phase, message, elapsed, durations, eta)
             self.timeline.refresh(layout=True)
+
+    def _verdict_still_true(self, snap: HostSnapshot) -> None:
+        """This console's verdict describes the boot its change brought up: a later boot (a restart by
+        hand, a crash and systemd's restart) or that boot ending replaces it with what the journal says."""
+        own = self.last_own_boot
+        track = self.track
+        if own is None or track is None or not track.done:
+            return
+        boot = display_boot(snap.state)
+        if boot is None:
+            return
+        if boot.index > own:
+            self.supersede(None, "")
+            self.last_own_boot = None
+        elif boot.index == own and boot.ended and track.ok:
+            how = boot.unit_result or boot.phase
+            self.supersede(False, f"the server stopped after {track.action} ({how}): see the feed")
+            self.last_own_boot = None
 
     def supersede(self, ok: bool | None, line: str) -> None:
         """A later change of the host, made elsewhere (another console, the command line, the host's own
@@ -244,9 +269,22 @@ class HostDashboard(Vertical):
             self.verdict.show_verdict(ok, line, can_roll_back=False)
         self.fit()
 
-    def finish_track(self, ok: bool, summary: str, reasons: tuple[str, ...], *, can_roll_back: bool) -> None:
+    track_started_boot: int | None = None
+
+    def finish_track(
+        self,
+        ok: bool,
+        summary: str,
+        reasons: tuple[str, ...],
+        *,
+        can_roll_back: bool,
+        restarts: int = 1,
+    ) -> None:
+        """`restarts`: how many boots the change brought up (0 unchanged, 2 an apply rolled back)."""
         if self.track is None:
             self.begin_track("restart")
+        if self.track_started_boot is not None:
+            self.last_own_boot = self.track_started_boot + restarts
         assert self.track is not None
         self.track.finish(ok, summary, reasons, can_roll_back=can_roll_back)
         self.timeline.refresh(layout=True)

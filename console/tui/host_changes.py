@@ -178,11 +178,18 @@ class HostChanges:
             progress.eta_s,
         )
 
-    def _finish(self, outcome: Any, *, undoable: bool) -> None:
+    def _finish(self, outcome: ApplyOutcome, *, undoable: bool) -> None:
         reasons = tuple(str(r) for r in outcome.reasons)
         rolled = bool(getattr(outcome, "rolled_back", False))
+        restarts = ("restart" in outcome.durations) + bool(
+            outcome.rollback is not None and "restart" in outcome.rollback.durations
+        )
         self.dashboard.finish_track(
-            bool(outcome.ok), str(outcome.summary), reasons, can_roll_back=undoable and not rolled
+            bool(outcome.ok),
+            str(outcome.summary),
+            reasons,
+            can_roll_back=undoable and not rolled,
+            restarts=restarts,
         )
         self.running_argv = None  # the unit's ExecStart may have changed
         if outcome.ok:
