@@ -155,6 +155,8 @@ def test_a_signal_releases_the_lock_and_records_the_phase(
     assert rc == 128 + int(sig), (rc, err)
     assert "Traceback" not in err and err.count("\n") == 1, err
     assert f"interrupted by {sig.name} in launching" in err and "the lock is released" in err, err
+    # --confirm-within 0: no host-side rollback was armed, and the sentence does not claim one.
+    assert "host-side rollback" not in err, err
     assert not (_state(twin) / "lock").exists()
     assert _presence(twin) == presence
     written = _trail(twin)[before:]
