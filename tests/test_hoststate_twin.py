@@ -14,14 +14,15 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from console.core.audit import AuditEntry
-from console.core.pairing import BreakRefused, Identity, LockHeld
+from console.core.pairing import BreakRefused, Identity, LockHeld, Presence
 from console.sources.hosts import HostConfig, load_hosts
-from console.sources.hoststate import HostStateDir, Lock
+from console.sources.hoststate import PRUNE_PER_READ, HostStateDir, Lock
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
 
@@ -85,9 +86,9 @@ async def test_consoles_see_each_other_and_stale_heartbeats_are_dropped(
             assert time.monotonic() < deadline, "alice's silent console never went stale"
             await b.heartbeat()
             await asyncio.sleep(BEAT)
-        assert (_dir(twin, config) / "presence" / "alice1.json").exists()  # view() only ignores
+        # The read that judged it stale removed it (issue 36: whoever reads stale heartbeats prunes them).
+        assert not (_dir(twin, config) / "presence" / "alice1.json").exists()
         assert [p.who for p in await b.presence()] == ["bob@jump2"]
-        assert not (_dir(twin, config) / "presence" / "alice1.json").exists()  # presence() cleans
 
         await b.leave()
         assert await a.presence() == []
@@ -549,3 +550,86 @@ def test_state_dir_is_expanded_on_the_host_and_can_be_absolute(twin: TwinHost, t
 
     asyncio.run(main())
     assert (absolute / "audit.jsonl").is_file() and (absolute / "presence" / "alice1.json").is_file()
+
+
+def _dead_consoles(presence_dir: Path, count: int, *, prefix: str = "dead") -> list[str]:
+    """`count` heartbeats of consoles that died ten minutes ago (a beat every 2 s: stale after 6 s), as
+    consoles killed with kill -9 leave them."""
+    presence_dir.mkdir(parents=True, exist_ok=True)
+    old = datetime.now(UTC) - timedelta(minutes=10)
+    names = []
+    for i in range(count):
+        cid = f"{prefix}{i:05d}"
+        gone = Presence(
+            user="carol", jump_host="jump9", pid=1000 + i, console_id=cid, since=old, heartbeat=old
+        )
+        (presence_dir / f"{cid}.json").write_text(gone.model_dump_json() + "\n")
+        names.append(f"{cid}.json")
+    return names
+
+
+async def test_readers_prune_stale_heartbeats_a_bounded_share_per_read(
+    twin: TwinHost, config: HostConfig
+) -> None:
+    """Consoles that died leave their heartbeat: every read removes up to PRUNE_PER_READ of the stale
+    ones, never a file rewritten since it was judged (a console that came back), nor the heartbeat of
+    the console holding the lock (breaking it re-checks that line), nor a file that is no console's."""
+    presence = _dir(twin, config) / "presence"
+    dead = _dead_consoles(presence, 2 * PRUNE_PER_READ + 37)
+    (presence / "notes.json").write_text("not a heartbeat\n")
+    async with _consoles(config, ALICE, BOB) as (a, b):
+        await a.acquire("apply ctx-200k")  # alice holds the lock, then her console dies: her beat goes stale
+        alice = presence / "alice1.json"
+        holder = Presence.model_validate_json(alice.read_text())
+        old = datetime.now(UTC) - timedelta(minutes=10)
+        alice.write_text(holder.model_copy(update={"heartbeat": old}).model_dump_json() + "\n")
+        await b.heartbeat("dashboard")
+
+        def left() -> set[str]:
+            return {p.name for p in presence.iterdir()} & set(dead)
+
+        view = await b.view()
+        assert [p.who for p in view.presence] == ["bob@jump2"] and view.lock_stale
+        assert len(left()) == len(dead) - PRUNE_PER_READ  # the first read removed its share, no more
+
+        # A console comes back between the look and the removal: its rewritten file stays.
+        snap = await b.snapshot()
+        _, stale, lock, _ = b._judge(snap)
+        back = sorted(name for name in stale if name in dead)[0]
+        revived = Presence.model_validate_json((presence / back).read_text())
+        (presence / back).write_text(
+            revived.model_copy(update={"heartbeat": datetime.now(UTC)}).model_dump_json()
+        )
+        removed = await b._prune(stale, lock)
+        # It was the first of the batch sent (the host lists names in order): the rest of it went.
+        assert back not in removed and (presence / back).exists() and len(removed) == PRUNE_PER_READ - 1
+
+        reads = 0
+        while left() - {back}:
+            reads += 1
+            assert reads <= 2, "stale heartbeats outlived the reads that should have pruned them"
+            await b.view()
+        assert alice.exists() and (presence / "notes.json").exists() and (presence / "bob2.json").exists()
+        # The holder's stale beat is still there for the break to judge.
+        assert (await b.break_lock(True, reason="test")).holder.console_id == "alice1"
+
+
+@pytest.mark.serial
+async def test_five_thousand_stale_heartbeats_do_not_make_a_read_slow(
+    twin: TwinHost, config: HostConfig
+) -> None:
+    """5,000 heartbeats of dead consoles: every read stays under a second (it took ~9 s of the host's time
+    when each file was read by a `head` of its own), and the reads prune them."""
+    presence = _dir(twin, config) / "presence"
+    dead = _dead_consoles(presence, 5000)
+    async with _consoles(config, BOB) as (b,):
+        await b.heartbeat("dashboard")
+        took = []
+        while any((presence / name).exists() for name in dead):
+            assert len(took) < 5000 // PRUNE_PER_READ, "the reads did not prune the dead heartbeats"
+            await b.heartbeat()  # bob's beat is stale after 1.5 s: he keeps beating, as a console does
+            started = time.monotonic()
+            view = await b.view()
+            took.append(time.monotonic() - started)
+            assert [p.who for p in view.presence] == ["bob@jump2"]
+    assert max(took) < 1.5, took

@@ -79,6 +79,7 @@ from console.sources.hosts import HostConfig
 from console.sources.transport import CommandResult, ConnState, Transport, TransportError
 
 __all__ = [
+    "PRUNE_PER_READ",
     "BreakRefused",
     "HostStateDir",
     "HostStateError",
@@ -87,6 +88,11 @@ __all__ = [
     "StateSnapshot",
     "local_identity",
 ]
+
+
+PRUNE_PER_READ = 500
+"""Stale heartbeat files one read removes at most (one awk compares them, one rm removes them: ~0.1 s of
+the host's time for 500). Thousands left by consoles that died go over a few reads, none made slow."""
 
 
 class HostStateError(Exception):
@@ -180,10 +186,12 @@ class HostStateDir:
         """The host's clock as best known (this machine's clock plus the last measured offset)."""
         return datetime.fromtimestamp(self._clock() + (self._offset or 0.0), UTC)
 
-    async def _run(self, script: str, *args: str, what: str) -> tuple[datetime, list[str]]:
+    async def _run(
+        self, script: str, *args: str, what: str, input: str | None = None
+    ) -> tuple[datetime, list[str]]:
         argv = ["sh", "-c", script, "k26-console-state", self.path, *args]
         t0 = self._clock()
-        result = await self.transport.run(argv, timeout=self.timeout)
+        result = await self.transport.run(argv, timeout=self.timeout, input=input)
         t1 = self._clock()
         # split_lines: "\n" only; Python's general line splitter also breaks at U+2028, U+0085..., which a
         # profile name or summary may hold inside a valid JSON line (it once hid two audit entries).
@@ -299,9 +307,12 @@ class HostStateDir:
         return live, stale, lock, lock_stale
 
     async def view(self) -> PairingView:
-        """Who is here and who holds the lock, now (stale heartbeats left out, not removed)."""
+        """Who is here and who holds the lock, now. Stale heartbeats are left out, and removed from the host
+        (`PRUNE_PER_READ` at most per read: consoles that died leave their file, and whoever reads them
+        clears them, a bounded share at a time)."""
         snap = await self.snapshot()
-        live, _, lock, lock_stale = self._judge(snap)
+        live, stale, lock, lock_stale = self._judge(snap)
+        await self._prune(stale, lock)
         pending = None
         if snap.pending_line:
             with contextlib.suppress(ValidationError, ValueError):
@@ -330,13 +341,28 @@ class HostStateDir:
         await self._run(hs.REMOVE_FILE, name, what=f"remove {name}")
 
     async def presence(self) -> list[Presence]:
-        """The consoles on this host now, oldest first; stale heartbeats are ignored and removed."""
+        """The consoles on this host now, oldest first; stale heartbeats are ignored and removed (as by
+        `view`, `PRUNE_PER_READ` at most)."""
         snap = await self.snapshot()
-        live, stale, _, _ = self._judge(snap)
-        if stale:
-            args = [x for item in stale.items() for x in item]
-            await self._run(hs.REMOVE_IF_UNCHANGED, *args, what="remove stale heartbeats")
+        live, stale, lock, _ = self._judge(snap)
+        await self._prune(stale, lock)
         return live
+
+    async def _prune(self, stale: dict[str, str], lock: LockInfo | None) -> list[str]:
+        """Remove up to `PRUNE_PER_READ` of these stale heartbeats (file → the line judged), each only if
+        its file still holds that line; the names removed. The lock holder's heartbeat stays, stale or
+        not: breaking the lock re-checks that very line, and the break's entry says when it was last
+        heard from. A host where they cannot be removed (a read-only state dir) is still read."""
+        if lock is not None:
+            stale = {k: v for k, v in stale.items() if k != f"{lock.holder.console_id}.json"}
+        if not stale:
+            return []
+        batch = "".join(f"{name} {line}\n" for name, line in list(stale.items())[:PRUNE_PER_READ])
+        try:
+            _, lines = await self._run(hs.REMOVE_IF_UNCHANGED, what="remove stale heartbeats", input=batch)
+        except (TransportError, HostStateError):
+            return []
+        return [line[8:] for line in lines if line.startswith("removed ")]
 
     async def watch(self, poll_s: float = 2.0) -> AsyncIterator[PairingView]:
         """The view now, then again whenever who is here or the lock changes (polled every `poll_s`).

@@ -18,6 +18,7 @@ __all__ = [
     "FOLLOW_AUDIT",
     "HEARTBEAT",
     "LEAVE",
+    "PRESENCE_NAME",
     "PROLOGUE",
     "PUT_FILE",
     "READ_AUDIT",
@@ -116,28 +117,47 @@ fi
 """
 )
 
+# A presence file a console could have written: its name is a console id (console.core.pairing.Identity).
+PRESENCE_NAME = r"^[A-Za-z0-9_-]+\.json$"
+
 # The lock and every heartbeat, one line each (`head -n 1`: a foreign file cannot spill into the next).
+# The heartbeats are read by ONE awk, not a `head` per file: with 5,000 files left by consoles that died
+# the fork per file made every read take ~9 s of the host's time (issue 36); the shell's loop only runs
+# builtins. Only regular files with a console's name are read (a named pipe would hang the read, a link
+# is nothing a console writes), and a line is cut at 4 KiB (a heartbeat is ~300 bytes).
 READ_STATE = (
     READ_PROLOGUE
     + r"""
 if [ -f "$d/lock" ]; then printf 'lock '; head -n 1 "$d/lock" 2>/dev/null; echo; fi
 if [ -f "$d/pending-rollback.json" ]; then printf 'pending '; head -n 1 "$d/pending-rollback.json" 2>/dev/null; echo; fi
-for f in "$d"/presence/*.json; do
-  [ -f "$f" ] || continue
-  printf 'presence %s ' "${f##*/}"; head -n 1 "$f" 2>/dev/null; echo
-done
+if [ -d "$d/presence" ] && cd "$d/presence" 2>/dev/null; then
+  for f in *.json; do
+    [ -f "$f" ] && [ ! -L "$f" ] && printf '%s\n' "$f"
+  done | awk '
+    /"""
+    + PRESENCE_NAME
+    + r"""/ { f = $0; line = ""; if ((getline line < f) > 0) print "presence " f " " substr(line, 1, 4096); close(f) }'
+fi
+exit 0
 """
 )
 
-# pairs of (file name, line seen): removed only when still unchanged (a revived console keeps its file).
+# On stdin, one `NAME LINE` a heartbeat judged stale: the file NAME is removed only when its first line
+# is still LINE (a console that came back since has rewritten it and keeps it). One awk compares them all
+# and one rm removes them, whatever their number; the caller bounds how many it sends. A console that
+# rewrites its file between the compare and the rm loses it until its next beat, as it did before.
 REMOVE_IF_UNCHANGED = (
-    PROLOGUE
+    READ_PROLOGUE
     + r"""
-while [ $# -ge 2 ]; do
-  f=$d/presence/$1
-  if [ "$(head -n 1 "$f" 2>/dev/null)" = "$2" ]; then rm -f "$f" && echo "removed $1"; fi
-  shift 2
-done
+[ -d "$d/presence" ] && cd "$d/presence" 2>/dev/null || exit 0
+gone=$(awk '
+  $1 ~ /"""
+    + PRESENCE_NAME
+    + r"""/ { f = $1; seen = substr($0, length(f) + 2); line = ""
+    if ((getline line < f) > 0 && line == seen) print f; close(f) }')
+[ -n "$gone" ] || exit 0
+rm -f -- $gone || exit 71
+for f in $gone; do echo "removed $f"; done
 """
 )
 
