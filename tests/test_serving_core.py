@@ -6,9 +6,11 @@ deltas can be checked against the exact percentiles of the same requests."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import math
 import statistics
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -291,3 +293,46 @@ def test_a_window_sum_is_the_sum_of_its_window(ops: list[HistogramDelta | str | 
             assert got is not None
             assert (got.buckets, got.count, got.resets) == (want.buckets, want.count, want.resets)
             assert math.isclose(got.sum, want.sum, rel_tol=1e-9, abs_tol=1e-9)
+
+
+# ---- one figure, one source: the probe's TTFT and the panel's (issue 34) ---------------------------
+
+
+def test_one_observation_is_its_own_value_not_its_bucket_spread() -> None:
+    """A window with one 31 s TTFT (bucket 20-40 s) read p50/p90/p99 30.0/38.0/39.8 s: figures no
+    request had. One observation is its sum."""
+    bounds = (*TTFT_BUCKETS, math.inf)
+    one = HistogramDelta(buckets=tuple((b, 1.0 if b >= 40.0 else 0.0) for b in bounds), count=1.0, sum=31.0)
+    assert (one.quantile(0.5), one.quantile(0.9), one.quantile(0.99)) == (31.0, 31.0, 31.0)
+    # Two or more: Prometheus' interpolation within the bucket, as before.
+    two = HistogramDelta(buckets=tuple((b, 2.0 if b >= 40.0 else 0.0) for b in bounds), count=2.0, sum=62.0)
+    assert two.quantile(0.5) == pytest.approx(30.0)
+
+
+@pytest.mark.timeout(60)
+async def test_the_server_s_ttft_is_what_its_client_waited() -> None:
+    """The twin plays prefill faster than a real host (its time scale): its /metrics said 20 s for a
+    request whose client (the probe) waited 0.3 s. Its histograms now hold what clients wait."""
+    config = dataclasses.replace(engine_config(), time_scale=0.01)
+    eng = Engine(get_scenario(), config, LogWriter(io.StringIO()))
+    eng.start()
+    try:
+        first = scrape(eng, 0.0)
+        t0 = time.monotonic()
+        req = eng.submit([(j * 7919) % 150_000 + 1 for j in range(60_000)], 3, ignore_eos=True)
+        async with asyncio.timeout(30):
+            await req.updates.get()  # the first token
+            waited = time.monotonic() - t0
+            while not req.done:
+                await req.updates.get()
+        ended = time.monotonic() - t0
+        figures = serving_figures([first, scrape(eng, 10.0)], window_s=300.0)
+    finally:
+        await eng.stop()
+    ttft, e2e = figures.ttft, figures.e2e
+    assert ttft is not None and ttft.count == 1 and e2e is not None
+    # 60k tokens at 9k tok/s: ~6.7 simulated seconds (what /metrics said), ~67 ms on the clock at this
+    # scale; the client's wait also holds its own wake-up, which a loaded machine delays.
+    prefill = 60_000 / get_scenario().prefill_tokens_per_s * config.time_scale
+    assert ttft.p99 == ttft.p50 and prefill * 0.9 <= ttft.p50 <= waited, (ttft, prefill, waited)
+    assert e2e.p50 is not None and ttft.p50 < e2e.p50 <= ended

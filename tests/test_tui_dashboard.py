@@ -355,3 +355,28 @@ async def test_a_host_that_answers_nothing_has_no_fresh_sample() -> None:
         app.post_snapshot(snapshot([], lost, seq=2).model_copy(update={"server": loading}))
         await pilot.pause()
         assert header.age_label() == ("< 5s ago", palette().ok)
+
+
+def test_kv_gauge_of_a_fresh_boot_carries_no_load_from_the_last() -> None:
+    """A replay carried "in use 185k tokens (90%)" from the last server's decode line into a fresh boot
+    whose pool was not allocated yet (issue 34): a boot's load is its own server's."""
+    from console.core.parser import parse_lines
+
+    events = corpus_events("case-24")  # serving: 20,800 tokens, usage 0.29 in its last decode line
+    serving = kv_gauge(snapshot(events, None))
+    assert serving.used_tokens == 20_800 and serving.usage == pytest.approx(0.29)
+    restart = list(
+        parse_lines(
+            [
+                "Apr 08 14:06:00 gpu1 systemd[1]: Stopping sglang.service - SGLang...",
+                "Apr 08 14:06:05 gpu1 systemd[1]: sglang.service: Deactivated successfully.",
+                "Apr 08 14:06:05 gpu1 systemd[1]: Stopped sglang.service - SGLang.",
+                "Apr 08 14:06:05 gpu1 systemd[1]: Starting sglang.service - SGLang...",
+            ],
+            host="gpu1",
+        )
+    )
+    assert len(snapshot([*events, *restart], None).state.boots) == 2
+    fresh = kv_gauge(snapshot([*events, *restart], None))
+    assert fresh.used_tokens is None and fresh.usage is None and fresh.pool_tokens is None, fresh
+    assert not any("in use" in r for r in fresh.reasons)

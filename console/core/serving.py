@@ -189,6 +189,10 @@ class HistogramDelta(BaseModel, defer_build=True):
         bucket); in the +inf bucket, the highest finite bound."""
         if self.count <= 0 or not self.buckets:
             return None
+        if self.count == 1 and self._in_its_bucket(self.sum):
+            # One observation is its own sum, exactly: interpolating put one 31 s TTFT at p50 30 s, p90
+            # 38 s, p99 39.8 s (the bucket 20-40 s spread out), figures no request had.
+            return self.sum
         rank = q * self.count
         lower, below = 0.0, 0.0
         for bound, cumulative in self.buckets:
@@ -198,6 +202,15 @@ class HistogramDelta(BaseModel, defer_build=True):
                 return lower + (bound - lower) * (rank - below) / (cumulative - below)
             lower, below = bound, cumulative
         return lower
+
+    def _in_its_bucket(self, value: float) -> bool:
+        """Whether `value` lies in the bucket that holds the window's first observation."""
+        lower = 0.0
+        for bound, cumulative in self.buckets:
+            if cumulative > 0:
+                return lower <= value <= bound
+            lower = bound
+        return False
 
 
 def histogram_increase(scrapes: Sequence[Scrape], name: str) -> HistogramDelta | None:

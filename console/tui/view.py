@@ -273,6 +273,21 @@ def _int(value: object) -> int | None:
     return None
 
 
+def of_boot(event: Event, boot: Boot | None) -> bool:
+    """Whether a traffic line (which boots count, not keep) was printed by `boot`'s server: by one of
+    its processes, else (a line without a PID, a boot that has printed nothing yet) not before it began.
+    A replay carried "in use 185k tokens (90%)" from the last decode line into a fresh boot."""
+    if boot is None:
+        return True
+    if not boot.ready and boot.opened_by != "first_event":
+        return False  # a server not serving yet (or no more) has no load of its own
+    if event.pid is not None and boot.seen_pids:
+        return event.pid in boot.seen_pids
+    starts = [t for t in (event_time(e) for e in boot.events[:3]) if t is not None]
+    at = event_time(event)
+    return not starts or (at is not None and at >= min(starts))
+
+
 def kv_gauge(
     snap: HostSnapshot,
     *,
@@ -302,6 +317,8 @@ def kv_gauge(
     else:
         for e in reversed(snap.recent):
             if isinstance(e, DecodeBatch) and e.token_usage is not None:
+                if not of_boot(e, boot):
+                    break  # the previous server's load is not this boot's (its pool is not even sized)
                 usage = e.token_usage
                 used = e.num_tokens
                 source = "decode stats"

@@ -3,8 +3,10 @@
 Decode is bandwidth-bound: one step costs `scenario.decode_step_seconds(depths)` real seconds (times
 `K26_TWIN_DECODE_SCALE`), so a request at 185k depth decodes ~1400x slower per step than attention alone
 would at depth 0 on the incident scenario. Prefill costs `tokens / prefill_tokens_per_s` seconds times the
-restart time scale. The numbers the server reports (throughputs, latencies) are in simulated time, i.e.
-what the real server would report; sleeping is scaled.
+restart time scale. The throughputs its log lines report are in simulated time, i.e. what the real
+server would report; sleeping is scaled. Its latency histograms (TTFT, inter-token, end-to-end, queue)
+hold what its clients waited, on the clock, as SGLang's do: a probe's TTFT and `/metrics`' TTFT of the
+same request are one figure (simulated seconds there read as 30 s a probe measured as 0.5 s).
 """
 
 from __future__ import annotations
@@ -407,7 +409,7 @@ class Engine:
                 continue
             req.sim_elapsed += sim
             if not req.internal:
-                self.itl.observe(sim)
+                self.itl.observe(sim * self.cfg.decode_scale)  # the step as its clients waited it
             self._emit_token(req, first=False)
             produced += 1
             if req.done:
@@ -443,7 +445,7 @@ class Engine:
             if first:
                 req.sim_first_token = req.sim_elapsed
                 if not req.internal:
-                    self.ttft.observe(req.sim_elapsed)
+                    self.ttft.observe(time.monotonic() - req.created)
             if not req.internal:
                 self.generation_tokens_total += 1
             if stop:
@@ -452,7 +454,7 @@ class Engine:
                 req.finish_reason = {"type": "length", "length": req.max_new_tokens}
         if req.done:
             if not req.internal:
-                self.e2e.observe(req.sim_elapsed)
+                self.e2e.observe(time.monotonic() - req.created)
             if not self.cfg.disable_radix_cache and not req.internal:
                 self.radix.insert(req.input_ids + req.output_ids)
                 self.radix.evict_to(self.cfg.max_total_num_tokens - self.used_tokens())
