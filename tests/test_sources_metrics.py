@@ -103,7 +103,8 @@ def test_sglang_figures_combine_replicas_counts_add_ratios_average() -> None:
 
 def test_escaped_label_values_odd_lines_and_special_values() -> None:
     text = (
-        'sglang:x{path="a\\"b\\\\c\\nd",model_name="m"} NaN\n'
+        'sglang:x{path="a\\"b\\\\c\\nd",model_name="m"} 1.5e-3\n'
+        'sglang:v{model_name="m"} NaN\n'
         "sglang:y +Inf 1712345678000\n"
         "sglang:z{broken 1.0\n"
         "not a metric line at all\n"
@@ -112,10 +113,10 @@ def test_escaped_label_values_odd_lines_and_special_values() -> None:
     metrics = parse_prometheus(text)
     assert metrics.skipped_lines == 2
     assert metrics.series("sglang:x")[0].labels["path"] == 'a"b\\c\nd'
-    assert math.isnan(metrics.series("sglang:x")[0].value)
-    assert metrics.total("sglang:x") is None  # NaN is no number to show
-    assert metrics.total("sglang:y") == math.inf
-    assert metrics.total("sglang:w") == -0.0015
+    assert metrics.total("sglang:x") == 0.0015
+    # NaN, +Inf and a negative value are no figure of SGLang's: each refuses its metric, named with it
+    assert metrics.refused == {"sglang:v": "NaN", "sglang:y": "+Inf", "sglang:w": "-0.0015"}
+    assert metrics.total("sglang:v") is metrics.total("sglang:y") is metrics.total("sglang:w") is None
 
 
 def test_an_empty_or_foreign_scrape_is_all_none_not_an_error() -> None:

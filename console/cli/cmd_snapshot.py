@@ -153,12 +153,19 @@ class SnapshotReport(BaseModel, defer_build=True):
     """The firing alerts' messages, and a service whose state cannot be read: exit 1 when any."""
 
 
-async def _scrape(client: Any, ts: float) -> Scrape | None:
+SCRAPE_DEADLINE_S = 5.0
+"""The most one request to the server may take, its whole answer included (a loopback forward answers
+/metrics in well under a second): a server that sends a byte every few seconds costs 5 s, once."""
+
+
+async def _scrape(client: Any, ts: float, failed: list[str]) -> Scrape | None:
+    """One /metrics scrape; None (and why, in `failed`) when there is no whole one within its bounds."""
     from console.sources.server import ServerError
 
     try:
         text = await client.metrics_text()
-    except ServerError:
+    except ServerError as exc:
+        failed.append(str(exc))
         return None
     return Scrape(ts=ts, metrics=parse_prometheus(text))
 
@@ -180,7 +187,7 @@ async def _read(
 
     incomplete: list[str] = []
     session = HostSession(host, transport=transport, poll_server=True, server_interval_s=1.0)
-    client = await ServerClient.through(transport, host, timeout_s=min(args.timeout, 10.0))
+    client = await ServerClient.through(transport, host, timeout_s=min(args.timeout, SCRAPE_DEADLINE_S))
     try:
         await session.start()
 
@@ -201,11 +208,16 @@ async def _read(
 
         async def scrapes() -> tuple[list[Scrape], float | None, str | None]:
             loop = asyncio.get_running_loop()
-            first = await _scrape(client, loop.time())
-            await asyncio.sleep(args.sample)
-            second = await _scrape(client, loop.time())
+            failed: list[str] = []
+            first = await _scrape(client, loop.time(), failed)
             max_running: float | None = None
             version: str | None = None
+            if first is None and failed and "not reachable" not in failed[0]:
+                # no whole answer in time or in bounds: asking again would cost as much, for nothing
+                incomplete.append(f"server ({failed[0].rstrip('.')})")
+                return [], max_running, version
+            await asyncio.sleep(args.sample)
+            second = await _scrape(client, loop.time(), failed)
             with contextlib.suppress(ServerError):
                 info = await client.server_info()
                 if isinstance(info.get("max_running_requests"), int | float):
@@ -291,6 +303,10 @@ def report_of(
     )
     firing = list(evaluate(alerts.rules, inputs, host=host, ts=taken_at).firing.values())
     problems = [a.message for a in firing]
+    if figures.refused:
+        # A server exporting +Inf or a negative count is broken: its figures are left out, and said so.
+        values = ", ".join(f"{name} {value}" for name, value in sorted(figures.refused.items())[:5])
+        problems.append(f"the server's /metrics held values out of range, left out: {values}")
     if svc.error is not None:
         problems.append(f"the service's state cannot be read: {svc.error}")
     return SnapshotReport(
@@ -407,6 +423,10 @@ def run(args: argparse.Namespace) -> int:
         report = asyncio.run(go())
     except TransportError as exc:
         raise UsageError(f"{terminal_safe(str(exc)).rstrip('.')}.") from None
+    except TimeoutError:
+        raise UsageError(
+            f"{terminal_safe(host.name)} did not give a whole reading within {args.timeout + args.sample + 30:g} s."
+        ) from None
     if args.json:
         print(json_safe(json.dumps(report.model_dump(mode="json"), ensure_ascii=False)))
     else:

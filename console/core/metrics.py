@@ -6,15 +6,21 @@ registry) is read by `prometheus_client`'s own parser; here are `SglangMetrics`,
 SGLang labels each series with `model_name`, `engine_type`, `tp_rank`, `pp_rank`, `moe_ep_rank` (and
 `dp_rank` with data-parallel attention). Only the first rank of each DP group reports scheduler figures,
 so series of one metric are replicas' figures: counts add up across series, ratios average.
+
+Every value is checked where a scrape becomes numbers (`MetricsText`, however it is made: parsed, or read
+back from a recording): each of SGLang's figures is a count, a size, a time or a ratio, so a value that is
+not a finite number from 0 to `VALUE_MAX` (NaN, ±Inf, negative, absurd) refuses its whole metric family,
+every series of it (a sum or a mean over the rest would be wrong without saying so), and the family is
+named in `refused` with the value: it reads as absent, with why, never as a number.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from console.core.text import split_lines
 
@@ -30,6 +36,32 @@ class MetricSample(BaseModel, defer_build=True):
     value: float
 
 
+VALUE_MAX = 1e15
+"""The largest value read from `/metrics`: 10^15 tokens is 30 years at a million tokens a second, 10^15
+bytes a petabyte. Past it (or below 0, or not finite) a metric family is refused."""
+
+_SUFFIXES = ("_bucket", "_count", "_sum", "_created")
+
+
+def family_of(name: str) -> str:
+    """The metric family a sample belongs to: a histogram's buckets, count and sum are one."""
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def sane_value(value: object) -> float | None:
+    """`value` as a float when it is a finite number from 0 to `VALUE_MAX`, else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if 0.0 <= number <= VALUE_MAX else None  # NaN compares false
+
+
 class MetricsText(BaseModel, defer_build=True):
     """Every sample of one scrape, with the declared types."""
 
@@ -39,6 +71,26 @@ class MetricsText(BaseModel, defer_build=True):
     types: dict[str, str] = Field(default_factory=dict)
     skipped_lines: int = 0
     """Lines that were neither a comment nor a sample (kept as a count: a scrape is never an error)."""
+    refused: dict[str, str] = Field(default_factory=dict)
+    """Metric family → the first value out of range it held (`+Inf`, `-3`): its samples are left out."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_out_of_range(cls, data: Any) -> Any:
+        """The one check of every value a scrape holds, parsed or read back (see the module's doc)."""
+        if not isinstance(data, dict) or not data.get("samples"):
+            return data
+        samples = list(data["samples"])
+        refused = dict(data.get("refused") or {})
+        values = [s.value if isinstance(s, MetricSample) else _field(s, "value") for s in samples]
+        names = [s.name if isinstance(s, MetricSample) else _field(s, "name") for s in samples]
+        for name, value in zip(names, values, strict=True):
+            if sane_value(value) is None:
+                refused.setdefault(family_of(str(name)), _shown(value))
+        if not refused:
+            return data
+        kept = [s for s, name in zip(samples, names, strict=True) if family_of(str(name)) not in refused]
+        return {**data, "samples": tuple(kept), "refused": refused}
 
     def series(self, name: str, **labels: str) -> list[MetricSample]:
         return [
@@ -72,6 +124,28 @@ class MetricsText(BaseModel, defer_build=True):
             sum=self.total(f"{name}_sum", **labels) or 0.0,
             buckets=tuple(sorted(buckets.items())),
         )
+
+
+def _field(sample: object, name: str) -> object:
+    return sample.get(name) if isinstance(sample, dict) else getattr(sample, name, None)
+
+
+def _shown(value: object) -> str:
+    """A refused value as the server wrote it, short (`+Inf`, `NaN`, `-3`, `1e+300`)."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return repr(value)[:40]
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "+Inf" if number > 0 else "-Inf"
+    return f"{number:g}"
+
+
+def refusal(family: str, value: str) -> str:
+    """The sentence for a refused metric family."""
+    return f"the server sent {value} for {family}: refused (not a finite number from 0 to {VALUE_MAX:g})"
 
 
 class Histogram(BaseModel, defer_build=True):
@@ -260,6 +334,9 @@ _HISTOGRAMS = {
 }
 
 
+_NUMBERS = (*_SUMMED, *_AVERAGED, *_MAXED)
+
+
 class SglangMetrics(BaseModel, defer_build=True):
     """The `sglang:*` figures the console shows; None where this SGLang version does not export one."""
 
@@ -293,6 +370,27 @@ class SglangMetrics(BaseModel, defer_build=True):
     model_names: tuple[str, ...] = ()
     series: int = 0
     """How many `sglang:` samples the scrape held (0: metrics off, or not SGLang)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _in_range(cls, data: Any) -> Any:
+        """Figures read back from elsewhere than a scrape (a recording) are held to the scrape's range:
+        one out of it is None, as its metric would have been."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for name in _NUMBERS:
+            if out.get(name) is not None and sane_value(out[name]) is None:
+                out[name] = None
+        for name in _HISTOGRAMS:
+            hist = out.get(name)
+            if isinstance(hist, Histogram):
+                hist = {"count": hist.count, "sum": hist.sum}
+            if isinstance(hist, dict) and (
+                sane_value(hist.get("count")) is None or sane_value(hist.get("sum")) is None
+            ):
+                out[name] = None
+        return out
 
     @classmethod
     def from_metrics(cls, metrics: MetricsText) -> SglangMetrics:

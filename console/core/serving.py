@@ -20,11 +20,13 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.events import DecodeBatch, PrefillBatch
-from console.core.metrics import MetricsText
-from console.core.serving_metrics import absent_reason
+from console.core.metrics import MetricsText, family_of, refusal, sane_value
+from console.core.serving_metrics import absent_reason as _not_exported
 
 DEFAULT_WINDOW_S = 300.0
 QUANTILES = (0.5, 0.9, 0.99)
+MAX_RUNNING_MAX = 1e6
+"""The largest `max_running_requests` taken from `/server_info` (SGLang's default is a few thousand)."""
 
 
 class Scrape(BaseModel, defer_build=True):
@@ -114,6 +116,9 @@ class ServingFigures(BaseModel, defer_build=True):
     """Figure → where it came from (a metric name, or `decode line` / `prefill line`)."""
     absent: dict[str, str] = Field(default_factory=dict)
     """Figure → why it is absent (the server does not export it, or the window is too short)."""
+    refused: dict[str, str] = Field(default_factory=dict)
+    """Metric family → the value out of range the window's newest scrape held for it (`+Inf`, `-3`): the
+    family is left out (`metrics.MetricsText`), its figures absent with the refusal as the reason."""
 
 
 # ---------------------------------------------------------------------------------------------- deltas
@@ -407,6 +412,14 @@ def serving_figures(
     if window:
         fields["as_of"] = window[-1].ts
     last = window[-1].metrics if window else None
+    refused = dict(last.refused) if last is not None else {}
+
+    def absent_reason(name: str, version: str | None) -> str:
+        """Why `name` is absent: refused for a value out of range, else not exported (by this version)."""
+        family = family_of(name)
+        if family in refused:
+            return refusal(family, refused[family])
+        return _not_exported(name, version)
 
     def need_two(figure: str) -> None:
         absent[figure] = "one scrape in the window: a window's figure needs two"
@@ -483,7 +496,7 @@ def serving_figures(
             fields["kv_used"] = used
             sources["kv_used"] = used_name
         else:
-            absent["kv_used"] = absent_reason("sglang:kv_used_tokens", version)
+            absent["kv_used"] = absent_reason(used_name, version)
         if pool is not None:
             fields["kv_pool"] = pool
             sources["kv_pool"] = "sglang:max_total_num_tokens"
@@ -541,7 +554,12 @@ def serving_figures(
     else:
         for figure in ("running", "queued", "kv_used", "kv_pool", "token_usage"):
             absent[figure] = "no /metrics scrape"
-    if max_running is not None:
+    if max_running is not None and (sane_value(max_running) is None or max_running > MAX_RUNNING_MAX):
+        absent["max_running"] = (
+            f"/server_info max_running_requests {max_running:g}: refused (not a number from 0 to "
+            f"{MAX_RUNNING_MAX:g})"
+        )
+    elif max_running is not None:
         fields["max_running"] = max_running
         sources["max_running"] = "/server_info max_running_requests"
     else:
@@ -551,6 +569,7 @@ def serving_figures(
     fields["resets"] = resets
     fields["sources"] = sources
     fields["absent"] = absent
+    fields["refused"] = refused
     return ServingFigures.model_validate(fields)
 
 

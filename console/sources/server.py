@@ -5,14 +5,22 @@ loopback and talks plain HTTP to it with httpx. Endpoints (sglang.md §5): `/hea
 while starting or shutting down), `/get_server_info` (older and newer servers; newer ones also answer
 `/server_info`), `/get_model_info` (`/model_info`), `/metrics` (only with `--enable-metrics`), and the
 streaming `/generate` that the probe builds on.
+
+Every answer but the probe's stream is read through one place (`ServerClient._fetch`): at most a size
+for its endpoint (`METRICS_MAX_BYTES` for `/metrics`, `JSON_MAX_BYTES` for the JSON ones), uncompressed
+(the client asks for `identity`; a compressed body is refused, never inflated), all of it within
+`timeout_s` from the request (httpx's own timeout is per read: a server sending a byte every few seconds
+never tripped it). Past either, one sentence says what was cut and where.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -22,6 +30,33 @@ from console.core.snapshot import HealthState, ServerSample
 from console.core.text import LineSplitter
 from console.sources.hosts import HostConfig
 from console.sources.transport import LocalForward, Transport
+
+METRICS_MAX_BYTES = 8 << 20
+"""The largest `/metrics` body read (8 MiB): SGLang's is ~30 KB a rank, a few hundred KB with many DP ranks."""
+JSON_MAX_BYTES = 4 << 20
+"""The largest JSON answer read (`/server_info`, `/model_info`; 4 MiB): SGLang's are a few KB."""
+HEALTH_MAX_BYTES = 64 << 10
+"""The largest `/health` (or other liveness) body read: SGLang's is empty or one line."""
+
+
+class AnswerTooLarge(Exception):
+    """A body past its limit; `str()` is the sentence."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An HTTP answer read within its bounds: the status, the path asked, and the whole body."""
+
+    status_code: int
+    path: str
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
 
 
 class ServerError(Exception):
@@ -38,8 +73,15 @@ class ServerClient:
     def __init__(self, base_url: str, *, timeout_s: float = 10.0, label: str = "the server") -> None:
         self.base_url = base_url.rstrip("/")
         self.label = label
-        # No proxies from the environment: the URL is a loopback forward, never a proxied host.
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, trust_env=False)
+        self.timeout_s = timeout_s
+        # No proxies from the environment: the URL is a loopback forward, never a proxied host. Bodies
+        # uncompressed: a compressed one would be inflated before its size could be checked.
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=timeout_s,
+            trust_env=False,
+            headers={"Accept-Encoding": "identity"},
+        )
         self._forward: LocalForward | None = None
         # One server scraped every few seconds: its unchanged families are not parsed again.
         self._reader = PrometheusReader()
@@ -70,11 +112,40 @@ class ServerClient:
 
     # ---- requests ------------------------------------------------------------------------------------
 
-    async def _get(self, path: str) -> httpx.Response:
+    async def _fetch(self, path: str, limit: int) -> Answer:
+        """GET `path`: the whole answer, at most `limit` bytes of body, within `timeout_s` in all.
+        Raises httpx.HTTPError (no answer), TimeoutError (not all of it in time) or AnswerTooLarge."""
+        async with asyncio.timeout(self.timeout_s):
+            async with self._http.stream("GET", path) as response:
+                encoding = response.headers.get("content-encoding", "identity").strip().lower()
+                if encoding not in ("", "identity"):
+                    raise AnswerTooLarge(
+                        f"{self.label} sent {path} compressed ({encoding[:20]}) though asked not to: not read"
+                    )
+                declared = response.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > limit:
+                    raise AnswerTooLarge(
+                        f"{self.label} sent {int(declared):,} bytes for {path}, over the {limit:,}-byte "
+                        "limit: not read"
+                    )
+                parts: list[bytes] = []
+                size = 0
+                async for chunk in response.aiter_raw():
+                    size += len(chunk)
+                    if size > limit:
+                        raise AnswerTooLarge(
+                            f"{self.label} sent more than {limit:,} bytes for {path}: cut there, not read"
+                        )
+                    parts.append(chunk)
+                return Answer(response.status_code, response.url.path, b"".join(parts))
+
+    async def _get(self, path: str, limit: int = JSON_MAX_BYTES) -> Answer:
         try:
-            return await self._http.get(path)
-        except httpx.TimeoutException:
-            raise ServerError(f"{self.label} did not answer {path} in time") from None
+            return await self._fetch(path, limit)
+        except (httpx.TimeoutException, TimeoutError):
+            raise ServerError(f"{self.label} did not answer {path} within {self.timeout_s:g} s") from None
+        except AnswerTooLarge as exc:
+            raise ServerError(str(exc)) from None
         except httpx.HTTPError as exc:
             raise ServerError(f"{self.label} is not reachable ({type(exc).__name__})") from None
 
@@ -88,16 +159,28 @@ class ServerClient:
         assert response is not None
         if response.status_code != 200:
             raise ServerError(
-                f"{self.label} answered {response.status_code} to {response.request.url.path}",
+                f"{self.label} answered {response.status_code} to {response.path}",
                 response.status_code,
             )
         try:
             data = response.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ServerError(f"{self.label} sent something that is not JSON for {paths[0]}") from None
         if not isinstance(data, dict):
             raise ServerError(f"{self.label} sent JSON that is not an object for {paths[0]}")
         return data
+
+    def _failed(self, path: str, exc: Exception) -> ServerSample:
+        """A liveness request that got no whole answer: nothing (down), or not all of it in time or in
+        bounds (an error, with the sentence)."""
+        if isinstance(exc, httpx.HTTPError) and not isinstance(exc, httpx.TimeoutException):
+            return self._down(exc)
+        detail = (
+            str(exc)
+            if isinstance(exc, AnswerTooLarge)
+            else f"{self.label} did not answer {path} within {self.timeout_s:g} s"
+        )
+        return ServerSample(health=HealthState.ERROR, detail=detail, ts=time.time())
 
     def _down(self, exc: httpx.HTTPError) -> ServerSample:
         return ServerSample(
@@ -110,9 +193,9 @@ class ServerClient:
         """`/health` as a sample: ok (200), starting (503), down (no answer), error (anything else)."""
         started = time.monotonic()
         try:
-            response = await self._http.get("/health")
-        except httpx.HTTPError as exc:
-            return self._down(exc)
+            response = await self._fetch("/health", HEALTH_MAX_BYTES)
+        except (httpx.HTTPError, TimeoutError, AnswerTooLarge) as exc:
+            return self._failed("/health", exc)
         latency = time.monotonic() - started
         code = response.status_code
         if code == 200:
@@ -131,7 +214,7 @@ class ServerClient:
         return await self._json("/model_info", "/get_model_info")
 
     async def metrics_text(self) -> str:
-        response = await self._get("/metrics")
+        response = await self._get("/metrics", METRICS_MAX_BYTES)
         if response.status_code != 200:
             hint = " (start the server with --enable-metrics)" if response.status_code == 404 else ""
             raise ServerError(
@@ -147,14 +230,17 @@ class ServerClient:
         when metrics are off. SGLang's `/health` runs a one-token generation on the server (see
         `sample`), which a console polling every few seconds should not inflict on a busy host."""
         started = time.monotonic()
+        path = "/metrics"
         try:
-            response = await self._http.get("/metrics")
+            response = await self._fetch(path, METRICS_MAX_BYTES)
             if response.status_code == 404:
-                response = await self._http.get("/model_info")
+                path = "/model_info"
+                response = await self._fetch(path, JSON_MAX_BYTES)
                 if response.status_code == 404:
-                    response = await self._http.get("/get_model_info")
-        except httpx.HTTPError as exc:
-            return self._down(exc)
+                    path = "/get_model_info"
+                    response = await self._fetch(path, JSON_MAX_BYTES)
+        except (httpx.HTTPError, TimeoutError, AnswerTooLarge) as exc:
+            return self._failed(path, exc)
         latency = time.monotonic() - started
         code = response.status_code
         if code != 200:
@@ -162,11 +248,11 @@ class ServerClient:
             return ServerSample(
                 health=HealthState.ERROR,
                 status_code=code,
-                detail=f"{response.url.path} answered {code}",
+                detail=f"{response.path} answered {code}",
                 ts=time.time(),
             )
         metrics = scrape = None
-        if response.url.path == "/metrics":
+        if response.path == "/metrics":
             scrape = self._reader.read(response.text)
             metrics = SglangMetrics.from_metrics(scrape)
         return ServerSample(
