@@ -49,6 +49,25 @@ PRINTED: dict[str, str] = {
     "cached_token": r"#cached-token: ",
     "input_throughput": r"input throughput \(token/s\): ",
     "status": r'HTTP/[0-9.]+" ',
+    # The pools of hybrid models (issue 32), each as every version prints it.
+    "slots": r"max_mamba_cache_size: ",
+    "conv_state_gb": r"(?<!_)conv_state size: ",
+    "ssm_state_gb": r"(?<!_)ssm_state size: ",
+    "full_tokens": r"(?:full_layer_tokens=|full size: |(?<![a-z_])full_token=|(?<![a-z_])full=)",
+    "swa_tokens": r"(?:swa_layer_tokens=|swa size: |swa_size=|(?<![a-z_])swa=|#swa token: )",
+    "bytes_per_full_token": r"bytes_per_full_token=",
+    "available_gb": r"available_bytes=",
+    "c128_state_fixed_gb": r"c128_state_fixed=",
+    "swa_fixed_gb": r"swa_fixed=",
+    "max_num_reqs": r"max_num_reqs=",
+    "c4_tokens": r"(?:c4_size=|(?<![a-z_0-9])c4=)",
+    "c128_tokens": r"(?:c128_size=|(?<![a-z_0-9])c128=)",
+    "c4_state_tokens": r"(?:c4_state_pool_size=|(?<![a-z_0-9])c4_state=)",
+    "c128_state_tokens": r"(?:c128_state_pool_size=|(?<![a-z_0-9])c128_state=)",
+    "full_token_usage": r"full token usage: ",
+    "swa_token_usage": r"swa token usage: ",
+    "mamba_usage": r"mamba usage: ",
+    "mamba_num": r"mamba num: ",
 }
 
 # Real lines of the kinds the corpus lacks in this shape (the fast path's v0.5.9 decode and prefill
@@ -62,6 +81,19 @@ EXTRA = [
     "#pending-token: 0, cuda graph: False, input throughput (token/s): 8992.37",
     "2025-02-04 21:21:33 [2025-02-04 05:21:33] max_total_tokens=131072 is larger than the profiled value "
     "-561981. Use the profiled value instead.",
+    # The pools of hybrid models: real public lines (tests/data/public-pools/INDEX.md).
+    *(
+        line
+        for name in (
+            "qwen35-397b-hybrid-tp2.log",
+            "dsv4-flash-mi300x-tp4dp4.log",
+            "swa-lines.log",
+            "mamba-runtime.log",
+            "dsv4-and-draft-lines.log",
+        )
+        for line in (Path(__file__).parent / "data" / "public-pools" / name).read_text().split("\n")
+        if line.strip()
+    ),
 ]
 
 

@@ -180,6 +180,75 @@ class MemoryPoolEnd(EventBase):
 
 
 @dataclass(frozen=True, kw_only=True)
+class MambaPoolAllocated(EventBase):
+    """`Mamba Cache is allocated. max_mamba_cache_size: N, conv_state size: X GB, ssm_state size: Y GB`:
+    the recurrent-state pool of a hybrid linear-attention model, one slot per request it holds. (With
+    speculative decoding SGLang adds the draft's intermediate caches to the line; they are not read.)"""
+
+    kind: Literal["mamba_pool_allocated"] = "mamba_pool_allocated"
+    slots: Annotated[int, Field(ge=1, le=MAX_COUNT)] | None = None
+    conv_state_gb: GiB | None = None
+    ssm_state_gb: GiB | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwaPoolSplit(EventBase):
+    """`Use sliding window memory pool. full_layer_tokens=N, swa_layer_tokens=M` (or `(all SWA).
+    swa_layer_tokens=M`): how a sliding-window model's budget was split between its two pools."""
+
+    kind: Literal["swa_pool_split"] = "swa_pool_split"
+    full_tokens: Count | None = None
+    swa_tokens: Count | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwaPoolAllocated(EventBase):
+    """`SWAKVPool mem usage: X GB, swa size: M, full size: N`: both pools of a sliding-window model."""
+
+    kind: Literal["swa_pool_allocated"] = "swa_pool_allocated"
+    mem_usage_gb: GiB | None = None
+    swa_tokens: Count | None = None
+    full_tokens: Count | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dsv4Memory(EventBase):
+    """`DSv4 memory calculation: bytes_per_full_token=B, available_bytes=X GB, full_token=N`: DeepSeek-V4's
+    budget (X GiB, after the slack) divided by its bytes per full token (every pool's share of one token)."""
+
+    kind: Literal["dsv4_memory"] = "dsv4_memory"
+    bytes_per_full_token: Annotated[float, Field(ge=0.0, le=1e9)] | None = None
+    available_gb: GiB | None = None
+    full_tokens: Count | None = None
+    c128_state_fixed_gb: GiB | None = None
+    swa_fixed_gb: GiB | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dsv4Pool(EventBase):
+    """DeepSeek-V4's pools: `Initialize DeepSeekV4TokenToKVPool with max_num_reqs=R swa_size=… c4_size=…
+    c128_size=… c4_state_pool_size=… c128_state_pool_size=…` or `DSV4 pool sizes: full=…, swa=…, c4=…,
+    c128=…, c4_state=…, c128_state=…` (v0.5.12+)."""
+
+    kind: Literal["dsv4_pool"] = "dsv4_pool"
+    max_num_reqs: Count | None = None
+    full_tokens: Count | None = None
+    swa_tokens: Count | None = None
+    c4_tokens: Count | None = None
+    c128_tokens: Count | None = None
+    c4_state_tokens: Count | None = None
+    c128_state_tokens: Count | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvCacheDtype(EventBase):
+    """`Using KV cache dtype: torch.float8_e4m3fnuz` (≤ v0.5.12; later the KV line carries `dtype:`)."""
+
+    kind: Literal["kv_cache_dtype"] = "kv_cache_dtype"
+    dtype: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class CudaGraph(EventBase):
     kind: Literal["cuda_graph"] = "cuda_graph"
     phase: Literal["begin", "end"]
@@ -224,6 +293,10 @@ class PrefillBatch(EventBase):
     queue_req: Count | None = None
     input_throughput: Rate | None = None
     cuda_graph: bool | None = None
+    full_token_usage: Usage | None = None
+    """Hybrid models: the full-attention pool's usage (also in `token_usage` when the line has no other)."""
+    swa_token_usage: Usage | None = None
+    mamba_usage: Usage | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,6 +310,13 @@ class DecodeBatch(EventBase):
     accept_len: Annotated[float, Field(ge=0.0, le=1024.0)] | None = None
     accept_rate: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     cuda_graph: bool | None = None
+    full_token_usage: Usage | None = None
+    """Hybrid models: the full-attention pool's usage (also in `token_usage` when the line has no other)."""
+    swa_token_usage: Usage | None = None
+    swa_tokens: Count | None = None
+    mamba_usage: Usage | None = None
+    mamba_num: Count | None = None
+    """Mamba slots held (`mamba num`), several per running request with the radix cache."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -324,6 +404,12 @@ Event = Annotated[
     | WeightsLoaded
     | KvPoolAllocated
     | MemoryPoolEnd
+    | MambaPoolAllocated
+    | SwaPoolSplit
+    | SwaPoolAllocated
+    | Dsv4Memory
+    | Dsv4Pool
+    | KvCacheDtype
     | CudaGraph
     | PoolSummary
     | PoolClamped
@@ -355,6 +441,12 @@ EVENT_TYPES: dict[str, type[EventBase]] = {
         WeightsLoaded,
         KvPoolAllocated,
         MemoryPoolEnd,
+        MambaPoolAllocated,
+        SwaPoolSplit,
+        SwaPoolAllocated,
+        Dsv4Memory,
+        Dsv4Pool,
+        KvCacheDtype,
         CudaGraph,
         PoolSummary,
         PoolClamped,
@@ -377,6 +469,12 @@ EVENT_KINDS: tuple[str, ...] = (
     "weights_loaded",
     "kv_pool_allocated",
     "memory_pool_end",
+    "mamba_pool_allocated",
+    "swa_pool_split",
+    "swa_pool_allocated",
+    "dsv4_memory",
+    "dsv4_pool",
+    "kv_cache_dtype",
     "cuda_graph",
     "pool_summary",
     "pool_clamped",

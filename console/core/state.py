@@ -39,17 +39,23 @@ from console.core.events import (
     CudaGraph,
     DecodeBatch,
     DistInit,
+    Dsv4Memory,
+    Dsv4Pool,
     Error,
     Event,
     HttpAccess,
+    KvCacheDtype,
     KvPoolAllocated,
     Log,
+    MambaPoolAllocated,
     MemoryPoolEnd,
     PoolClamped,
     PoolSummary,
     PrefillBatch,
     ServerArgs,
     ServerReady,
+    SwaPoolAllocated,
+    SwaPoolSplit,
     Unit,
     WeightsBegin,
     WeightsLoaded,
@@ -124,10 +130,41 @@ class Pool(BaseModel, defer_build=True):
     chunked_prefill_size: int | None = None
     available_gpu_mem_gb: float | None = None
     """Free GPU memory (GiB) when the scheduler was ready: the headroom left at ready."""
+    kv_gb: float | None = None
+    """GiB of the first KV pool line (K + V, or the MLA latent): the target's first pool on one rank."""
+    kv_dtype: str | None = None
+    """The KV cache's torch dtype as SGLang printed it (`torch.float8_e4m3fnuz` on MI300X)."""
+
+    # The pools of hybrid models (issue 32); each from the target's own lines, never the draft's.
+    full_tokens: int | None = None
+    """The full-attention pool of a sliding-window or DeepSeek-V4 model (`max_total_num_tokens`)."""
+    swa_tokens: int | None = None
+    """The sliding-window pool: tokens of the last window of each request (SWA layers, DSv4's SWA)."""
+    swa_pool_gb: float | None = None
+    """`SWAKVPool mem usage`: both pools of a sliding-window model together."""
+    mamba_slots: int | None = None
+    """`max_mamba_cache_size`: recurrent-state slots (a request holds one or more while it runs)."""
+    mamba_gb: float | None = None
+    """The mamba state pool (conv + SSM state), GiB per GPU: taken from the KV budget before the KV pool."""
+    dsv4_bytes_per_full_token: float | None = None
+    """DeepSeek-V4's bytes per full token across all its pools (full, SWA, c4, c128, states, indexer)."""
+    dsv4_available_gb: float | None = None
+    """DeepSeek-V4's pool budget after the slack, as it printed it."""
+    dsv4_c4_tokens: int | None = None
+    dsv4_c128_tokens: int | None = None
+    draft_kv_tokens: int | None = None
+    """The speculative draft worker's own KV pool (same token count as the target's, its own cell)."""
+    draft_kv_gb: float | None = None
+    draft_weights_gb: float | None = None
+    """`mem usage` of the draft model's `Load weight end` (the rank's second weights line)."""
 
     @property
     def tokens(self) -> int | None:
-        return self.max_total_num_tokens if self.max_total_num_tokens is not None else self.kv_tokens
+        """The pool a request's context lives in: the summary's, else the full-attention pool of a
+        sliding-window or DeepSeek-V4 model, else the first KV pool line."""
+        if self.max_total_num_tokens is not None:
+            return self.max_total_num_tokens
+        return self.full_tokens if self.full_tokens is not None else self.kv_tokens
 
 
 class Boot(BaseModel, defer_build=True):
@@ -161,6 +198,10 @@ class Boot(BaseModel, defer_build=True):
     weights_end_gb: dict[str, float] = Field(default_factory=dict)
     """Per rank: free GiB at the last `Load weight end` before that rank's first KV pool."""
     ranks_with_pool: frozenset[str] = frozenset()
+    ranks_pool_ended: frozenset[str] = frozenset()
+    """Ranks that printed `Memory pool end`: their target pools are done; a KV line after it is the draft's."""
+    weights_lines: dict[str, int] = Field(default_factory=dict)
+    """Per rank: `Load weight end` lines seen; the second is the speculative draft model's."""
     summaries: int = 0
     ready_lines: int = 0
 
@@ -346,6 +387,12 @@ _LIFE = (
     MemoryPoolEnd,
     CudaGraph,
     PoolSummary,
+    MambaPoolAllocated,
+    SwaPoolSplit,
+    SwaPoolAllocated,
+    Dsv4Memory,
+    Dsv4Pool,
+    KvCacheDtype,
 )
 """The lines a server prints while it starts: only these, from a process the boot has not seen, can be a
 new server's (its ranks' weights, pool and graphs come before any traffic or readiness)."""
@@ -359,6 +406,15 @@ def _helper(cur: Boot, event: Event) -> bool:
     seen = cur.seen_pids
     # A boot that has seen none of its processes yet (a journal begun mid-run) learns them from any line.
     return bool(seen) and event.pid is not None and event.pid not in seen and not isinstance(event, _LIFE)
+
+
+def _kv_gb(event: KvPoolAllocated) -> float | None:
+    """GiB of one KV pool line: K + V, or the single latent buffer of MLA."""
+    if event.kv_size_gb is not None:
+        return event.kv_size_gb
+    if event.k_size_gb is not None and event.v_size_gb is not None:
+        return round(event.k_size_gb + event.v_size_gb, 2)
+    return None
 
 
 def _advance(phase: BootPhase, to: BootPhase) -> BootPhase:
@@ -413,6 +469,12 @@ def _add(boot: Boot, event: Event) -> Boot:
     elif isinstance(event, WeightsLoaded):
         phase = _advance(phase, "loading")
         key = _key(event)
+        seen = boot.weights_lines.get(key, 0) + 1
+        upd["weights_lines"] = {**boot.weights_lines, key: seen}
+        if seen >= 2 and event.mem_usage_gb is not None and pool.draft_weights_gb is None:
+            # Every worker loads its model once: a rank's second weights line is the draft model's
+            # (before the target's pools from v0.5.14, after them before).
+            pool = pool.model_copy(update={"draft_weights_gb": event.mem_usage_gb})
         if event.avail_mem_gb is not None and key not in boot.ranks_with_pool:
             upd["weights_end_gb"] = {**boot.weights_end_gb, key: event.avail_mem_gb}
             if key not in boot.weights_begin_gb and event.mem_usage_gb is not None:
@@ -421,12 +483,68 @@ def _add(boot: Boot, event: Event) -> Boot:
                 upd["weights_begin_gb"] = {**boot.weights_begin_gb, key: begin}
     elif isinstance(event, KvPoolAllocated):
         phase = _advance(phase, "pool")
-        upd["ranks_with_pool"] = boot.ranks_with_pool | {_key(event)}
-        if event.tokens is not None and event.label in (None, "Full") and pool.kv_tokens is None:
-            pool = pool.model_copy(update={"kv_tokens": event.tokens})
+        key = _key(event)
+        upd["ranks_with_pool"] = boot.ranks_with_pool | {key}
+        size = _kv_gb(event)
+        if key in boot.ranks_pool_ended or event.label == "draft":
+            # The rank's target pools ended with `Memory pool end`: this pool is the draft worker's.
+            if pool.draft_kv_tokens is None:
+                pool = pool.model_copy(update={"draft_kv_tokens": event.tokens, "draft_kv_gb": size})
+        elif event.tokens is not None and event.label in (None, "Full") and pool.kv_tokens is None:
+            pool = pool.model_copy(update={"kv_tokens": event.tokens, "kv_gb": size})
+        if event.dtype and pool.kv_dtype is None:
+            pool = pool.model_copy(update={"kv_dtype": event.dtype})
         pool = pool.model_copy(update={"kv_lines": pool.kv_lines + 1})
+    elif isinstance(event, KvCacheDtype):
+        if event.dtype and pool.kv_dtype is None:
+            pool = pool.model_copy(update={"kv_dtype": event.dtype})
+    elif isinstance(event, MambaPoolAllocated):
+        phase = _advance(phase, "pool")
+        if pool.mamba_slots is None and _key(event) not in boot.ranks_pool_ended:
+            parts = [x for x in (event.conv_state_gb, event.ssm_state_gb) if x is not None]
+            pool = pool.model_copy(
+                update={"mamba_slots": event.slots, "mamba_gb": round(sum(parts), 2) if parts else None}
+            )
+    elif isinstance(event, SwaPoolSplit):
+        phase = _advance(phase, "pool")
+        if pool.swa_tokens is None:
+            pool = pool.model_copy(update={"full_tokens": event.full_tokens, "swa_tokens": event.swa_tokens})
+    elif isinstance(event, SwaPoolAllocated):
+        phase = _advance(phase, "pool")
+        if pool.swa_pool_gb is None and _key(event) not in boot.ranks_pool_ended:
+            pool = pool.model_copy(
+                update={
+                    "swa_pool_gb": event.mem_usage_gb,
+                    "full_tokens": pool.full_tokens if pool.full_tokens is not None else event.full_tokens,
+                    "swa_tokens": pool.swa_tokens if pool.swa_tokens is not None else event.swa_tokens,
+                }
+            )
+    elif isinstance(event, Dsv4Memory):
+        phase = _advance(phase, "pool")
+        if pool.dsv4_bytes_per_full_token is None:
+            pool = pool.model_copy(
+                update={
+                    "dsv4_bytes_per_full_token": event.bytes_per_full_token,
+                    "dsv4_available_gb": event.available_gb,
+                    "full_tokens": event.full_tokens,
+                }
+            )
+    elif isinstance(event, Dsv4Pool):
+        phase = _advance(phase, "pool")
+        if _key(event) not in boot.ranks_pool_ended and pool.dsv4_c4_tokens is None:
+            update: dict[str, Any] = {
+                "swa_tokens": event.swa_tokens,
+                "dsv4_c4_tokens": event.c4_tokens,
+                "dsv4_c128_tokens": event.c128_tokens,
+            }
+            if event.full_tokens is not None:
+                # `DSV4 pool sizes: full=…` (v0.5.12+) follows the budget line; with a constraint
+                # (`--max-total-tokens`) it is printed again, smaller: the last one is the pool.
+                update["full_tokens"] = event.full_tokens
+            pool = pool.model_copy(update=update)
     elif isinstance(event, MemoryPoolEnd):
         phase = _advance(phase, "pool")
+        upd["ranks_pool_ended"] = boot.ranks_pool_ended | {_key(event)}
     elif isinstance(event, CudaGraph):
         phase = _advance(phase, "graphs")
     elif isinstance(event, PoolClamped):

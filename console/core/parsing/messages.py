@@ -67,6 +67,10 @@ _DECODE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "accept rate": ("accept_rate", to_float),
     "#full token": ("full_tokens", to_int),
     "full token usage": ("full_usage", to_float),
+    "#swa token": ("swa_tokens", to_int),
+    "swa token usage": ("swa_token_usage", to_float),
+    "mamba num": ("mamba_num", to_int),
+    "mamba usage": ("mamba_usage", to_float),
 }
 _PREFILL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "#new-seq": ("new_seq", to_int),
@@ -78,6 +82,8 @@ _PREFILL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "input throughput (token/s)": ("input_throughput", to_float),
     "cuda graph": ("cuda_graph", to_bool),
     "full token usage": ("full_usage", to_float),
+    "swa token usage": ("swa_token_usage", to_float),
+    "mamba usage": ("mamba_usage", to_float),
 }
 
 
@@ -100,6 +106,9 @@ def _stats_fields(
         fields["num_tokens"] = full_tokens
     if fields.get("token_usage") is None:
         fields["token_usage"] = full_usage
+    if full_usage is not None:
+        # Hybrid models print the full-attention pool's usage beside the SWA or mamba pool's own.
+        fields["full_token_usage"] = full_usage
     return fields
 
 
@@ -220,6 +229,123 @@ def post_capture(msg: str, meta: Fields) -> Fields | None:
         "label": "draft" if "draft KV cache" in msg else None,
     }
     return checked(fields, meta)
+
+
+# The pools of hybrid models (issue 32). Each number is read by its name wherever it stands in the line:
+# versions add, drop and reorder fields (0.5.23's DSv4 line has eleven), and a name no version printed
+# is never guessed at. `-?` lets a negative number reach the range check instead of passing unread.
+_NUMBER = r"=?:? ?(-?[0-9][0-9.]*)"
+_MAMBA = re.compile(
+    r"(max_mamba_cache_size|(?<!_)conv_state size|(?<!_)ssm_state size)" + _NUMBER,
+    re.ASCII,
+)
+
+
+def mamba(msg: str, meta: Fields) -> Fields | None:
+    """`Mamba Cache is allocated. max_mamba_cache_size: N, conv_state size: X GB, ssm_state size: Y GB`."""
+    if not msg.startswith("Mamba Cache is allocated"):
+        return None
+    v = dict(_MAMBA.findall(msg))
+    fields = {
+        "kind": "mamba_pool_allocated",
+        "slots": to_int(v.get("max_mamba_cache_size", "")),
+        "conv_state_gb": to_float(v.get("conv_state size", "").rstrip(".")),
+        "ssm_state_gb": to_float(v.get("ssm_state size", "").rstrip(".")),
+    }
+    return checked(fields, meta)
+
+
+_SWA_SPLIT = re.compile(r"\b(full_layer_tokens|swa_layer_tokens)=(-?\d+)", re.ASCII)
+
+
+def swa_split(msg: str, meta: Fields) -> Fields | None:
+    """`Use sliding window memory pool. full_layer_tokens=N, swa_layer_tokens=M` (≤0.5.5: `Use Sliding
+    window …`; an all-SWA model prints `(all SWA). swa_layer_tokens=M` alone)."""
+    if not msg[:30].lower().startswith("use sliding window memory pool"):
+        return None
+    v = dict(_SWA_SPLIT.findall(msg))
+    if not v:
+        return None
+    fields = {
+        "kind": "swa_pool_split",
+        "full_tokens": to_int(v.get("full_layer_tokens", "")),
+        "swa_tokens": to_int(v.get("swa_layer_tokens", "")),
+    }
+    return checked(fields, meta)
+
+
+_SWA_POOL = re.compile(r"(mem usage|VA upper bound|swa size|full size): (-?[0-9][0-9.]*)", re.ASCII)
+
+
+def swa_pool(msg: str, meta: Fields) -> Fields | None:
+    """`SWAKVPool mem usage: X GB, swa size: M, full size: N` (0.5.23 post-capture: `VA upper bound: X GB`)."""
+    if not msg.startswith("SWAKVPool "):
+        return None
+    v: dict[str, str] = dict(_SWA_POOL.findall(msg))
+    if "swa size" not in v and "full size" not in v:
+        return None
+    fields = {
+        "kind": "swa_pool_allocated",
+        "mem_usage_gb": to_float(v.get("mem usage", v.get("VA upper bound", ""))),
+        "swa_tokens": to_int(v.get("swa size", "")),
+        "full_tokens": to_int(v.get("full size", "")),
+    }
+    return checked(fields, meta)
+
+
+_DSV4_MEMORY = re.compile(
+    r"\b(bytes_per_full_token|available_bytes|full_token|c128_state_fixed|swa_fixed)=(-?[0-9][0-9.]*)",
+    re.ASCII,
+)
+_DSV4_POOL = re.compile(
+    r"\b(max_num_reqs|full|swa|c4|c128|c4_state|c128_state|swa_size|c4_size|c128_size|c4_state_pool_size"
+    r"|c128_state_pool_size)=(-?\d+)",
+    re.ASCII,
+)
+_DSV4_POOL_NAMES = {
+    "max_num_reqs": "max_num_reqs",
+    "full": "full_tokens",
+    "swa": "swa_tokens",
+    "swa_size": "swa_tokens",
+    "c4": "c4_tokens",
+    "c4_size": "c4_tokens",
+    "c128": "c128_tokens",
+    "c128_size": "c128_tokens",
+    "c4_state": "c4_state_tokens",
+    "c4_state_pool_size": "c4_state_tokens",
+    "c128_state": "c128_state_tokens",
+    "c128_state_pool_size": "c128_state_tokens",
+}
+
+
+def dsv4(msg: str, meta: Fields) -> Fields | None:
+    """DeepSeek-V4: `DSv4 memory calculation: bytes_per_full_token=B, available_bytes=X GB, full_token=N`
+    (`DSV4` from v0.5.12, which also prints `DSV4 pool sizes: full=…, swa=…, c4=…, …`)."""
+    low = msg[:24].lower()
+    if low.startswith("dsv4 memory calculation"):
+        v: dict[str, str] = dict(_DSV4_MEMORY.findall(msg))
+        fields: Fields = {
+            "kind": "dsv4_memory",
+            "bytes_per_full_token": to_float(v.get("bytes_per_full_token", "")),
+            "available_gb": to_float(v.get("available_bytes", "")),
+            "full_tokens": to_int(v.get("full_token", "")),
+            "c128_state_fixed_gb": to_float(v.get("c128_state_fixed", "")),
+            "swa_fixed_gb": to_float(v.get("swa_fixed", "")),
+        }
+        return checked(fields, meta)
+    if low.startswith("dsv4 pool sizes") or msg.startswith("Initialize DeepSeekV4TokenToKVPool"):
+        fields = {"kind": "dsv4_pool"}
+        for name, value in _DSV4_POOL.findall(msg):
+            fields[_DSV4_POOL_NAMES[name]] = to_int(value)
+        return checked(fields, meta) if len(fields) > 1 else None
+    return None
+
+
+def kv_dtype(msg: str, meta: Fields) -> Fields | None:
+    """`Using KV cache dtype: torch.float8_e4m3fnuz` (≤ v0.5.12; MI300X's fp8 is the `fnuz` variant)."""
+    if not msg.startswith("Using KV cache dtype: "):
+        return None
+    return {"kind": "kv_cache_dtype", "dtype": msg[22:].strip()}
 
 
 def memory(msg: str, meta: Fields) -> Fields | None:
@@ -366,6 +492,15 @@ HANDLERS: dict[str, Handler] = {
     "SIGQUI": sigquit,
     "Not en": not_enough_memory,
     "Post-c": post_capture,
+    "Mamba ": mamba,
+    "Use sl": swa_split,
+    "Use Sl": swa_split,
+    "SWAKVP": swa_pool,
+    "DSv4 m": dsv4,
+    "DSV4 m": dsv4,
+    "DSV4 p": dsv4,
+    "Initia": dsv4,
+    "Using ": kv_dtype,
 }
 
 # Every handler that reads a number may make an `error` instead (parsing/ranges: out of its sane range).
@@ -384,5 +519,10 @@ HANDLER_KINDS: dict[Handler, frozenset[str]] = {
     server_args: frozenset({"server_args"}),
     sigquit: frozenset({"error"}),
     not_enough_memory: frozenset({"error"}),
+    mamba: frozenset({"mamba_pool_allocated", "error"}),
+    swa_split: frozenset({"swa_pool_split", "error"}),
+    swa_pool: frozenset({"swa_pool_allocated", "error"}),
+    dsv4: frozenset({"dsv4_memory", "dsv4_pool", "error"}),
+    kv_dtype: frozenset({"kv_cache_dtype"}),
 }
 """The kinds each handler can make; a message it does not claim becomes a `log` or an `error`."""

@@ -64,6 +64,30 @@ RANGES: dict[str, dict[str, Range]] = {
     "weights_loaded": {"avail_mem_gb": _GIB, "mem_usage_gb": _USAGE_GIB, "elapsed_s": _SECS},
     "kv_pool_allocated": {"tokens": _POOL, "k_size_gb": _GIB, "v_size_gb": _GIB, "kv_size_gb": _GIB},
     "memory_pool_end": {"avail_mem_gb": _GIB},
+    "mamba_pool_allocated": {
+        "slots": (1, MAX_COUNT, "slots"),
+        "conv_state_gb": _GIB,
+        "ssm_state_gb": _GIB,
+    },
+    "swa_pool_split": {"full_tokens": _COUNT, "swa_tokens": _COUNT},
+    "swa_pool_allocated": {"mem_usage_gb": _GIB, "swa_tokens": _COUNT, "full_tokens": _COUNT},
+    "dsv4_memory": {
+        # Bytes one full token costs across every DeepSeek-V4 pool; no cell reaches a gigabyte.
+        "bytes_per_full_token": (0.0, 1e9, "B/token"),
+        "available_gb": _GIB,
+        "full_tokens": _COUNT,
+        "c128_state_fixed_gb": _GIB,
+        "swa_fixed_gb": _GIB,
+    },
+    "dsv4_pool": {
+        "max_num_reqs": _COUNT,
+        "full_tokens": _COUNT,
+        "swa_tokens": _COUNT,
+        "c4_tokens": _COUNT,
+        "c128_tokens": _COUNT,
+        "c4_state_tokens": _COUNT,
+        "c128_state_tokens": _COUNT,
+    },
     "cuda_graph": {"avail_mem_gb": _GIB, "mem_usage_gb": _USAGE_GIB, "elapsed_s": _SECS},
     "pool_summary": {
         "max_total_num_tokens": _POOL,
@@ -78,6 +102,8 @@ RANGES: dict[str, dict[str, Range]] = {
     # negative when the weights alone overflow the budget: the line that explains that, kept as printed.
     "pool_clamped": {"requested": (1, 2**63 - 1, "tokens"), "profiled": (-(2**63), 2**63 - 1, "tokens")},
     "prefill_batch": {
+        # Before `token_usage`, which a hybrid line fills from it: the error names the printed field.
+        "full_token_usage": _FRACTION,
         "new_seq": _COUNT,
         "new_token": _COUNT,
         "cached_token": _COUNT,
@@ -85,8 +111,11 @@ RANGES: dict[str, dict[str, Range]] = {
         "running_req": _COUNT,
         "queue_req": _COUNT,
         "input_throughput": _RATE,
+        "swa_token_usage": _FRACTION,
+        "mamba_usage": _FRACTION,
     },
     "decode_batch": {
+        "full_token_usage": _FRACTION,
         "running_req": _COUNT,
         "num_tokens": _COUNT,
         "token_usage": _FRACTION,
@@ -94,6 +123,10 @@ RANGES: dict[str, dict[str, Range]] = {
         "queue_req": _COUNT,
         "accept_len": (0.0, 1024.0, "tokens"),
         "accept_rate": (0.0, 1.0, ""),
+        "swa_token_usage": _FRACTION,
+        "swa_tokens": _COUNT,
+        "mamba_usage": _FRACTION,
+        "mamba_num": _COUNT,
     },
     "http_access": {"status": (100, 599, "")},
 }
@@ -102,6 +135,11 @@ RANGES: dict[str, dict[str, Range]] = {
 _KIND_WORDS = {
     "pool_summary": "a pool summary",
     "kv_pool_allocated": "a KV pool",
+    "mamba_pool_allocated": "a mamba state pool",
+    "swa_pool_split": "a sliding-window pool split",
+    "swa_pool_allocated": "a sliding-window pool",
+    "dsv4_memory": "a DeepSeek-V4 pool budget",
+    "dsv4_pool": "a DeepSeek-V4 pool",
     "pool_clamped": "a pool cap",
 }
 
