@@ -35,6 +35,7 @@ from console.core.gpus import (
     parse_nvidia_smi_gpus,
     sample_from_agent_line,
 )
+from console.sources.bounded import CutLine, stream_lines
 from console.sources.gpu_agent import (
     _nvml_sample,
     _nvml_start,
@@ -46,6 +47,9 @@ from console.sources.transport import CommandResult, Transport, TransportError
 
 MIN_INTERVAL_S = 0.25
 DEFAULT_INTERVAL_S = 1.0
+LINE_MAX_BYTES = 1 << 20
+"""The longest line read from a GPU stream (1 MiB): the agent's sample of 64 GPUs with their processes is a
+few tens of KB. A longer line is not read; its tick is an error sample saying so."""
 
 BackendChoice = Literal["auto", "nvml", "agent", "nvidia-smi"]
 
@@ -307,10 +311,19 @@ class _StreamSampler:
         take = self.reader()
         try:
             async with self.transport.stream(self.argv(), timeout=10) as stream:
-                async for line in stream.lines():
-                    sample = take(line)
-                    if sample is not None:
-                        self._put(sample)
+                async for lines in stream_lines(stream, LINE_MAX_BYTES):
+                    for line in lines:
+                        sample: HostGpuSample | None
+                        if type(line) is CutLine:
+                            # not read: a line this long is no sample of a host's GPUs
+                            sample = self._error(
+                                f"{self.what} sent a line of {line.size:,} bytes, over the "
+                                f"{LINE_MAX_BYTES:,}-byte limit: not read."
+                            )
+                        else:
+                            sample = take(line)
+                        if sample is not None:
+                            self._put(sample)
                 status = await stream.wait(2.0)
                 text = (await stream.stderr_text()).strip().split("\n")
                 self._last_exit = f"{self.what} ended (exit status {status})" + (
