@@ -159,3 +159,55 @@ def test_a_stopped_service_is_a_problem_exit_1_and_bad_input_is_one_sentence(tmp
     assert no_load.returncode == 2
     assert one_sentence(no_load.stderr).startswith("k26-console: --load must be a positive number")
     assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.timeout(300)
+def test_without_a_target_snapshot_takes_the_applied_profile_s_as_export_does(
+    loaded: tuple[Path, Path, str],
+) -> None:
+    """`snapshot --json` said target null where `export` said the applied ctx-200k's 200,000 (issue
+    34): both read the host's audit trail through one function."""
+    from datetime import UTC, datetime
+
+    from console.core.audit import AuditEntry
+    from console.sources.profile_store import applied_target
+
+    home, hosts, _ = loaded
+    trail = hosts.parent / "home" / ".k26-console" / "audit.jsonl"
+    entries = [
+        AuditEntry(
+            ts=datetime.now(UTC), user="alice", host="twin", action=action, profile=name, outcome=outcome
+        )
+        for action, name, outcome in (
+            ("apply", "ctx-200k", "ok"),
+            ("apply", "ctx-256k", "failed"),  # not what runs: it failed
+        )
+    ]
+    before = trail.read_text() if trail.exists() else None
+    try:
+        trail.parent.mkdir(parents=True, exist_ok=True)
+        with trail.open("a") as f:
+            f.writelines(e.model_dump_json() + "\n" for e in entries)
+        res = run_cli(home, "snapshot", "twin", "--hosts", str(hosts), "--json", "--sample", "1s")
+        assert res.returncode in (0, 1), res.stderr
+        pool = json.loads(res.stdout)["pool"]
+        assert (pool["target"], pool["target_source"]) == (200_000, "profile ctx-200k (last applied)")
+        assert applied_target(entries) == ("ctx-200k", 200_000)  # what export's poll reads
+        given = run_cli(
+            home,
+            "snapshot",
+            "twin",
+            "--hosts",
+            str(hosts),
+            "--json",
+            "--sample",
+            "1s",
+            "--profile",
+            "ctx-32k",
+        )
+        assert json.loads(given.stdout)["pool"]["target_source"] == "profile ctx-32k"
+    finally:
+        if before is None:
+            trail.unlink(missing_ok=True)
+        else:
+            trail.write_text(before)

@@ -12,6 +12,7 @@ from rich.style import Style
 from rich.text import Text
 
 from console.core.events import Unit
+from console.core.state import HostState
 from console.tui.bars import stacked_bar
 from console.tui.messages import RestartRequested
 from console.tui.themes import palette
@@ -380,3 +381,32 @@ def test_kv_gauge_of_a_fresh_boot_carries_no_load_from_the_last() -> None:
     fresh = kv_gauge(snapshot([*events, *restart], None))
     assert fresh.used_tokens is None and fresh.usage is None and fresh.pool_tokens is None, fresh
     assert not any("in use" in r for r in fresh.reasons)
+
+
+def test_a_boot_is_named_by_when_it_began_whoever_read_it() -> None:
+    """The console said boot #5, `snapshot` boot #0 and `verify --json` boot_index 5 for one boot: an
+    index counts the boots a reader read (the console and `snapshot` from the invocation they opened on,
+    `verify` over the backlog). Every reader names it by its first line's time."""
+    from console.core.apply import judge
+    from console.core.parser import parse_lines
+    from console.core.state import fold_boots
+
+    first = corpus_events("case-24")
+    restart = list(
+        parse_lines(
+            [
+                "Apr 08 14:06:00 gpu1 systemd[1]: Stopping sglang.service - SGLang...",
+                "Apr 08 14:06:05 gpu1 systemd[1]: Stopped sglang.service - SGLang.",
+                "Apr 08 14:06:05 gpu1 systemd[1]: Starting sglang.service - SGLang...",
+            ],
+            host="gpu1",
+        )
+    )
+    second = corpus_events("case-31")
+    backlog = fold_boots([*first, *restart, *second])  # what `verify HOST` reads
+    invocation = fold_boots([restart[-1], *second])  # what a console or `snapshot` reads
+    assert backlog[-1].index == 1 and invocation[-1].index == 0
+    assert backlog[-1].name == invocation[-1].name == "boot 14:06:05"
+    assert judge(backlog, 10_000).boot == judge(invocation, 10_000).boot == "boot 14:06:05"
+    tl = restart_timeline(HostState().apply_all([restart[-1], *second]), NOW)
+    assert tl is not None and tl.name == "boot 14:06:05"

@@ -121,6 +121,9 @@ class ServiceReading(BaseModel, defer_build=True):
 
 class BootReading(BaseModel, defer_build=True):
     index: int
+    """Its place among the boots this reading saw (from the unit's current invocation): not an identity."""
+    name: str = ""
+    """`boot 03:19:50`: the time of its first journal line, as the console and `verify` name it."""
     phase: str
     state: str
     first_ts: str | None = None
@@ -168,6 +171,21 @@ async def _scrape(client: Any, ts: float, failed: list[str]) -> Scrape | None:
         failed.append(str(exc))
         return None
     return Scrape(ts=ts, metrics=parse_prometheus(text))
+
+
+async def applied_target_of(host: HostConfig, transport: Transport) -> tuple[int | None, str | None]:
+    """With no --target-context or --profile: the target of the profile the host was last applied with
+    (its audit trail), read as `export` reads it; (None, None) when there is none or no trail."""
+    from console.sources.hoststate import HostStateDir, HostStateError
+    from console.sources.profile_store import applied_target
+    from console.sources.transport import TransportError
+
+    try:
+        entries = await HostStateDir(transport, host).read_audit()
+    except (HostStateError, TransportError):
+        return None, None
+    name, target = applied_target(entries)
+    return (target, f"profile {name} (last applied)") if target is not None else (None, None)
 
 
 async def _read(
@@ -249,6 +267,8 @@ async def _read(
             svc, view, (scraped, max_running, version), snap = await asyncio.gather(
                 service(), pairing(), scrapes(), wait()
             )
+        if target[0] is None:
+            target = await applied_target_of(host, transport)
     finally:
         await client.aclose()
         await session.close()
@@ -278,7 +298,7 @@ def report_of(
 ) -> SnapshotReport:
     """The report of one reading of a host: what `snapshot --json` prints. A replay builds it from a
     recording's snapshot (`k26-console replay FILE --at TIME --json`)."""
-    from console.tui.view import display_boot, gpu_rows, kv_gauge, model_name, unit_state
+    from console.tui.view import boot_name, display_boot, gpu_rows, kv_gauge, model_name, unit_state
 
     boot = display_boot(snap.state)
     gauge = kv_gauge(snap, target=target[0], target_source=target[1])
@@ -286,6 +306,7 @@ def report_of(
     if boot is not None:
         boot_reading = BootReading(
             index=boot.index,
+            name=boot_name(boot),
             phase=str(boot.phase),
             state=unit_state(snap, boot),
             first_ts=boot.first_ts,
@@ -346,7 +367,7 @@ def _lines(r: SnapshotReport) -> list[str]:
     )
     if r.boot is not None:
         b = r.boot
-        out.append(f"boot #{b.index}: {b.state}, since {b.first_ts or '?'}, model {b.model or '?'}")
+        out.append(f"{b.name}: {b.state}, since {b.first_ts or '?'}, model {b.model or '?'}")
         out.extend(f"  error: {e}" for e in b.errors[:5])
     else:
         out.append("boot: none seen in the journal")

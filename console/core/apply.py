@@ -147,6 +147,10 @@ class Verdict(BaseModel, defer_build=True):
     available_gpu_mem_gb: float | None = None
     phase: str
     boot_index: int
+    """The boot's place among the boots read (the journal's backlog): not an identity, see `boot`."""
+    boot: str = ""
+    """`boot 03:19:50`, the time of its first journal line: as the console and `snapshot` name it."""
+    boot_first_ts: str | None = None
     boots: int
     reasons: list[str] = Field(default_factory=list)
     summary: str = ""
@@ -209,6 +213,8 @@ def judge(boots: list[Boot], target: int) -> Verdict:
         available_gpu_mem_gb=room,
         phase=boot.phase,
         boot_index=boot.index,
+        boot=boot.name,
+        boot_first_ts=boot.first_ts,
         boots=len(boots),
         reasons=reasons,
         summary=summary,

@@ -234,6 +234,17 @@ class Boot(BaseModel, defer_build=True):
         return (self.server_args or {}).get(name)
 
     @property
+    def name(self) -> str:
+        """The boot as every screen and command names it: by the time of its first journal line (`boot
+        03:19:50`). `index` is its place among the boots a reader happened to read (the console counts
+        from the invocation it opened on, `verify` over its backlog): the console said boot #5 while
+        `snapshot` said #0 of the same boot. Without a time, the index is all there is."""
+        ts = self.first_ts
+        if ts and "T" in ts:
+            return f"boot {ts.split('T', 1)[1][:8]}"
+        return f"boot #{self.index}"
+
+    @property
     def fresh(self) -> bool:
         """Nothing but unit lines and log lines yet."""
         return all(isinstance(e, Unit) for e in self.events)

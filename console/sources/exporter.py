@@ -43,7 +43,7 @@ from console.sources.confirm import read_pending
 from console.sources.hosts import HostConfig
 from console.sources.hoststate import HostStateDir, HostStateError
 from console.sources.probe_history import load_history
-from console.sources.profile_store import ProfileStore
+from console.sources.profile_store import ProfileStore, applied_target
 from console.sources.session import HostSession
 from console.sources.transport import TransportError
 
@@ -173,22 +173,13 @@ class HostExport:
             update["lock_intent"] = lock.intent if lock else None
             update["pending_deadline"] = pending.deadline.timestamp() if pending else None
             update["pending_active"] = pending.active if pending else None
-            applied = [e for e in audit if e.action == "apply" and e.outcome == "ok" and e.profile]
-            profile = applied[-1].profile if applied else None
+            profile, target = applied_target(audit, self.store)
             update["profile"] = profile
-            update["target_context"] = self._target(profile)
+            update["target_context"] = target
         update.update(self._probe())
         extras = self.extras.model_copy(update=update)
         extras = extras.model_copy(update={"predicted_pool_tokens": self._predicted(extras.target_context)})
         self.extras = extras
-
-    def _target(self, profile: str | None) -> int | None:
-        if profile is None:
-            return None
-        try:
-            return (self.store or ProfileStore()).load(profile).target_context
-        except Exception:  # a profile deleted or broken since it was applied: no target, not a crash
-            return None
 
     def _probe(self) -> dict[str, object]:
         records: list[ProbeRecord] = load_history(self.probe_history, host=self.host.name)

@@ -13,12 +13,13 @@ import contextlib
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from platformdirs import user_config_dir
 from pydantic import BaseModel
 
+from console.core.audit import AuditEntry
 from console.core.profiles import Profile, ProfileError, Verified, parse_profile, record_verified
 from console.sources.shipped import profiles_dir
 
@@ -151,9 +152,33 @@ class ProfileStore:
         return entry.path
 
 
+def applied_profile(entries: Iterable[AuditEntry]) -> str | None:
+    """The profile the host was last applied with, by its audit trail: the last apply that ended ok."""
+    applied = [e.profile for e in entries if e.action == "apply" and e.outcome == "ok" and e.profile]
+    return applied[-1] if applied else None
+
+
+def applied_target(
+    entries: Iterable[AuditEntry], store: ProfileStore | None = None
+) -> tuple[str | None, int | None]:
+    """The profile the audit trail says the host was last applied with, and that profile's target
+    context (None when the profile has since been deleted or broken): the one place `export` and
+    `snapshot` take a host's target from when none is given (`snapshot --json` said null where
+    `export` said the applied ctx-200k's 200,000)."""
+    name = applied_profile(entries)
+    if name is None:
+        return None, None
+    try:
+        return name, (store or ProfileStore()).load(name).target_context
+    except Exception:  # a profile deleted or broken since it was applied: no target, not a crash
+        return name, None
+
+
 __all__ = [
     "ProfileEntry",
     "ProfileStore",
+    "applied_profile",
+    "applied_target",
     "atomic_write_text",
     "default_dirs",
     "shipped_profile_dir",

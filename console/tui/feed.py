@@ -27,6 +27,7 @@ from console.core.state import Boot
 from console.core.text import CONTROL_PICTURES
 from console.tui.themes import palette
 from console.tui.view import (
+    boot_name,
     clock_text,
     display_boot,
     event_text,
@@ -464,7 +465,8 @@ class EventFeed(Vertical):
         parts = []
         for b in earlier[-4:]:
             errs = f", {len(b.errors)} errors" if b.errors else ""
-            parts.append(f"#{b.index} {b.phase} {len(b.events) + b.traffic_events + b.log_lines} lines{errs}")
+            lines = len(b.events) + b.traffic_events + b.log_lines
+            parts.append(f"{boot_name(b).removeprefix('boot ')} {b.phase} {lines} lines{errs}")
         text.append(" · ".join(parts), palette().muted)
         self._set_static("folded", text)
 

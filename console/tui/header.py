@@ -17,6 +17,7 @@ from console.core.snapshot import ConnState, HealthState, HostSnapshot
 from console.core.state import Boot
 from console.tui.themes import BOLD, palette
 from console.tui.view import (
+    boot_name,
     display_boot,
     fmt_duration,
     freshest,
@@ -174,7 +175,7 @@ class HeaderBar(Widget):
             line2.append("fresh ", palette().muted)
             line2.append(*self._drawn_age)
             if boot is not None:
-                line2.append(f"  boot #{boot.index}", palette().muted)
+                line2.append(f"  {boot_name(boot)}", palette().muted)
             line2.append("  SGLang ", palette().muted)
             line2.append(version or "—", "bold" if version else palette().faint)
             line2.append("  ", palette().muted)
@@ -190,7 +191,7 @@ class HeaderBar(Widget):
             line2.append(f"  {shape.cell_bytes:,} B/token ", palette().muted)
             line2.append(f"({facts.model.config_from or 'catalogue'})", palette().faint)
         if boot is not None:
-            line2.append(f"  boot #{boot.index}", palette().muted)
+            line2.append(f"  {boot_name(boot)}", palette().muted)
         line2.append("  freshest sample ", palette().muted)
         line2.append(*self._drawn_age)
         return Group(line1, line2)

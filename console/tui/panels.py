@@ -396,7 +396,7 @@ after it, and the timeline ends in the verification verdict (R rolls back after 
         role, bold = OUTCOME_ROLES[tl.outcome]
         colour = palette().style(role, bold=bold)
         head = Text()
-        head.append(f"boot #{tl.boot_index} ", "bold")
+        head.append(f"{tl.name or f'boot #{tl.boot_index}'} ", "bold")
         head.append(tl.outcome, colour)
         head.append(f"  elapsed {fmt_duration(tl.elapsed)}", palette().muted)
         if tl.eta is not None:

@@ -273,6 +273,11 @@ def _int(value: object) -> int | None:
     return None
 
 
+def boot_name(boot: Boot) -> str:
+    """A boot as every screen and command names it (`Boot.name`: `boot 03:19:50`)."""
+    return boot.name
+
+
 def of_boot(event: Event, boot: Boot | None) -> bool:
     """Whether a traffic line (which boots count, not keep) was printed by `boot`'s server: by one of
     its processes, else (a line without a PID, a boot that has printed nothing yet) not before it began.
@@ -381,6 +386,8 @@ class Timeline:
     outcome: str
     """`running`, `ready`, `failed`, `stopped`."""
     reason: str | None = None
+    name: str = ""
+    """The boot as every screen names it (`boot_name`)."""
 
 
 def _machine(
@@ -462,7 +469,7 @@ def restart_timeline(state: HostState, now: float) -> Timeline | None:
         outcome = "running"
     elapsed = (ready_at if ready_at is not None else clock) - m.started
     eta = m.eta(clock) if outcome == "running" else None
-    return Timeline(boot.index, tuple(steps), elapsed, eta, outcome, m.reason)
+    return Timeline(boot.index, tuple(steps), elapsed, eta, outcome, m.reason, boot_name(boot))
 
 
 # ---- event feed ------------------------------------------------------------------------------------
