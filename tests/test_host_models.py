@@ -134,9 +134,20 @@ def test_hybrid_from_layer_types_as_granite_4_h_writes_them() -> None:
     assert spec.state_bytes_per_request(tp=2) == ((3584 // 2) * 3 * 2 + 24 * 64 * 128 * 4) * 36
 
 
-def test_layers_the_model_does_not_size_are_refused_in_one_sentence() -> None:
+def test_sliding_layers_are_a_pool_of_their_own_only_where_sglang_keeps_one() -> None:
+    # SGLang keeps sliding-window layers apart only for the hybrid-SWA architectures (GPT-OSS, MiMo-V2,
+    # Step-3.5, Gemma 4); any other model's sliding layers sit in the one full pool.
     cfg = {**config("Qwen--Qwen3-32B"), "layer_types": ["sliding_attention", "full_attention"] * 32}
-    with pytest.raises(ModelConfigError, match=r"sliding_attention layers, which SGLang keeps in a pool"):
+    plain = model_from_hf_config(cfg)
+    assert (plain.num_layers, plain.swa_layers) == (64, 0)
+    swa = model_from_hf_config({**cfg, "architectures": ["GptOssForCausalLM"]})
+    assert (swa.num_layers, swa.swa_layers, swa.sliding_window) == (32, 32, True)
+    assert swa.swa_layer_bytes(tp=1) == swa.layer_bytes(tp=1) == 8 * (128 + 128) * 2
+
+
+def test_layers_the_model_does_not_size_are_refused_in_one_sentence() -> None:
+    cfg = {**config("Qwen--Qwen3-32B"), "layer_types": ["chunked_attention", "full_attention"] * 32}
+    with pytest.raises(ModelConfigError, match=r"chunked_attention layers, which SGLang keeps in a pool"):
         model_from_hf_config(cfg)
     with pytest.raises(ModelConfigError, match="no 'num_hidden_layers'"):
         model_from_hf_config({"architectures": ["X"]})

@@ -218,6 +218,24 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, metavar="DTYPE")
     p.add_argument("--sglang-version", metavar="V", help="e.g. 0.5.12 (default: the v0.5.7-v0.5.13 rule)")
     p.add_argument(
+        "--swa-full-tokens-ratio",
+        type=ranged(finite_float, 0, 1, above_lo=True),
+        metavar="R",
+        help="sliding-window models: SWA pool tokens per full-pool token (SGLang's default 0.8)",
+    )
+    p.add_argument(
+        "--mamba-full-memory-ratio",
+        type=ranged(finite_float, 0, 1000, above_lo=True),
+        metavar="R",
+        help="hybrid linear-attention models: mamba state memory over full KV memory (default 0.9)",
+    )
+    p.add_argument(
+        "--max-mamba-cache-size",
+        type=ranged(positive_int, 1, 1 << 24),
+        metavar="N",
+        help="hybrid linear-attention models: the mamba state slots (default: sized by the ratio)",
+    )
+    p.add_argument(
         "--min-headroom-gib",
         type=ranged(finite_float, 0, MAX_GPU_MEM_GIB, "GiB"),
         default=DEFAULT_MIN_HEADROOM_GIB,
@@ -291,6 +309,9 @@ def build_plan(args: argparse.Namespace) -> Plan:
             "max_total_tokens": args.max_total_tokens,
             "page_size": args.page_size,
             "kv_cache_dtype": args.kv_cache_dtype,
+            "swa_full_tokens_ratio": args.swa_full_tokens_ratio,
+            "mamba_full_memory_ratio": args.mamba_full_memory_ratio,
+            "max_mamba_cache_size": args.max_mamba_cache_size,
         }
     )
     if profile is not None:
@@ -343,8 +364,11 @@ def render(result: Plan) -> str:
             f"{result.predicted_max_total_num_tokens:,} tokens, {result.headroom_gib:.2f} GiB headroom"
         )
     if result.fits:
+        flags = " ".join(f"{k} {v}" for k, v in result.recommended_flags.items()) or (
+            f"--mem-fraction-static {result.recommended_mem_fraction_static:g}"
+        )
         lines.append(
-            f"recommended: --mem-fraction-static {result.recommended_mem_fraction_static:g} -> "
+            f"recommended: {flags} -> "
             f"{result.predicted_tokens_at_recommended:,} tokens, {result.headroom_gib_at_recommended:.2f} GiB "
             f"headroom (at least {result.min_headroom_gib:g} GiB kept)"
         )
@@ -354,6 +378,15 @@ def render(result: Plan) -> str:
         if result.alternatives:
             lines.append("alternatives:")
             lines.extend(f"  - {a}" for a in result.alternatives)
+    if len(result.pools) > 1:
+        # A hybrid model's pools, each per GPU: which one bounds the plan is said first.
+        lines.append(f"pools (bounded by {result.limiting_pool}):")
+        for forecast in result.pools:
+            size = (
+                f"{forecast.tokens:,} tokens" if forecast.tokens is not None else f"{forecast.slots:,} slots"
+            )
+            gib = f", {forecast.gib:.2f} GiB" if forecast.gib is not None else ""
+            lines.append(f"  {forecast.pool}: {size}{gib}")
     lines.append("notes:")
     lines.extend(f"  - {n}" for n in result.notes)
     return "\n".join(terminal_safe(line) for line in lines)

@@ -146,15 +146,65 @@ class PoolConfig(BaseModel, defer_build=True):
     max_running_requests: int | None = Field(default=None, ge=1)
     """`--max-running-requests` when set; None means SGLang's default rule."""
     context_length: int | None = Field(default=None, ge=1)
+    # The pools of hybrid models (issue 32).
+    swa_full_tokens_ratio: float = Field(default=0.8, gt=0, le=1)
+    """`--swa-full-tokens-ratio`: sliding-window pool tokens per full-pool token (SGLang's default 0.8)."""
+    max_mamba_cache_size: int | None = Field(default=None, ge=1)
+    """`--max-mamba-cache-size`: the mamba state slots when set; else SGLang sizes them by the ratio."""
+    mamba_full_memory_ratio: float = Field(default=0.9, gt=0, le=1000)
+    """`--mamba-full-memory-ratio`: mamba state memory over full KV memory (SGLang's default 0.9)."""
+    disable_radix_cache: bool = False
+    dsv4_bytes_per_full_token: float | None = Field(default=None, gt=0)
+    """DeepSeek-V4's bytes per full token as a boot printed them (`DSv4 memory calculation`)."""
+    draft_cell_bytes: int = Field(default=0, ge=0)
+    """The draft worker's own KV bytes per token per GPU, from a boot's draft pool line (0: unknown)."""
 
     @property
     def cell_bytes(self) -> int:
-        """KV bytes per token per GPU that SGLang divides the budget by."""
+        """KV bytes per token per GPU that SGLang divides the budget by (rounded down for display when
+        it is fractional: a sliding-window or DeepSeek-V4 model's)."""
+        if self.model.dsv4 or self.model.sliding_window:
+            return int(self.cost_per_full_token)
+        return self.model_cell_bytes
+
+    @property
+    def cost_per_full_token(self) -> float:
+        """Bytes of the budget one token of the full (context) pool costs, every pool's share included.
+
+        - DeepSeek-V4: `bytes_per_full_token` (v0.5.12.post1 `model_executor/pool_configurator.py`
+          `DSV4PoolConfigurator._get_bytes_per_full_token`), taken from the journal because builds differ.
+        - Sliding-window models: `F·n_full + r·S·n_swa` (same file, `HybridSWAPoolConfigurator.__init__`;
+          v0.5.9's `set_num_tokens_hybrid_swa` solves the same split), r = `--swa-full-tokens-ratio`.
+        - Others: the KV cell (full-attention layers only for hybrid linear-attention models).
+        """
+        model = self.model
+        if model.dsv4:
+            if self.dsv4_bytes_per_full_token is None:
+                raise CapacityError(
+                    "DeepSeek-V4's bytes per full token are not known: give --journal with a boot that printed "
+                    "its 'DSv4 memory calculation' line."
+                )
+            return self.dsv4_bytes_per_full_token
+        if model.sliding_window:
+            full = model.layer_bytes(tp=self.tp, kv_cache_dtype=self.kv_cache_dtype) * model.num_layers
+            swa = model.swa_layer_bytes(tp=self.tp, kv_cache_dtype=self.kv_cache_dtype) * model.swa_layers
+            if model.num_layers == 0:
+                return float(swa)  # all layers sliding: the ratio does not apply (SGLang's "all SWA")
+            return full + self.swa_full_tokens_ratio * swa
+        return float(self.model_cell_bytes)
+
+    @property
+    def model_cell_bytes(self) -> int:
         cell = self.model.cell_bytes(tp=self.tp, kv_cache_dtype=self.kv_cache_dtype)
         spec = self.speculative
         if self.rule is SizingRule.V0_5_14 and spec is not None and spec.eagle_family:
             cell += int(cell * spec.draft_layers / self.model.num_layers)
         return cell
+
+    @property
+    def mamba_bytes_per_slot(self) -> int:
+        """One mamba slot on one GPU: SGLang's `mamba_cache_per_req` (0 for a model without a state)."""
+        return self.model.state_bytes_per_request(self.tp)
 
     @property
     def draft_tokens(self) -> int:
@@ -166,8 +216,21 @@ def default_max_running_requests(tokens: int, context_length: int) -> int:
     return min(max(int(tokens / max(1, context_length) * 512), 2048), 4096)
 
 
-def resolve_max_running_requests(tokens: int, cfg: PoolConfig) -> int:
-    """The request slots SGLang will allocate for a pool of `tokens` (`_resolve_max_num_reqs`)."""
+def resolve_max_running_requests(tokens: int, cfg: PoolConfig, mamba_slots: int | None = None) -> int:
+    """The request slots SGLang will allocate for a pool of `tokens` (`_resolve_max_num_reqs`); a hybrid
+    model's mamba slots cap them too, `slots // 3` with the radix cache (each running request keeps
+    checkpoints), `slots` without (v0.5.12.post1 `_calculate_mamba_ratio`)."""
+    reqs = _resolve_max_running_requests(tokens, cfg)
+    if mamba_slots:
+        reqs = max(1, min(reqs, mamba_slots // (1 if cfg.disable_radix_cache else MAMBA_SLOTS_PER_REQUEST)))
+    return reqs
+
+
+MAMBA_SLOTS_PER_REQUEST = 3
+"""SGLang's `MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO` (radix cache, no extra buffer)."""
+
+
+def _resolve_max_running_requests(tokens: int, cfg: PoolConfig) -> int:
     estimated = default_max_running_requests(tokens, cfg.context_length or 1)
     user = cfg.max_running_requests
     if cfg.rule is SizingRule.LEGACY:
@@ -207,37 +270,122 @@ class MemoryEstimate(BaseModel, defer_build=True):
         return self.pre_gib * (1 - f)
 
 
-def pool_tokens(mem: MemoryEstimate, f: float, cfg: PoolConfig) -> int:
-    """`max_total_num_tokens` SGLang sizes for this memory and fraction (0 when nothing fits)."""
+class PoolSizes(BaseModel, defer_build=True):
+    """Every pool SGLang sizes from one budget, per GPU."""
+
+    model_config = ConfigDict(frozen=True)
+
+    full_tokens: int
+    """`max_total_num_tokens`: the pool a request's whole context lives in."""
+    swa_tokens: int | None = None
+    mamba_slots: int | None = None
+    mamba_gib: float = 0.0
+    kv_gib: float = 0.0
+    """The KV pools (full and sliding-window, or all of DeepSeek-V4's) the budget left room for."""
+    rest_gib: float = 0.0
+    """The budget: `post − pre·(1−f)`."""
+
+
+def pool_sizes(mem: MemoryEstimate, f: float, cfg: PoolConfig) -> PoolSizes:
+    """The pools SGLang sizes for this memory and fraction (a full pool of 0 when nothing fits)."""
     rest_gib = mem.post_gib - mem.pre_gib * (1 - f)
     if not math.isfinite(rest_gib):
         # Only out-of-range memory gets here (the entry points check theirs); never an OverflowError.
         raise CapacityError(
             f"the memory figures ({mem.pre_gib:g} and {mem.post_gib:g} GiB) are not GPU memory."
         )
-    t0 = int(rest_gib * GIB) // cfg.cell_bytes
+    budget = rest_gib
+    slots, rest_gib = _mamba_pool(rest_gib, cfg)
+    mamba_gib = slots * cfg.mamba_bytes_per_slot / GIB if slots else 0.0
+    cost = cfg.cost_per_full_token
+    if cfg.model.dsv4:
+        # DSV4PoolConfigurator.calculate_pool_sizes: `int(available_bytes / bytes_per_full_token)`.
+        t0 = int(int(rest_gib * GIB) / cost)
+    elif cfg.model.sliding_window:
+        # HybridSWAPoolConfigurator.calculate_pool_sizes: `int(available_bytes // cell_size)`.
+        t0 = int(int(rest_gib * GIB) // cost)
+    else:
+        t0 = int(rest_gib * GIB) // cfg.cell_bytes
+    empty = PoolSizes(full_tokens=0, mamba_slots=slots, mamba_gib=mamba_gib, rest_gib=budget)
     if t0 <= 0:
-        return 0
+        return empty
     tokens = t0 + _legacy_extra_tokens(t0, cfg)
     page = cfg.page_size
     tokens = tokens // page * page
     if cfg.max_total_tokens is not None:
         tokens = min(tokens, cfg.max_total_tokens // page * page)
-    return tokens
+    swa: int | None = None
+    if cfg.model.sliding_window and cfg.model.num_layers == 0:
+        swa = tokens  # all layers sliding: the one pool is the SWA pool
+    elif cfg.model.sliding_window or cfg.model.dsv4:
+        swa = int(tokens * cfg.swa_full_tokens_ratio) // page * page
+    return PoolSizes(
+        full_tokens=tokens,
+        swa_tokens=swa,
+        mamba_slots=slots,
+        mamba_gib=mamba_gib,
+        kv_gib=tokens * cost / GIB,
+        rest_gib=budget,
+    )
+
+
+def _mamba_pool(rest_gib: float, cfg: PoolConfig) -> tuple[int | None, float]:
+    """The mamba state slots and what the budget keeps for the KV pool, as SGLang splits them:
+    v0.5.9 / v0.5.12.post1 `model_executor/model_runner_kv_cache_mixin.py`
+    `ModelRunnerKVCacheMixin.handle_max_mamba_cache` (0.5.23: `mem_cache/kv_cache_configurator.py`
+    `KVCacheConfigurator._handle_max_mamba_cache`), called from `_profile_available_bytes` on
+    `rest = post − pre·(1−f)` before the KV pool is sized:
+
+    - speculative decoding first reserves `per_req · max_running_requests · num_draft_tokens` for the
+      draft's intermediate states;
+    - `--max-mamba-cache-size N` gives N slots; with `--disable-radix-cache` and
+      `--max-running-requests R`, R slots;
+    - otherwise the slots take `rest · r / (1 + r)` (`--mamba-full-memory-ratio` r, default 0.9):
+      `int(rest · r/(1+r) · 2^30 // per_req)`;
+    - the KV pool gets `rest − slots · per_req`.
+    """
+    per_req = cfg.mamba_bytes_per_slot
+    if not per_req:
+        return None, rest_gib
+    spec = cfg.speculative
+    if spec is not None and cfg.max_running_requests and spec.num_draft_tokens:
+        rest_gib -= per_req * cfg.max_running_requests * spec.num_draft_tokens / GIB
+    if cfg.max_mamba_cache_size is not None:
+        slots = cfg.max_mamba_cache_size
+    elif cfg.disable_radix_cache and cfg.max_running_requests is not None:
+        slots = cfg.max_running_requests
+    else:
+        ratio = cfg.mamba_full_memory_ratio
+        slots = max(0, int((rest_gib * ratio / (1 + ratio) * GIB) // per_req))
+    return slots, rest_gib - slots * per_req / GIB
+
+
+def pool_tokens(mem: MemoryEstimate, f: float, cfg: PoolConfig) -> int:
+    """`max_total_num_tokens` SGLang sizes for this memory and fraction (0 when nothing fits)."""
+    return pool_sizes(mem, f, cfg).full_tokens
 
 
 def headroom_gib(mem: MemoryEstimate, f: float, cfg: PoolConfig, tokens: int | None = None) -> float:
-    """What the slack `pre·(1−f)` leaves after the req_to_token table: the room for CUDA graphs,
-    activations and the draft model."""
+    """What the slack `pre·(1−f)` leaves after the req_to_token table and, before v0.5.14, the draft
+    worker's own KV pool: the room for CUDA graphs, activations and the draft model's weights."""
+    sizes = pool_sizes(mem, f, cfg)
     if tokens is None:
-        tokens = pool_tokens(mem, f, cfg)
-    table = req_to_token_gib(tokens, cfg)
-    return mem.slack_gib(f) - table
+        tokens = sizes.full_tokens
+    table = req_to_token_gib(tokens, cfg, sizes.mamba_slots)
+    return mem.slack_gib(f) - table - draft_kv_gib(tokens, cfg)
 
 
-def req_to_token_gib(tokens: int, cfg: PoolConfig) -> float:
+def draft_kv_gib(tokens: int, cfg: PoolConfig) -> float:
+    """The draft worker's KV pool (the target's token count at its own cell) where it is paid from the
+    slack: v0.5.7–v0.5.13 allocate it after sizing the target's pool (v0.5.14+ put it in the cell)."""
+    if cfg.rule is SizingRule.V0_5_14 or not cfg.draft_cell_bytes:
+        return 0.0
+    return tokens * cfg.draft_cell_bytes / GIB
+
+
+def req_to_token_gib(tokens: int, cfg: PoolConfig, mamba_slots: int | None = None) -> float:
     ctx = cfg.context_length or 1
-    reqs = resolve_max_running_requests(max(tokens, 1), cfg)
+    reqs = resolve_max_running_requests(max(tokens, 1), cfg, mamba_slots)
     return req_to_token_bytes(reqs, ctx, cfg.draft_tokens) / GIB
 
 
@@ -297,10 +445,19 @@ class Calibration(BaseModel, defer_build=True):
 def _rest_gib(obs: Observation, cfg: PoolConfig) -> float:
     """The unrounded `rest` (GiB) behind an observed pool size, in the boot's own configuration. The
     floor and the page rounding hid up to one page, so the middle of that page is taken (the prediction
-    at the observed `f` is then the observed size again)."""
+    at the observed `f` is then the observed size again). A hybrid model's mamba share is added back."""
     tokens = obs.tokens or 0
     t0 = tokens - _legacy_extra_tokens(tokens, cfg)
-    return (t0 + cfg.page_size / 2) * cfg.cell_bytes / GIB
+    kv = (t0 + cfg.page_size / 2) * cfg.cost_per_full_token / GIB
+    per_req = cfg.mamba_bytes_per_slot
+    if not per_req:
+        return kv
+    if cfg.max_mamba_cache_size is not None:
+        return kv + cfg.max_mamba_cache_size * per_req / GIB
+    if cfg.disable_radix_cache and cfg.max_running_requests is not None:
+        return kv + cfg.max_running_requests * per_req / GIB
+    # The slots took r/(1+r) of the budget, the KV pool the rest: 1/(1+r).
+    return kv * (1 + cfg.mamba_full_memory_ratio)
 
 
 def calibrate(

@@ -14,6 +14,7 @@ from console.core.capacity import (
     DEFAULT_MIN_HEADROOM_GIB,
     FRACTION_STEP,
     GIB,
+    MAMBA_SLOTS_PER_REQUEST,
     MAX_GPU_MEM_GIB,
     MAX_PAGE_SIZE,
     MAX_RUNNING_REQUESTS,
@@ -23,10 +24,23 @@ from console.core.capacity import (
     CalibrationKind,
     CapacityError,
     PoolConfig,
+    PoolSizes,
     check_range,
+    draft_kv_gib,
+    pool_sizes,
     req_to_token_gib,
     resolve_max_running_requests,
 )
+
+
+class PoolForecast(BaseModel, defer_build=True):
+    """One pool of the plan, per GPU, at the fraction the plan shows (the pessimistic memory)."""
+
+    pool: str
+    """`full` (the context), `swa` (sliding window), `mamba` (recurrent state), `draft` (speculative)."""
+    tokens: int | None = None
+    slots: int | None = None
+    gib: float | None = None
 
 
 class Plan(BaseModel, defer_build=True):
@@ -54,6 +68,13 @@ class Plan(BaseModel, defer_build=True):
     alternatives: list[str] = Field(default_factory=list)
     assumptions: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    pools: list[PoolForecast] = Field(default_factory=list)
+    """Every pool SGLang would size at the recommended fraction (else the one asked about)."""
+    limiting_pool: str | None = None
+    """The pool that bounds the plan, in words: the context's pool, or the one that caps running requests."""
+    recommended_flags: dict[str, str] = Field(default_factory=dict)
+    """The flags that reach the target: `--mem-fraction-static`, and for a sliding-window or hybrid model
+    the pool ratio that makes room when the fraction alone cannot."""
 
 
 def fraction_grid(step: float = FRACTION_STEP) -> list[float]:
@@ -122,29 +143,147 @@ def plan(
         out.predicted_max_total_num_tokens = cal.predict(mem_fraction_static, cfg)
         out.headroom_gib = _round(cal.headroom(mem_fraction_static, cfg))
 
-    grid = fraction_grid()
-    rows = [(f, cal.predict(f, cfg) or 0, cal.headroom(f, cfg) or 0.0) for f in grid]
+    needed, rows = _search(target_context, cfg, cal)
     safe = [row for row in rows if row[2] >= min_headroom_gib]
     if safe:
         out.max_safe_mem_fraction_static = safe[-1][0]
         out.predicted_tokens_at_max_safe = safe[-1][1]
-    needed = next((row for row in rows if row[1] >= target_context), None)
+    base = cfg
+    if not _fits(needed, min_headroom_gib):
+        # A sliding-window or hybrid model can give the context pool more of the same budget.
+        for variant, flag, value in _pool_variants(cfg):
+            found, _ = _search(target_context, variant, cal)
+            if _fits(found, min_headroom_gib):
+                needed, cfg = found, variant
+                out.recommended_flags[flag] = value
+                out.notes.append(
+                    f"{flag} {value} (from {_ratio_of(base, flag)}) moves budget to the full-attention pool: "
+                    "the fraction alone could not reach the target with the headroom kept."
+                )
+                break
 
-    if needed is not None and needed[2] >= min_headroom_gib:
+    if needed is not None and _fits(needed, min_headroom_gib):
         f, tokens, room = needed
         out.fits = True
         out.recommended_mem_fraction_static = f
         out.predicted_tokens_at_recommended = tokens
         out.headroom_gib_at_recommended = _round(room)
-        out.req_to_token_gib_at_recommended = _round(req_to_token_gib(tokens, cfg))
-        out.max_running_requests_at_recommended = resolve_max_running_requests(tokens, cfg)
+        slots = _at(cal, f, cfg).mamba_slots
+        out.req_to_token_gib_at_recommended = _round(req_to_token_gib(tokens, cfg, slots))
+        out.max_running_requests_at_recommended = resolve_max_running_requests(tokens, cfg, slots)
+        out.recommended_flags = {"--mem-fraction-static": f"{f:g}", **out.recommended_flags}
     else:
-        out.reasons.extend(_refusal_reasons(target_context, cfg, needed, safe, min_headroom_gib))
-        out.alternatives.extend(_alternatives(target_context, cfg, cal, min_headroom_gib))
-    out.notes.extend(_calibration_notes(cal, cfg))
+        out.reasons.extend(_refusal_reasons(target_context, base, needed, safe, min_headroom_gib))
+        out.alternatives.extend(_alternatives(target_context, base, cal, min_headroom_gib))
+    shown = out.recommended_mem_fraction_static or mem_fraction_static or out.max_safe_mem_fraction_static
+    if shown is not None:
+        out.pools, out.limiting_pool = _pools(cal, shown, cfg, target_context)
+    out.notes.extend(_calibration_notes(cal, base))
     rec = out.recommended_mem_fraction_static
     out.notes.extend(knob_notes(cfg, cal, rec if rec is not None else mem_fraction_static))
     return out
+
+
+Row = tuple[float, int, float]
+
+
+def _search(target: int, cfg: PoolConfig, cal: Calibration) -> tuple[Row | None, list[Row]]:
+    """The first grid fraction whose pool holds `target` (and, for a hybrid linear-attention model,
+    whose mamba pool holds the slots its running requests need), and every grid fraction's row."""
+    rows = [(f, cal.predict(f, cfg) or 0, cal.headroom(f, cfg) or 0.0) for f in fraction_grid()]
+    least = _least_mamba_slots(cfg)
+    needed = next(
+        (row for row in rows if row[1] >= target and (_at(cal, row[0], cfg).mamba_slots or 0) >= least),
+        None,
+    )
+    return needed, rows
+
+
+def _least_mamba_slots(cfg: PoolConfig) -> int:
+    """The mamba slots a hybrid model needs to run its requests (0 for other models): with the radix
+    cache 3 per running request (SGLang's ratio), one each without; at least one request."""
+    if not cfg.mamba_bytes_per_slot:
+        return 0
+    per = 1 if cfg.disable_radix_cache else MAMBA_SLOTS_PER_REQUEST
+    return per * max(1, cfg.max_running_requests or 1)
+
+
+def _fits(row: Row | None, min_headroom: float) -> bool:
+    return row is not None and row[2] >= min_headroom
+
+
+def _pool_variants(cfg: PoolConfig) -> list[tuple[PoolConfig, str, str]]:
+    """Smaller shares for the other pools, the nearest to the current one first: a sliding-window
+    model's `--swa-full-tokens-ratio`, a hybrid linear-attention model's `--mamba-full-memory-ratio`
+    (only when SGLang sizes the slots by it)."""
+    out: list[tuple[PoolConfig, str, str]] = []
+    if cfg.model.sliding_window and cfg.model.num_layers:
+        for r in (0.6, 0.5, 0.4, 0.3, 0.2, 0.1):
+            if r < cfg.swa_full_tokens_ratio:
+                out.append(
+                    (cfg.model_copy(update={"swa_full_tokens_ratio": r}), "--swa-full-tokens-ratio", f"{r:g}")
+                )
+    mamba_by_ratio = cfg.max_mamba_cache_size is None and not (
+        cfg.disable_radix_cache and cfg.max_running_requests is not None
+    )
+    if cfg.mamba_bytes_per_slot and mamba_by_ratio:
+        for r in (0.7, 0.5, 0.3, 0.2, 0.1):
+            if r < cfg.mamba_full_memory_ratio:
+                out.append(
+                    (
+                        cfg.model_copy(update={"mamba_full_memory_ratio": r}),
+                        "--mamba-full-memory-ratio",
+                        f"{r:g}",
+                    )
+                )
+    return out
+
+
+def _ratio_of(cfg: PoolConfig, flag: str) -> str:
+    value = cfg.swa_full_tokens_ratio if flag == "--swa-full-tokens-ratio" else cfg.mamba_full_memory_ratio
+    return f"{value:g}"
+
+
+def _at(cal: Calibration, f: float, cfg: PoolConfig) -> PoolSizes:
+    """The pools at `f` on the pessimistic memory (the scenario with the smallest context pool)."""
+    return min((pool_sizes(mem, f, cfg) for mem in cal.scenarios), key=lambda sizes: sizes.full_tokens)
+
+
+def _pools(cal: Calibration, f: float, cfg: PoolConfig, target: int) -> tuple[list[PoolForecast], str]:
+    """Each pool at `f`, and which one bounds the plan, in words."""
+    sizes = _at(cal, f, cfg)
+    full = sizes.full_tokens
+    pools = [PoolForecast(pool="full", tokens=full, gib=_round(full * cfg.cost_per_full_token / GIB))]
+    if sizes.swa_tokens is not None:
+        pools.append(PoolForecast(pool="swa", tokens=sizes.swa_tokens))
+    if sizes.mamba_slots is not None:
+        pools.append(PoolForecast(pool="mamba", slots=sizes.mamba_slots, gib=_round(sizes.mamba_gib)))
+    draft = draft_kv_gib(full, cfg)
+    if draft:
+        pools.append(PoolForecast(pool="draft", tokens=full, gib=_round(draft)))
+    if full < target:
+        return (
+            pools,
+            f"the full-attention pool ({full:,} tokens at f={f:g}) cannot hold the {target:,}-token context.",
+        )
+    if sizes.mamba_slots is not None:
+        per = 1 if cfg.disable_radix_cache else MAMBA_SLOTS_PER_REQUEST
+        return pools, (
+            f"the mamba state pool, whose {sizes.mamba_slots:,} slots ({sizes.mamba_gib:.2f} GiB) let at most "
+            f"{_requests(max(1, sizes.mamba_slots // per))} run at once ({per} slot{'s' if per > 1 else ''} each); "
+            f"the full-attention pool's {full:,} tokens hold the {target:,}-token context"
+        )
+    if sizes.swa_tokens is not None:
+        return pools, (
+            f"the full-attention pool, whose {full:,} tokens hold the {target:,}-token context; the "
+            f"sliding-window pool's {sizes.swa_tokens:,} tokens ({cfg.swa_full_tokens_ratio:g} of it) hold the "
+            "recent window of every running request together"
+        )
+    return pools, f"the KV pool, whose {full:,} tokens hold the {target:,}-token context"
+
+
+def _requests(n: int) -> str:
+    return f"{n:,} request" + ("" if n == 1 else "s")
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:
@@ -186,7 +325,7 @@ def _refusal_reasons(
 
 def _alternatives(target: int, cfg: PoolConfig, cal: Calibration, min_headroom: float) -> list[str]:
     alts: list[str] = []
-    if cfg.model.kv_element_bytes(cfg.kv_cache_dtype) > 1:
+    if cfg.model.kv_element_bytes(cfg.kv_cache_dtype) > 1 and not cfg.model.dsv4:
         fp8 = cfg.model_copy(update={"kv_cache_dtype": "fp8_e4m3"})
         hit = next(
             (
@@ -287,7 +426,7 @@ def knob_notes(cfg: PoolConfig, cal: Calibration | None, f: float | None) -> lis
             "--max-running-requests does not enter the pool size, but its req_to_token table "
             "((reqs+1)·(ctx+4+draft)·4 B) is paid from the headroom."
         )
-    if cfg.model.kv_element_bytes(cfg.kv_cache_dtype) > 1:
+    if cfg.model.kv_element_bytes(cfg.kv_cache_dtype) > 1 and not cfg.model.dsv4:
         notes.append(
             "--kv-cache-dtype fp8_e4m3 halves the KV bytes per token, about doubling the pool at the same fraction."
         )

@@ -34,6 +34,14 @@ _KV_DTYPE_BYTES = {
     "fp8_e4m3": 1,
     "fp8_e5m2": 1,
     "mxfp8": 1,
+    # The torch names SGLang prints in its KV lines; MI300X's fp8 is the `fnuz` variant, one byte too.
+    "float8_e4m3fn": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2": 1,
+    "torch.float8_e4m3fn": 1,
+    "torch.float8_e4m3fnuz": 1,
+    "torch.float8_e5m2": 1,
+    "torch.bfloat16": 2,
 }
 _TORCH_DTYPE_BYTES = {
     "bfloat16": 2,
@@ -52,6 +60,20 @@ class ModelConfigError(ValueError):
 _STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 _FULL_LAYER_TYPES = frozenset({"full_attention", "attention"})
 _LINEAR_LAYER_TYPES = frozenset({"linear_attention", "mamba", "mamba2"})
+_SWA_LAYER_TYPES = frozenset({"sliding_attention", "sliding_window_attention", "swa"})
+HYBRID_SWA_ARCHITECTURES = frozenset(
+    {
+        "GptOssForCausalLM",
+        "MiMoV2FlashForCausalLM",
+        "Step3p5ForCausalLM",
+        "Gemma4ForCausalLM",
+        "Gemma4ForConditionalGeneration",
+    }
+)
+"""The architectures whose sliding-window layers SGLang keeps in a pool of their own (v0.5.9
+`configs/model_config.py` `is_hybrid_swa_model`; Gemma 4 joined later). Any other model's sliding layers
+sit in the one full pool (SGLang sets `disable_hybrid_swa_memory` for Gemma 2/3 and Olmo), so they are
+counted as full layers here."""
 
 
 class LinearStateShape(BaseModel, defer_build=True):
@@ -111,10 +133,31 @@ class ModelSpec(BaseModel, defer_build=True):
     linear_state: LinearStateShape | None = None
     context_length: int | None = None
     """`max_position_embeddings`: what SGLang takes as the context length when none is given."""
+    swa_layers: int = 0
+    """Sliding-window layers SGLang keeps in a pool of their own (not in `num_layers`)."""
+    swa_num_kv_heads: int | None = None
+    swa_head_dim: int | None = None
+    swa_v_head_dim: int | None = None
+    dsv4: bool = False
+    """DeepSeek-V4: its pools (full, SWA, c4, c128, their states, the indexer) cost `bytes_per_full_token`,
+    which SGLang prints and the capacity model takes from the journal (it differs by build: fp8 or bf16
+    unified KV, speculative draft)."""
 
     @property
     def hybrid(self) -> bool:
         return self.linear_layers > 0
+
+    @property
+    def sliding_window(self) -> bool:
+        return self.swa_layers > 0
+
+    def swa_layer_bytes(self, *, tp: int = 1, kv_cache_dtype: str = "auto") -> int:
+        """KV bytes per token for ONE sliding-window layer on one GPU (SGLang's `_swa_per_token`)."""
+        elem = self.kv_element_bytes(kv_cache_dtype)
+        heads = max(1, (self.swa_num_kv_heads or self.num_kv_heads or 1) // max(1, tp))
+        head_dim = self.swa_head_dim or self.head_dim or 0
+        v_head_dim = self.swa_v_head_dim or head_dim
+        return heads * (head_dim + v_head_dim) * elem
 
     def state_bytes_per_request(self, tp: int = 1) -> int:
         """The recurrent state of one request on one GPU (SGLang's `mamba_cache_per_req`); 0 without one."""
@@ -209,6 +252,22 @@ def _mla(name: str, layers: int, nextn: int, hf_ids: tuple[str, ...], archs: tup
     )
 
 
+def _dsv4(name: str, layers: int, hf_ids: tuple[str, ...]) -> ModelSpec:
+    """DeepSeek-V4: a 512-wide latent (448 + 64 rope) per layer; its pools' bytes per full token come
+    from the journal's `DSv4 memory calculation` line (see `ModelSpec.dsv4`)."""
+    return ModelSpec(
+        name=name,
+        attention="mla",
+        num_layers=layers,
+        kv_lora_rank=448,
+        qk_rope_head_dim=64,
+        hf_ids=hf_ids,
+        architectures=("DeepseekV4ForCausalLM",),
+        model_type="deepseek_v4",
+        dsv4=True,
+    )
+
+
 def _gqa(name: str, layers: int, kv_heads: int, head_dim: int, hf_ids: tuple[str, ...]) -> ModelSpec:
     return ModelSpec(
         name=name,
@@ -241,6 +300,10 @@ CATALOGUE: dict[str, ModelSpec] = {
         ),
         _mla("deepseek-v3", 61, 1, ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-0324"), ()),
         _mla("deepseek-r1", 61, 1, ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-R1-0528"), ()),
+        # 43 layers: llama.cpp's `n_layer = 43` for "DeepSeek V4 Flash" (ggml-org/llama.cpp#22319).
+        _dsv4(
+            "deepseek-v4-flash", 43, ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Flash-FP8")
+        ),
         _gqa("llama-3.1-8b", 32, 8, 128, ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B")),
         _gqa("llama-3.1-70b", 80, 8, 128, ("meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-70B")),
         _gqa("qwen3-32b", 64, 8, 128, ("Qwen/Qwen3-32B",)),
@@ -296,8 +359,9 @@ def _text_config(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _layer_kinds(cfg: dict[str, Any], layers: int) -> tuple[int, int]:
-    """(full-attention layers, linear/mamba layers) as SGLang counts them for the KV pool."""
+def _layer_kinds(cfg: dict[str, Any], layers: int, *, swa_pool: bool = False) -> tuple[int, int, int]:
+    """(full-attention, linear/mamba, sliding-window) layers as SGLang counts them for its pools. The
+    sliding-window layers count only when SGLang keeps them apart (`swa_pool`); otherwise they are full."""
     types = cfg.get("layer_types")
     if isinstance(types, list) and types:
         kinds = [str(t) for t in types[:layers]]
@@ -305,19 +369,21 @@ def _layer_kinds(cfg: dict[str, Any], layers: int) -> tuple[int, int]:
             raise ModelConfigError(
                 f"config.json lists {len(types)} layer_types for {layers} layers; the KV layers cannot be told."
             )
-        other = sorted({k for k in kinds if k not in _FULL_LAYER_TYPES | _LINEAR_LAYER_TYPES})
+        known = _FULL_LAYER_TYPES | _LINEAR_LAYER_TYPES | _SWA_LAYER_TYPES
+        other = sorted({k for k in kinds if k not in known})
         if other:
             raise ModelConfigError(
                 f"config.json has {', '.join(other)} layers, which SGLang keeps in a pool of their own that "
                 "this model does not size."
             )
         linear = sum(1 for k in kinds if k in _LINEAR_LAYER_TYPES)
-        return layers - linear, linear
+        swa = sum(1 for k in kinds if k in _SWA_LAYER_TYPES) if swa_pool else 0
+        return layers - linear - swa, linear, swa
     interval = _int(cfg, "full_attention_interval", required=False)
     if interval:
         full = sum(1 for i in range(layers) if (i + 1) % interval == 0)
-        return full, layers - full
-    return layers, 0
+        return full, layers - full, 0
+    return layers, 0, 0
 
 
 def _linear_state(cfg: dict[str, Any]) -> LinearStateShape:
@@ -365,7 +431,8 @@ def model_from_hf_config(data: Any, name: str = "config.json") -> ModelSpec:
     dtype_name = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").removeprefix("torch.")
     dtype_bytes = _TORCH_DTYPE_BYTES.get(dtype_name, 2)
     archs = data.get("architectures") or cfg.get("architectures") or ()
-    full, linear = _layer_kinds(cfg, layers)
+    arch_names = {str(a) for a in archs} if isinstance(archs, list) else set()
+    full, linear, swa = _layer_kinds(cfg, layers, swa_pool=bool(arch_names & HYBRID_SWA_ARCHITECTURES))
     model_type = data.get("model_type") or cfg.get("model_type")
     common: dict[str, Any] = {
         "name": name,
@@ -378,7 +445,15 @@ def model_from_hf_config(data: Any, name: str = "config.json") -> ModelSpec:
         "linear_layers": linear,
         "linear_state": _linear_state(cfg) if linear else None,
         "context_length": _int(cfg, "max_position_embeddings", required=False),
+        "swa_layers": swa,
+        "dsv4": model_type == "deepseek_v4",
     }
+    if swa:
+        # SGLang's `get_swa_num_kv_heads` / `swa_head_dim` / `swa_v_head_dim` (configs/model_config.py):
+        # the `swa_*` keys when the config has them (MiMo-V2), else the layers share the full shape.
+        common["swa_num_kv_heads"] = _int(cfg, "swa_num_key_value_heads", required=False)
+        common["swa_head_dim"] = _int(cfg, "swa_head_dim", required=False)
+        common["swa_v_head_dim"] = _int(cfg, "swa_v_head_dim", required=False)
     try:
         if cfg.get("kv_lora_rank"):
             return ModelSpec(
@@ -398,6 +473,14 @@ def model_from_hf_config(data: Any, name: str = "config.json") -> ModelSpec:
                 )
             head_dim = hidden // heads
         v_head_dim = _int(cfg, "v_head_dim", required=False) or head_dim
+        global_head_dim = _int(cfg, "global_head_dim", required=False)
+        if swa and global_head_dim:
+            # Gemma 4: the sliding layers have the plain heads, the full ones `num_global_key_value_heads`
+            # of `global_head_dim`.
+            common["swa_num_kv_heads"] = common["swa_num_kv_heads"] or kv_heads
+            common["swa_head_dim"] = common["swa_head_dim"] or head_dim
+            kv_heads = _int(cfg, "num_global_key_value_heads", required=False) or kv_heads
+            head_dim = v_head_dim = global_head_dim
         return ModelSpec(
             attention="mha", num_kv_heads=kv_heads, head_dim=head_dim, v_head_dim=v_head_dim, **common
         )

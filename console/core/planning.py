@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from console.core.capacity import (
     DEFAULT_MIN_HEADROOM_GIB,
+    GIB,
     MAX_GPU_MEM_GIB,
     MAX_PAGE_SIZE,
     MAX_RUNNING_REQUESTS,
@@ -63,6 +64,9 @@ _LIMITS: dict[str, tuple[float, float, str, bool]] = {
     "speculative_num_steps": (0, 1 << 16, "", False),
     "speculative_eagle_topk": (0, 1 << 16, "", False),
     "speculative_num_draft_tokens": (0, 1 << 16, "", False),
+    "swa_full_tokens_ratio": (0, 1, "", True),
+    "mamba_full_memory_ratio": (0, 1000, "", True),
+    "max_mamba_cache_size": (1, 1 << 24, "slots", False),
 }
 
 _KINDS: dict[str, Kind] = {
@@ -76,6 +80,9 @@ _KINDS: dict[str, Kind] = {
     "context_length": "tokens",
     "mem_fraction_static": "float",
     "gpu_mem_gib": "float",
+    "swa_full_tokens_ratio": "float",
+    "mamba_full_memory_ratio": "float",
+    "max_mamba_cache_size": "int",
 }
 """How each setting the planner reads is spelled; anything else is a word (a dtype, an algorithm, a path)."""
 
@@ -205,6 +212,30 @@ def pick(name: str, sources: Sequence[FlagSource]) -> Any:
     return None
 
 
+def pick_flag(name: str, sources: Sequence[FlagSource]) -> bool:
+    """A store-true flag (`--disable-radix-cache`) from the first source that names it."""
+    for source in sources:
+        value = source.values.get(name)
+        if value is not None:
+            return value is True or (
+                isinstance(value, str) and value.strip().lower() in ("", "1", "true", "yes")
+            )
+    return False
+
+
+def _pool_flags(sources: Sequence[FlagSource]) -> dict[str, Any]:
+    """The flags that split a hybrid model's budget between its pools, as the sources set them."""
+    flags: dict[str, Any] = {
+        "max_mamba_cache_size": pick("max_mamba_cache_size", sources),
+        "disable_radix_cache": pick_flag("disable_radix_cache", sources),
+    }
+    for name in ("swa_full_tokens_ratio", "mamba_full_memory_ratio"):
+        value = pick(name, sources)
+        if value is not None:
+            flags[name] = value
+    return flags
+
+
 def catalogue_model(word: str | None) -> ModelSpec | None:
     """The catalogue entry a `--model-path` (`org/name`, a local path) or a short name names, if any."""
     if not word:
@@ -271,9 +302,22 @@ def pool_config(
         speculative=speculative_setup(sources, model),
         max_running_requests=pick("max_running_requests", sources),
         context_length=pick("context_length", proposed) or target_context,
+        **_pool_flags(sources),
     )
     model.kv_element_bytes(cfg.kv_cache_dtype)  # an unknown dtype is refused here, in one sentence
     return cfg
+
+
+def _from_boot(boot: Boot, cfg: PoolConfig) -> dict[str, Any]:
+    """What a boot's own lines say of costs its flags cannot: DeepSeek-V4's bytes per full token, and
+    the draft worker's KV bytes per token (its pool's GiB over its tokens)."""
+    update: dict[str, Any] = {}
+    pool = boot.pool
+    if cfg.model.dsv4 and pool.dsv4_bytes_per_full_token:
+        update["dsv4_bytes_per_full_token"] = pool.dsv4_bytes_per_full_token
+    if cfg.speculative is not None and pool.draft_kv_gb and pool.draft_kv_tokens:
+        update["draft_cell_bytes"] = int(pool.draft_kv_gb * GIB / pool.draft_kv_tokens)
+    return update
 
 
 def boot_config(boot: Boot, planned: PoolConfig) -> PoolConfig:
@@ -284,13 +328,16 @@ def boot_config(boot: Boot, planned: PoolConfig) -> PoolConfig:
         model=planned.model,
         tp=pick("tp_size", ran) or planned.tp,
         kv_cache_dtype=pick("kv_cache_dtype", ran) or "auto",
-        page_size=pick("page_size", ran) or 1,
+        # SGLang forces DeepSeek-V4's page (compressed attention: 256 on CUDA/ROCm): a boot without a
+        # dump ran with the plan's.
+        page_size=pick("page_size", ran) or (planned.page_size if planned.model.dsv4 else 1),
         max_total_tokens=pick("max_total_tokens", ran),
         rule=planned.rule,
         speculative=speculative_setup(ran, planned.model),
         max_running_requests=boot.pool.max_running_requests or pick("max_running_requests", ran),
         context_length=boot.pool.context_len or pick("context_length", ran),
-    )
+        **_pool_flags(ran),
+    ).model_copy(update=_from_boot(boot, planned))
 
 
 def sized(boot: Boot) -> bool:
@@ -329,6 +376,9 @@ def plan_restart(
     """The capacity plan for a restart with `sources`' flags, calibrated on `boots` (oldest first). The
     fraction is the sources' `--mem-fraction-static`, else the one the calibrating boot ran with."""
     cfg = pool_config(model, sources, sglang_version=sglang_version, target_context=target_context)
+    latest = latest_sized(boots)
+    if latest is not None:
+        cfg = cfg.model_copy(update=_from_boot(latest, cfg))
     fraction = pick("mem_fraction_static", [s for s in sources if not s.observed])
     calibration = calibrate(
         observations(boots, cfg, latest_fraction=latest_fraction), cfg, gpu_mem_gib=gpu_mem_gib
