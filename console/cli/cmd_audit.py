@@ -37,6 +37,9 @@ class AuditReport(BaseModel, defer_build=True):
     """Intents with no outcome whose console is gone: applies that were interrupted."""
     trail: list[AuditEntry] = Field(default_factory=list)
     """Every readable line as written, intents included, oldest first (not limited by --limit)."""
+    cut: str | None = None
+    """What was left out of a trail longer than the part read (its last 1 MiB), in one sentence; the
+    figures above are of that part."""
 
 
 def _positive(text: str) -> int:
@@ -66,20 +69,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-def _read(name: str, hosts_file: str | None) -> tuple[str, AuditLog, list[AuditRecord]]:
+def _read(name: str, hosts_file: str | None) -> tuple[str, AuditLog, list[AuditRecord], str | None]:
     import asyncio
 
     from console.sources.hosts import HostsError, load_hosts, resolve_host
     from console.sources.hoststate import HostStateDir, HostStateError
     from console.sources.transport import Backoff, Transport, TransportError
 
-    async def fetch() -> tuple[str, AuditLog, list[AuditRecord]]:
+    async def fetch() -> tuple[str, AuditLog, list[AuditRecord], str | None]:
         host = resolve_host(name, load_hosts(hosts_file))
         transport = Transport(host, backoff=Backoff(max_attempts=3))
         try:
             # Reading identifies nobody: no heartbeat is written, so `audit` leaves no trace on the host.
-            log, records, _ = await HostStateDir(transport, host).read_audit_records()
-            return host.state_dir, log, records
+            state = HostStateDir(transport, host)
+            log, records, _ = await state.read_audit_records()
+            return host.state_dir, log, records, state.audit_cut
         finally:
             await transport.close()
 
@@ -121,7 +125,7 @@ def _table(records: list[AuditRecord]) -> Table:
 
 
 def run(args: argparse.Namespace) -> int:
-    state_dir, log, records = _read(args.host, args.hosts)
+    state_dir, log, records, cut = _read(args.host, args.hosts)
     shown = records[-args.limit :] if args.limit else records
     unfinished = sum(1 for r in records if r.status == "unfinished")
     if args.json:
@@ -133,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
             skipped=log.skipped,
             unfinished=unfinished,
             trail=log.entries,
+            cut=cut,
         )
         sys.stdout.write(_json_text(report.model_dump(mode="json")) + "\n")
         return EXIT_OK
@@ -142,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if shown:
         sys.stdout.write(render(_table(shown)))
+    if cut is not None:
+        sys.stderr.write(f"k26-console: {terminal_safe(cut)}\n")
     if log.skipped:
         sys.stderr.write(
             f"k26-console: skipped {log.skipped} unreadable line(s) of {terminal_safe(state_dir)}/audit.jsonl "

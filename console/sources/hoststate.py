@@ -75,8 +75,16 @@ from console.core.pairing import (
 )
 from console.core.text import split_lines
 from console.sources import hoststate_scripts as hs
+from console.sources.bounded import CutLine, OutputTooLarge, run_bounded, stream_lines
 from console.sources.hosts import HostConfig
 from console.sources.transport import CommandResult, ConnState, Transport, TransportError
+
+AUDIT_TAIL_BYTES = 1 << 20
+"""How much of the audit trail is read (1 MiB: its last 1,000 to 3,000 changes): a 200 MB trail took `audit
+--limit 5` 3.3 GB and 44 s read whole, and a trail linked to /dev/zero never ended. Reading an entry back
+costs ~0.1 ms: 1 MiB is ~0.3 s of the console's loop, where it is read when a host's tab opens."""
+AUDIT_FOLLOW_LINE_MAX = 64 << 10
+"""The longest trail line a follower reads (a console writes them under `AUDIT_LINE_MAX_BYTES`)."""
 
 __all__ = [
     "PRUNE_PER_READ",
@@ -547,10 +555,41 @@ class HostStateDir:
         await self._sync_clock()
         await self._run(hs.APPEND, entry.to_jsonl(), what="append to audit.jsonl")
 
-    async def read_audit_log(self) -> AuditLog:
-        """The whole trail, oldest first, with the count of unreadable lines skipped."""
-        _, lines = await self._run(hs.READ_AUDIT, what="read audit.jsonl")
-        return parse_audit(lines)
+    audit_cut: str | None = None
+    """What the last read of the trail left out, in one sentence (None when it read all of it)."""
+
+    async def read_audit_log(self, *, tail_bytes: int = AUDIT_TAIL_BYTES) -> AuditLog:
+        """The trail's last `tail_bytes` (all of a trail that size or less), oldest first, with the count
+        of unreadable lines skipped; `lines` counts the whole file's (a follower resumes after them).
+
+        Bounded however the host answers: a trail that is not a regular file is refused by the host's
+        script, what it prints is read up to the tail's size (`run_bounded`), within `timeout`. A longer
+        trail's older entries are left out, and `audit_cut` says so."""
+        argv = ["sh", "-c", hs.READ_AUDIT, "k26-console-state", self.path, str(tail_bytes)]
+        try:
+            result = await run_bounded(self.transport, argv, limit=tail_bytes + 4096, timeout=self.timeout)
+        except OutputTooLarge as exc:
+            raise HostStateError(
+                f"cannot read audit.jsonl in {self.path} on {self.host.name}: the host sent more than "
+                f"{exc.limit:,} characters for its last {tail_bytes:,} bytes."
+            ) from None
+        lines = split_lines(result.stdout)
+        start = next((i for i, line in enumerate(lines) if line.startswith("now ")), None)
+        head = lines[start + 1].split() if start is not None and start + 1 < len(lines) else []
+        if not result.ok or len(head) != 3 or head[0] != "trail" or not (head[1] + head[2]).isdigit():
+            raise HostStateError(self._failure(result, "read audit.jsonl"))
+        assert start is not None
+        total, size = int(head[1]), int(head[2])
+        body = lines[start + 2 :]
+        self.audit_cut = None
+        if size > tail_bytes:
+            body = body[1:]  # the tail begins inside a line
+            self.audit_cut = (
+                f"audit.jsonl in {self.path} on {self.host.name} holds {size:,} bytes: its last "
+                f"{tail_bytes:,} were read ({len(body):,} of its {total:,} lines), the older ones left out."
+            )
+        log = parse_audit(body)
+        return log.model_copy(update={"lines": total})
 
     async def read_audit_records(self) -> tuple[AuditLog, list[AuditRecord], PairingView | None]:
         """The whole trail, and the same paired into operations (an intent with its outcome; an intent
@@ -571,8 +610,7 @@ class HostStateDir:
         dropped connection resumes after the last line seen; the iterator ends when the transport is
         closed."""
         if after_line is None:
-            _, lines = await self._run(hs.READ_AUDIT, what="read audit.jsonl")
-            after_line = len(lines)
+            after_line = (await self.read_audit_log()).lines
         seen = after_line
         while True:
             try:
@@ -581,12 +619,15 @@ class HostStateDir:
                     timeout=self.timeout,
                 ) as stream:
                     got = False
-                    async for raw in stream.lines():
-                        got = True
-                        seen += 1
-                        entry = parse_audit_line(raw.decode("utf-8", "replace"))
-                        if entry is not None:
-                            yield entry
+                    async for chunk in stream_lines(stream, AUDIT_FOLLOW_LINE_MAX):
+                        for raw in chunk:
+                            got = True
+                            seen += 1
+                            if type(raw) is CutLine:
+                                continue  # no entry this console writes is near this long
+                            entry = parse_audit_line(raw.decode("utf-8", "replace"))
+                            if entry is not None:
+                                yield entry
                     status = await stream.wait(1.0)
                     if not got and status not in (None, 0) and self.transport.connection is not None:
                         # tail itself failed (no -F, an unreadable file): retrying would not help

@@ -279,9 +279,19 @@ REMOVE_FILE = (
 """
 )
 
+# $1 the most bytes to print: the trail's last $1 bytes, after `trail LINES BYTES` (the whole file's, as it
+# was when read: a follower resumes after LINES). A trail that is not a regular file (a link to /dev/zero,
+# a FIFO) is refused: `cat` of it never ended.
 READ_AUDIT = (
     READ_PROLOGUE
-    + r"""cat "$d/audit.jsonl" 2>/dev/null; exit 0
+    + r"""a=$d/audit.jsonl
+[ -e "$a" ] || { printf 'trail 0 0\n'; exit 0; }
+[ -f "$a" ] || { echo "$a is not a regular file" >&2; exit 74; }
+s=$(wc -c < "$a" | tr -d ' ') || exit 74
+n=$(head -c "$s" "$a" | wc -l | tr -d ' ')
+printf 'trail %s %s\n' "$n" "$s"
+if [ "$s" -gt "$1" ]; then tail -c "+$((s - $1 + 1))" "$a" | head -c "$1"; else head -c "$s" "$a"; fi
+exit 0
 """
 )
 
@@ -303,5 +313,6 @@ set -u
 d=$1
 case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; esac
 mkdir -p "$d" && : >> "$d/audit.jsonl" || exit 70
+[ -f "$d/audit.jsonl" ] || { echo "$d/audit.jsonl is not a regular file" >&2; exit 74; }
 exec tail -n "+$2" -F "$d/audit.jsonl"
 """
