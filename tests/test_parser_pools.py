@@ -222,3 +222,29 @@ def test_a_boot_without_a_draft_shows_no_draft_pool(corpus_dir: Path) -> None:
     assert (boot.pool.draft_kv_tokens, boot.pool.draft_weights_gb) == (None, None)
     assert set(boot.weights_lines.values()) == {1} and len(boot.weights_lines) == 8
     assert len(boot.ranks_pool_ended) == 8
+
+
+def test_each_pool_against_its_use_on_a_real_deepseek_v4_log() -> None:
+    # One public DeepSeek-V4-Flash log on Ascend NPU (read_file id 57615238133): its budget and pool
+    # lines, then a decode line with the full and sliding-window pools' use, in the log's order.
+    from console.core.pools import pool_readings
+
+    later = lines("dsv4-and-draft-lines.log")
+    events = parse_text("\n".join([later[0], later[1], lines("swa-lines.log")[8]]))
+    (boot,) = fold_boots(events)
+    readings = {r.pool: r for r in pool_readings(boot, events)}
+    assert list(readings) == ["full", "swa", "dsv4_c4", "dsv4_c128"]
+    assert (readings["full"].size, readings["full"].used, readings["full"].usage) == (209280, 128, 0.0)
+    assert (readings["swa"].size, readings["swa"].used, readings["swa"].usage) == (20864, 128, 0.04)
+    assert (readings["dsv4_c4"].size, readings["dsv4_c128"].size) == (52320, 1635)
+
+
+def test_a_hybrid_boots_pools_before_any_traffic() -> None:
+    from console.core.pools import pool_readings
+
+    (boot,) = fold_boots(parse_text((DATA / "qwen35-397b-hybrid-tp2.log").read_text()))
+    readings = pool_readings(boot)
+    assert [(r.pool, r.size, r.unit, r.gib, r.used, r.usage) for r in readings] == [
+        ("full", 580364, "tokens", 8.3, None, None),
+        ("mamba", 82, "slots", 7.42, None, None),
+    ]

@@ -29,6 +29,7 @@ from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from console.core.alerts import Alert, alert_inputs, evaluate
 from console.core.events import DecodeBatch, PrefillBatch
 from console.core.metrics import parse_prometheus
+from console.core.pools import pool_readings
 from console.core.serving import DEFAULT_WINDOW_S, Scrape, ServingFigures, serving_figures
 from console.core.text import json_safe, terminal_safe
 
@@ -142,6 +143,9 @@ class SnapshotReport(BaseModel, defer_build=True):
     gpus: list[dict[str, Any]] = []
     gpu_state: str | None = None
     pool: dict[str, Any] | None = None
+    pools: list[dict[str, Any]] = []
+    """Each pool of the boot against its use (full, sliding-window, mamba slots, draft, DeepSeek-V4's):
+    `console/core/pools.pool_readings`."""
     server_health: str | None = None
     server_version: str | None = None
     serving: ServingFigures
@@ -338,6 +342,7 @@ def report_of(
         gpus=[dataclasses.asdict(row) | {"free_gib": row.free_gib} for row in gpu_rows(snap, boot)],
         gpu_state=str(snap.gpus.state) if snap.gpus else None,
         pool={k: v for k, v in dataclasses.asdict(gauge).items()},
+        pools=[r.model_dump(mode="json") for r in pool_readings(boot, snap.recent)],
         server_health=str(snap.server.health) if snap.server else None,
         server_version=figures.version,
         serving=figures,
