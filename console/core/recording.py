@@ -21,6 +21,11 @@ audit      new `AuditEntry`s of the host's audit trail
 
 A replay folds them through `console.core.hostfold.HostFold` and the console's own controllers, exactly
 as live. The I/O (SQLite, the writer thread) is `console.sources.recording`.
+
+A recording may come from anywhere: what is read back is bounded here. A chunk unpacks to at most
+`CHUNK_RAW_MAX` bytes (read with zlib's `max_length`: a 1.6 MB bomb unpacked to 3.2 GB), times are held to
+`sane_ts` (a record's outside it is left out; a chunk's or a mark's outside it, by the reader), and
+every payload is validated by the models that hold their own ranges (GPU samples, scrapes, events).
 """
 
 from __future__ import annotations
@@ -71,6 +76,20 @@ journal lines a second (about 400 MB an hour, docs/performance.md), weeks of a q
 DEFAULT_MAX_AGE_S = 7 * 86_400.0
 """The default age bound: chunks older than a week are dropped."""
 COMPRESS_LEVEL = 6
+CHUNK_RAW_MAX = 32 << 20
+"""The most a chunk may unpack to (32 MiB; a writer's chunk is about a second of one host, well under a
+MiB at 2,000 journal lines a second). The writer keeps its chunks under half of it (`encode_chunks`)."""
+TS_MAX = 7_258_118_400.0
+"""2200-01-01 in Unix seconds: a recorded time past it (or before 1970, or not a number) is no moment of a
+recording (1e20 and 1e300 made replay's clock text raise)."""
+
+
+def sane_ts(value: object) -> float | None:
+    """`value` as a recording's time (Unix seconds) when it is one, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if 0.0 <= number < TS_MAX else None  # NaN compares false
 
 
 class RecordError(ValueError):
@@ -203,23 +222,78 @@ def encode(records: Iterable[tuple[float, str, str, Any]]) -> tuple[bytes, int]:
     return zlib.compress(raw, COMPRESS_LEVEL), len(raw)
 
 
-def decode(blob: bytes, *, kinds: frozenset[str] | None = None) -> list[Record]:
-    """A chunk's records, oldest first (`kinds`: only those). RecordError when it is not one."""
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    blob: bytes
+    raw_bytes: int
+    t0: float
+    t1: float
+    records: int
+
+
+def encode_chunks(
+    records: Sequence[tuple[float, str, str, Any]], *, max_raw: int = CHUNK_RAW_MAX // 2
+) -> list[Chunk]:
+    """`records` as chunks of at most `max_raw` bytes unpacked each (a record larger than that is a chunk
+    of its own): what a replay reads back within `CHUNK_RAW_MAX`."""
+    chunks: list[Chunk] = []
+    lines: list[bytes] = []
+    first = 0
+    size = 0
+
+    def close(end: int) -> None:
+        raw = b"\n".join(lines)
+        chunks.append(
+            Chunk(
+                zlib.compress(raw, COMPRESS_LEVEL),
+                len(raw),
+                records[first][0],
+                records[end - 1][0],
+                end - first,
+            )
+        )
+
+    for n, (ts, host, kind, payload) in enumerate(records):
+        line = _dumps([ts, host, kind, _plain(kind, payload)])
+        if lines and size + len(line) + 1 > max_raw:
+            close(n)
+            lines, first, size = [], n, 0
+        lines.append(line)
+        size += len(line) + 1
+    if lines:
+        close(len(records))
+    return chunks
+
+
+def decode(blob: bytes, *, kinds: frozenset[str] | None = None, max_raw: int = CHUNK_RAW_MAX) -> list[Record]:
+    """A chunk's records, oldest first (`kinds`: only those). RecordError when it is not one, or when
+    it unpacks to more than `max_raw` bytes (unpacked only that far). A record whose time is no moment
+    (`sane_ts`) is left out."""
+    inflate = zlib.decompressobj()
     try:
-        data = zlib.decompress(blob)
+        data = inflate.decompress(blob, max_raw + 1)
     except zlib.error:
         raise RecordError("a chunk is not compressed as this version writes it") from None
+    if len(data) > max_raw or inflate.unconsumed_tail:
+        raise RecordError(
+            f"a chunk unpacks to more than {max_raw:,} bytes (this version writes at most half)"
+        )
+    if not inflate.eof:
+        raise RecordError("a chunk is not compressed as this version writes it (it ends early)")
     out: list[Record] = []
     for line in data.split(b"\n"):
         try:
             ts, host, kind, plain = _loads(line)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, RecursionError):
             raise RecordError("a chunk holds a line that is not a record") from None
         if kinds is not None and kind not in kinds:
             continue
+        when = sane_ts(ts)
+        if when is None:
+            continue
         try:
-            out.append(Record(float(ts), str(host), str(kind), _typed(str(kind), plain)))
-        except (ValueError, TypeError, KeyError) as exc:
+            out.append(Record(when, str(host)[:256], str(kind), _typed(str(kind), plain)))
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
             if isinstance(exc, RecordError):
                 raise
             raise RecordError(f"a {kind} record does not read back ({type(exc).__name__})") from None
@@ -315,5 +389,7 @@ def parse_at(text: str, start: float, end: float) -> float:
 
 
 def clock_text(ts: float) -> str:
-    """A recording's moment as the timeline writes it (UTC)."""
+    """A recording's moment as the timeline writes it (UTC); `--:--:--` for no moment a clock shows."""
+    if sane_ts(ts) is None:
+        return "--:--:--"
     return datetime.fromtimestamp(ts, UTC).strftime("%H:%M:%S")

@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections import deque
@@ -35,8 +36,12 @@ from console.core.recording import (
     RecordError,
     RetentionPolicy,
     decode,
-    encode,
+    encode_chunks,
+    sane_ts,
 )
+
+LABEL_MAX = 200
+"""Characters kept of a mark's label (the timeline shows a line of it)."""
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -51,6 +56,21 @@ _SCHEMA = (
 
 class RecordingError(Exception):
     """The recording cannot be written or read; `str()` is one sentence for the operator."""
+
+
+def _regular_or_absent(path: Path) -> None:
+    """Refuse a path that is there and is not a regular file (a device, a FIFO, a directory): SQLite would
+    open it, and make its `-journal` and `-wal` beside it (`record --out /dev/full` left /dev/full-journal)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise RecordingError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(mode):
+        raise RecordingError(f"{path} is a directory, not a recording")
+    if not stat.S_ISREG(mode):
+        raise RecordingError(f"{path} is not a regular file (a device or a pipe), not a recording")
 
 
 def _connect(path: Path, *, create: bool) -> sqlite3.Connection:
@@ -115,6 +135,7 @@ class Recorder:
         self.raw_bytes = 0
         self.dropped_chunks = 0
         self._stored = 0
+        _regular_or_absent(self.path)
         try:
             self._conn = _connect(self.path, create=True)
             # Someone else's file is refused before anything is written to it (the WAL switch included).
@@ -211,20 +232,20 @@ class Recorder:
         if self.error is not None or (not records and not marks):
             return
         try:
-            blob, raw = encode(records) if records else (None, 0)
+            # Chunks a replay reads back within its bound (a busy second is one chunk, well under it).
+            chunks = encode_chunks(records) if records else []
             with self._conn:
                 self._conn.execute("BEGIN")
-                if blob is not None:
-                    self._conn.execute(
-                        "INSERT INTO chunks (t0, t1, records, raw_bytes, blob) VALUES (?, ?, ?, ?, ?)",
-                        (records[0][0], records[-1][0], len(records), raw, blob),
-                    )
+                self._conn.executemany(
+                    "INSERT INTO chunks (t0, t1, records, raw_bytes, blob) VALUES (?, ?, ?, ?, ?)",
+                    [(c.t0, c.t1, c.records, c.raw_bytes, c.blob) for c in chunks],
+                )
                 if marks:
                     self._conn.executemany(
                         "INSERT INTO marks (ts, host, kind, label) VALUES (?, ?, ?, ?)", marks
                     )
                 stored = self._stored
-                self._stored += len(blob) if blob is not None else 0
+                self._stored += sum(len(c.blob) for c in chunks)
                 try:
                     self._apply_policy()
                 except BaseException:
@@ -234,11 +255,10 @@ class Recorder:
             # The console goes on without recording; its badge says why.
             self.error = _sentence(self.path, exc)
             return
-        if blob is not None:
-            self.records += len(records)
-            self.chunks += 1
-            self.bytes_written += len(blob)
-            self.raw_bytes += raw
+        self.records += len(records)
+        self.chunks += len(chunks)
+        self.bytes_written += sum(len(c.blob) for c in chunks)
+        self.raw_bytes += sum(c.raw_bytes for c in chunks)
 
     def _apply_policy(self) -> None:
         """Drop the oldest chunks (and their marks) past the size or age bound, inside the commit."""
@@ -286,8 +306,7 @@ class RecordingReader:
         self.path = Path(path)
         if not self.path.exists():
             raise RecordingError(f"{self.path} does not exist")
-        if self.path.is_dir():
-            raise RecordingError(f"{self.path} is a directory, not a recording")
+        _regular_or_absent(self.path)
         try:
             self._conn = _connect(self.path, create=False)
             self.meta = _check_meta(self._conn, self.path)
@@ -302,23 +321,51 @@ class RecordingReader:
         self.hosts: list[str] = [str(h) for h in hosts] if isinstance(hosts, list) else []
         self.chunks: list[tuple[int, float, float]] = []
         self.marks: list[Mark] = []
+        self.left_out = (0, 0)
+        """Chunks and marks of the file left out for their times (see `refresh`)."""
         self.refresh()
 
     def refresh(self) -> None:
-        """Read the chunk index and the marks again (a recording still being written grows)."""
+        """Read the chunk index and the marks again (a recording still being written grows).
+
+        A chunk or a mark whose time is no moment a clock shows (`sane_ts`: 1e20, 1e300, inf, NaN, a
+        chunk ending before it begins) is left out, and a `gap` mark at the recording's start says how
+        many in one sentence."""
         try:
-            self.chunks = [
-                (int(i), float(t0), float(t1))
-                for i, t0, t1 in self._conn.execute("SELECT id, t0, t1 FROM chunks ORDER BY id")
-            ]
-            self.marks = [
-                Mark(float(ts), str(host), str(kind), str(label))
-                for ts, host, kind, label in self._conn.execute(
-                    "SELECT ts, host, kind, label FROM marks ORDER BY ts, rowid"
-                )
-            ]
-        except sqlite3.DatabaseError as exc:
+            chunks: list[tuple[int, float, float]] = []
+            bad_chunks = 0
+            for i, t0, t1 in self._conn.execute("SELECT id, t0, t1 FROM chunks ORDER BY id"):
+                start, end = sane_ts(t0), sane_ts(t1)
+                if isinstance(i, int) and start is not None and end is not None and start <= end:
+                    chunks.append((i, start, end))
+                else:
+                    bad_chunks += 1
+            marks: list[Mark] = []
+            bad_marks = 0
+            for ts, host, kind, label in self._conn.execute(
+                "SELECT ts, host, kind, label FROM marks ORDER BY ts, rowid"
+            ):
+                when = sane_ts(ts)
+                if when is None:
+                    bad_marks += 1
+                    continue
+                marks.append(Mark(when, str(host)[:LABEL_MAX], str(kind)[:LABEL_MAX], str(label)[:LABEL_MAX]))
+        except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
             raise RecordingError(_sentence(self.path, exc)) from None
+        self.chunks = chunks
+        self.left_out = (bad_chunks, bad_marks)
+        if bad_chunks or bad_marks:
+            at = chunks[0][1] if chunks else (marks[0].ts if marks else 0.0)
+            marks.insert(
+                0,
+                Mark(
+                    at,
+                    "",
+                    "gap",
+                    f"{bad_chunks} chunk(s) and {bad_marks} mark(s) with times no clock shows left out",
+                ),
+            )
+        self.marks = marks
 
     @property
     def start(self) -> float:

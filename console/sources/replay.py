@@ -24,7 +24,7 @@ from console.core.hostfold import HostFold
 from console.core.pairing import PairingView
 from console.core.recording import Mark, Record
 from console.core.snapshot import ConnectionStatus, FollowerStatus, HostSnapshot
-from console.sources.recording import RecordingReader
+from console.sources.recording import RecordingError, RecordingReader
 
 CHECKPOINT_S = 15.0
 """Recording time between two checkpoints of the fold: a seek back costs at most this much input (at
@@ -167,7 +167,13 @@ class Replay:
         chunks = self.reader.chunks
         while self._chunk < len(chunks):
             if self._records is None:
-                self._records = self.reader.chunk(chunks[self._chunk][0])
+                try:
+                    self._records = self.reader.chunk(chunks[self._chunk][0])
+                except RecordingError:
+                    # Said once (the caller shows the sentence), then passed: the next call reads on.
+                    self._chunk += 1
+                    self._offset = 0
+                    raise
             if self._offset < len(self._records):
                 return self._records[self._offset]
             self._chunk += 1
