@@ -445,3 +445,43 @@ def test_empty_throughput_chart_names_the_probe_key_only_where_there_is_a_probe(
     replayed = throughput_chart([], now=1000.0, window_s=300.0, width=80, height=10, probe_hint=False).plain
     assert live.startswith("No generation in the last 5 minutes") and "P sends a synthetic" in live
     assert replayed.startswith("No generation in the last 5 minutes") and "P sends" not in replayed
+
+
+def test_the_chart_reads_from_zero_and_labels_its_figure_as_the_line_under_it() -> None:
+    """After a restart the chart's y axis read 1.99 / -0.99 over a flat 0.7 tok/s, and its ticks
+    (8.8, 6.1, 3.4) matched nothing written under it (issue 34)."""
+    from console.tui.throughput import segments
+
+    now = 1000.0
+    flat = [(now - 30 + i, 0.7) for i in range(0, 30, 3)]
+    lines = throughput_chart(flat, now, 300.0, 90, 9).plain.splitlines()
+    ticks = [line.split("┤")[0].strip() for line in lines if "┤" in line]
+    values = [float(t) for t in ticks]
+    assert values and min(values) == 0 and all(v >= 0 for v in values), ticks
+    # Before a restart 11.5 tok/s, after it 0.7: not joined across the gap, and the newest figure is a
+    # tick written as the line under the chart writes it.
+    points = [(now - 250 + i, 11.5) for i in range(0, 100, 5)] + [
+        (now - 100 + i, 0.7) for i in range(0, 100, 5)
+    ]
+    assert [len(run) for run in segments([(t - now, v) for t, v in points], 15.0)] == [20, 20]
+    text = throughput_chart(points, now, 300.0, 90, 17).plain
+    assert "0.70┤" in text and text.splitlines()[-1] == "gen tok/s  now 0.70"
+    assert "-5m" in text and "now" in text.splitlines()[-2]
+
+
+def test_an_empty_chart_blames_the_link_not_the_server_when_the_link_is_down() -> None:
+    """With the host's SSH link refused, the panel said the server "logged no Decode batch line"."""
+    from console.core.snapshot import ConnectionStatus, ConnState, HostSnapshot
+
+    now = 1_780_000_000.0
+    chart = ThroughputChart(window_s=300.0, clock=lambda: now)
+    down = ConnectionStatus(
+        host="gpu1", state=ConnState.RETRYING, since=now - 5, retry_in_s=4.0, reason="connection refused"
+    )
+    chart.show(HostSnapshot(host="gpu1", seq=1, ts=now, connection=down))
+    text = chart.render().plain
+    assert "no link to gpu1 (retrying in 4s: connection refused)" in text and "Decode batch" not in text
+    chart.show(
+        HostSnapshot(host="gpu1", seq=2, ts=now, connection=down.model_copy(update={"state": ConnState.UP}))
+    )
+    assert "Decode batch" in chart.render().plain

@@ -123,3 +123,18 @@ async def test_the_first_gpu_sample_after_the_journal_refits_the_panels() -> Non
         assert not dash.throughput.display
         for i in range(8):
             assert on_screen(app, f"GPU{i} "), i
+
+
+async def test_at_160x48_the_chart_fills_the_rows_under_the_gpu_bars() -> None:
+    """The chart was 9 rows (2 of them plot) over 9 blank rows at 160x48 (issue 34): it takes what the
+    bars leave of the top."""
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await busy_dashboard(app, pilot)
+        dash = app.dashboards["gpu1"]
+        main = dash.query_one("#main")
+        await pilot.pause()
+        assert dash.throughput.display
+        used = dash.gpus.outer_size.height + dash.throughput.outer_size.height
+        assert used == main.outer_size.height, (used, main.outer_size.height)
+        assert dash.throughput.outer_size.height > 12

@@ -45,7 +45,10 @@ class HostDashboard(Vertical):
     FEED_MIN_ROWS = 5
     """Event rows kept in view whatever the pane's size: the panels above scroll instead."""
     CHART_ROWS = 9
+    """The chart's rows at least; beyond them it grows to end level with the side column (9 at most
+    left it 2 plot rows tall over 9 blank ones at 160x48), within what the GPU bars leave of the top."""
     CHART_MIN_ROWS = 6
+    """Below this many rows the chart gives way to its latest figure."""
     ROOMY_TOP_SHARE = 0.6
     """On a tall pane the panels take at most this share of it; the feed has the rest."""
 
@@ -108,6 +111,12 @@ class HostDashboard(Vertical):
         self.timeline.border_title = "restart"
         self.serving.border_title = "serving"
         self.feed.border_title = "events"
+        # The side column grows and shrinks with its panels (the serving figures come, a restart's
+        # phases): the chart beside it follows, so that the two columns end level.
+        self.watch(self.query_one("#side"), "virtual_size", self._side_resized, init=False)
+
+    def _side_resized(self) -> None:
+        self.fit()
 
     def on_resize(self) -> None:
         self.fit()
@@ -154,7 +163,10 @@ class HostDashboard(Vertical):
         chart = room >= self.CHART_MIN_ROWS
         self.throughput.display = chart
         if chart:
-            self.throughput.styles.height = min(self.CHART_ROWS, room)
+            side = self.query_one("#side").virtual_size.height
+            floor = self.gpus.styles.min_height
+            bars = max(self._gpu_rows_fitted, int(floor.value) if floor is not None else 0)
+            self.throughput.styles.height = min(room, max(self.CHART_ROWS, side - bars))
         self.show_figure()
 
     def show_figure(self) -> None:

@@ -4,6 +4,8 @@ scrape interval), and the newest figure, said as "now" only while it is."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -12,7 +14,8 @@ from rich.text import Text
 from textual.widget import Widget
 
 from console.core.probe_history import throughput_points
-from console.core.snapshot import HostSnapshot
+from console.core.snapshot import ConnState, HealthState, HostSnapshot
+from console.core.text import terminal_safe
 from console.tui.plot import axis_style, current_style, plot_text
 from console.tui.themes import palette
 from console.tui.view import textual_text
@@ -24,6 +27,17 @@ NOW_WINDOW_S = 60.0
 
 SPARSE_LINES_S = 10.0
 """With no decode line for this long, the chart plots `/metrics`' generation rate per scrape interval."""
+
+
+def quiet_reason(snap: HostSnapshot) -> str | None:
+    """Why no generation figure can come now, when the server cannot be asked: the tok/s panel said the
+    server "logged no Decode batch line" while the link to the host was refused."""
+    link = snap.connection
+    if link is not None and link.state is not ConnState.UP:
+        return f"no link to {snap.host} ({terminal_safe(link.describe())})"
+    if snap.server is not None and snap.server.health is HealthState.DOWN:
+        return "the server does not answer"
+    return None
 
 
 def ago(seconds: float) -> str:
@@ -42,6 +56,70 @@ def latest_figure(last: tuple[float, float], now: float, idle_at: float | None) 
     return Text(f"now {value:.2f}", current_style())
 
 
+GAP_S = 15.0
+"""Points further apart than this (and than a few of the series' own spacings) are not joined: a line
+across a restart or a quiet spell drew generation where there was none."""
+
+
+NICE = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
+
+
+def nice_ceiling(value: float) -> float:
+    """The smallest round number (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 times a power of ten) at least
+    `value`: the top of the y axis, close over the highest point (1 for none)."""
+    if value <= 0:
+        return 1.0
+    power = 10.0 ** math.floor(math.log10(value))
+    return next(m * power for m in NICE if m * power >= value * (1 - 1e-9))
+
+
+def fmt_rate(value: float) -> str:
+    """A tok/s figure as the chart's axis and its `now` line both write it (two decimals: 0.70)."""
+    return f"{value:,.2f}" if value < 1000 else f"{value:,.0f}"
+
+
+def segments(shown: Sequence[tuple[float, float]], gap_s: float) -> list[list[tuple[float, float]]]:
+    """The points in runs whose neighbours are at most `gap_s` apart, oldest first."""
+    runs: list[list[tuple[float, float]]] = []
+    for point in shown:
+        if runs and point[0] - runs[-1][-1][0] <= gap_s:
+            runs[-1].append(point)
+        else:
+            runs.append([point])
+    return runs
+
+
+def time_ticks(window_s: float, width: int) -> tuple[list[float], list[str]]:
+    """The x axis: `now` at the right, then whole minutes back (seconds for a short window), every 1, 2,
+    5... of them, as many as the width keeps apart (a label is up to 5 cells)."""
+    unit = 60.0 if window_s >= 120 else 1.0
+    fit = max(2, width // 8)
+    step = next(
+        (m * unit for m in (1, 2, 5, 10, 15, 30, 60, 120) if window_s / (m * unit) + 1 <= fit), window_s
+    )
+    marks = [-step * i for i in range(int(window_s // step + 1e-9), -1, -1)]
+    suffix = "m" if unit == 60.0 else "s"
+    return marks, ["now" if m == 0 else f"-{-m / unit:g}{suffix}" for m in marks]
+
+
+def value_ticks(top: float, newest: float | None, rows: int) -> tuple[list[float], list[str]]:
+    """The y axis from 0 (tok/s is never negative) to `top` (halfway too, given the rows), and the
+    newest figure itself, written as the chart's last line writes it, where it crowds neither end: the
+    label beside the curve's end reads what the line under the chart says."""
+    marks = [0.0, top / 2, top] if rows >= 5 else [0.0, top]
+    labels = {m: f"{m:g}" for m in marks}
+    if newest is not None and rows > 1:
+
+        def row(value: float) -> int:
+            return round(value / top * (rows - 1))
+
+        if row(newest) not in (row(0.0), row(top)):
+            labels = {m: t for m, t in labels.items() if row(m) != row(newest)}
+            labels[newest] = fmt_rate(newest)
+    ordered = sorted(labels)
+    return ordered, [labels[m] for m in ordered]
+
+
 def throughput_chart(
     points: Sequence[tuple[float, float]],
     now: float,
@@ -51,26 +129,42 @@ def throughput_chart(
     *,
     idle_at: float | None = None,
     probe_hint: bool = True,
+    quiet_why: str | None = None,
 ) -> Text:
-    """Generation tok/s over the last `window_s` seconds (x: seconds before now). `idle_at`: when the
-    server last said it was running no request. `probe_hint`: the empty chart names the probe's key (not
-    in a replay, which has no probe)."""
+    """Generation tok/s over the last `window_s` seconds (x: minutes before now), from 0 up. `idle_at`:
+    when the server last said it was running no request. `probe_hint`: the empty chart names the
+    probe's key (not in a replay, which has no probe). `quiet_why`: why there is nothing to read when
+    the server cannot be asked (the link is down): an empty chart then says that, not that the server
+    logged nothing."""
     shown = [(t - now, v) for t, v in points if now - window_s <= t <= now]
     if not shown:
         minutes = f"{window_s / 60:g} minutes" if window_s >= 120 else f"{window_s:g} s"
+        if quiet_why is not None:
+            return Text(f"No generation figures in the last {minutes}: {quiet_why}.", palette().muted)
         hint = "\nP sends a synthetic long-context request and measures it (the probe)." if probe_hint else ""
         return Text(
             f"No generation in the last {minutes}: the server logged no Decode batch line.{hint}",
             palette().muted,
         )
+    last = (shown[-1][0] + now, shown[-1][1])
+    top = nice_ceiling(max(v for _, v in shown) * 1.05)
+    plot_rows = height - 1
+    spacing = sorted(b[0] - a[0] for a, b in itertools.pairwise(shown))
+    gap = max(GAP_S, 3 * spacing[len(spacing) // 2]) if spacing else GAP_S
+    # The plot's own rows: its height less the frame (2) and the time labels (1).
+    y_marks, y_labels = value_ticks(top, last[1], plot_rows - 3)
+    x_marks, x_labels = time_ticks(window_s, width)
 
     def build(fig: Any) -> None:
-        fig.draw(fig.signal([x for x, _ in shown], [v for _, v in shown]).lines())
+        for run in segments(shown, gap):
+            signal = fig.signal([x for x, _ in run], [v for _, v in run])
+            fig.draw(signal.lines() if len(run) > 1 else signal)
         fig.ruler("x").lim(-window_s, 0)
-        fig.label("seconds before now", "x")
+        fig.ruler("x").ticks(x_marks, x_labels)
+        fig.ruler("y").lim(0, top)
+        fig.ruler("y").ticks(y_marks, y_labels)
 
-    chart = plot_text(build, width, height - 1, {"hd": current_style()})
-    last = (shown[-1][0] + now, shown[-1][1])
+    chart = plot_text(build, width, plot_rows, {"hd": current_style()})
     return chart + Text.assemble("\n", ("gen tok/s  ", axis_style()), latest_figure(last, now, idle_at))
 
 
@@ -109,6 +203,8 @@ class ThroughputChart(Widget):
         self._line_at = -1e18
         """The newest decode line's time: the /metrics rate stands in only where lines are sparse."""
         self._trend_at = -1e18
+        self.quiet_why: str | None = None
+        """Why nothing can be read now (the link is down, the server does not answer), or None."""
 
     def reset(self) -> None:
         """Forget every point (a replay that seeks draws again from where it lands)."""
@@ -144,6 +240,9 @@ class ThroughputChart(Widget):
         self.refresh()
 
     def show(self, snap: HostSnapshot) -> None:
+        why = quiet_reason(snap)
+        if why != self.quiet_why:
+            self.quiet_why, self._dirty = why, True
         new = snap.events_total - (self._seen_total if self._seen_total is not None else 0)
         self._seen_total = snap.events_total
         fresh = snap.recent[-new:] if 0 < new <= len(snap.recent) else snap.recent if new > 0 else ()
@@ -201,5 +300,6 @@ class ThroughputChart(Widget):
                 self.size.height,
                 idle_at=self.idle_at,
                 probe_hint=self.probe_hint,
+                quiet_why=self.quiet_why,
             )
         )
