@@ -151,6 +151,41 @@ async def test_the_follower_reads_past_an_entry_over_the_ssh_window(tmp_path: Pa
 @needs_sshd
 @needs_journal
 @pytest.mark.sshd
+async def test_the_follower_holds_a_bounded_number_of_bytes_for_a_lagging_consumer(
+    tmp_path: Path, sshd: SshdHandle
+) -> None:
+    """120 entries of 700 KB (each under the entry limit): a consumer that takes none holds the follower
+    at its byte bound, not at 4,096 entries (2.8 GB); then it takes them all, none lost."""
+    messages = [f"{n:04d} " + "z" * 700_000 for n in range(120)]
+    journal = _journal_file(tmp_path / "many.journal", messages)
+    transport = Transport(_config(sshd), ssh_config=[], backoff=Backoff(max_attempts=3))
+    follower = JournalFollower(
+        transport,
+        UNIT,
+        journalctl=("journalctl", "--file", str(journal)),
+        scope_to_invocation=False,
+        queue_max_bytes=8 << 20,
+    )
+    try:
+        follower.start()
+        async with asyncio.timeout(20):
+            while follower.pending < 12:
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)  # time enough to read on, were it not held
+        assert follower.pending <= 13, follower.pending  # 8 MiB and the entry that crossed it
+        got: list[str] = []
+        async with asyncio.timeout(30):
+            while len(got) < len(messages):
+                got += [str(e["MESSAGE"]) for e in await follower.next_batch()]
+        assert [m[:4] for m in got] == [m[:4] for m in messages]
+    finally:
+        await follower.close()
+        await transport.close()
+
+
+@needs_sshd
+@needs_journal
+@pytest.mark.sshd
 async def test_a_one_shot_read_cuts_an_entry_and_keeps_the_newest_within_its_bound(
     tmp_path: Path, sshd: SshdHandle
 ) -> None:

@@ -41,6 +41,10 @@ from console.sources.transport import Transport, TransportError
 
 JournalEntry = dict[str, Any]
 
+QUEUE_MAX_BYTES = 64 << 20
+"""The most the follower holds for a consumer that lags (64 MiB of entries' lines; a busy journal's second
+is ~2 MB): past it it stops reading, as it does at `queue_max` entries."""
+
 ENTRY_TAIL_BYTES = 64 << 10
 """The last bytes kept of an entry over `ENTRY_MAX_BYTES`: where its cursor is when journalctl printed
 it after the huge field."""
@@ -90,6 +94,7 @@ class JournalFollower:
         cursor: str | None = None,
         backlog: int = 5000,
         queue_max: int = 4096,
+        queue_max_bytes: int = QUEUE_MAX_BYTES,
         batch_max: int = 4096,
         journalctl: Sequence[str] = ("journalctl",),
         systemctl: Sequence[str] = ("systemctl",),
@@ -105,6 +110,13 @@ class JournalFollower:
         self.scope_to_invocation = scope_to_invocation
         self.restart_delay_s = restart_delay_s
         self._queue: asyncio.Queue[JournalEntry] = asyncio.Queue(maxsize=queue_max)
+        # The queue is bounded in bytes too (4,096 entries of up to 1 MiB would be 4 GiB): the size of
+        # each queued entry's line, in queue order, and their sum.
+        self.queue_max_bytes = queue_max_bytes
+        self._sizes: deque[int] = deque()
+        self._queued_bytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
         self._status = FollowerStatus(cursor=cursor)
         # Moved per entry as plain attributes (a pydantic copy per journal line was a few percent of
         # a core at 2,000 lines/s); `status` folds them in when it is read.
@@ -150,6 +162,10 @@ class JournalFollower:
                 batch.append(self._queue.get_nowait())
             except asyncio.QueueEmpty:
                 break
+        for _ in range(min(len(batch), len(self._sizes))):
+            self._queued_bytes -= self._sizes.popleft()
+        if self._queued_bytes <= self.queue_max_bytes:
+            self._room.set()
         return batch
 
     async def batches(self) -> AsyncIterator[list[JournalEntry]]:
@@ -251,7 +267,14 @@ class JournalFollower:
                     if entry is None or not isinstance(cursor, str):
                         self._skipped += 1
                         continue
+                    while self._queued_bytes > self.queue_max_bytes:
+                        # the consumer lags by more than the bound: stop reading (the channel's window
+                        # then stops journalctl) until it has taken some
+                        self._room.clear()
+                        await self._room.wait()
                     await self._queue.put(entry)
+                    self._sizes.append(len(line))
+                    self._queued_bytes += len(line)
                     # The cursor moves only once the entry is safely queued: a drop before this point
                     # makes the next run print the entry again, a drop after it does not.
                     self._cursor = cursor
