@@ -120,13 +120,12 @@ async def test_a_long_trail_is_read_as_its_tail_and_followed_from_its_end(
 
         task = asyncio.ensure_future(follow())
         try:
-            await asyncio.sleep(0.5)
-            with path.open("a") as f:
+            with path.open("a") as f:  # `tail -n +N` prints it whenever the follower's tail starts
                 f.write(_entry(999_999) + "\n")
             async with asyncio.timeout(10):
                 while not seen:
                     await asyncio.sleep(0.05)
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # nothing else comes: no line of the old trail is read again
             assert seen == ["entry 999999"]
         finally:
             task.cancel()
