@@ -142,7 +142,9 @@ def test_unknown_or_unreachable_host_is_one_sentence_exit_2(tmp_path: Path) -> N
     res = _cli("audit", "no-such-host.invalid", "--hosts", str(empty))
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.count("\n") == 1
-    assert res.stderr.startswith("k26-console: cannot resolve the host name of no-such-host.invalid")
+    assert res.stderr.startswith(
+        f"k26-console: 'no-such-host.invalid' is not a host in {empty} and does not resolve as a host name"
+    )
 
     closed = tmp_path / "closed.toml"
     closed.write_text(f'[hosts.gone]\nssh = "127.0.0.1"\nport = {free_port("127.0.0.1")}\n')

@@ -182,3 +182,72 @@ def test_host_with_a_profile_that_is_not_utf8_says_so(
     assert code == 2
     assert out == ""
     assert one_sentence(err) == f"k26-console: the profile {bad} is not UTF-8 text."
+
+
+# ---- one host lookup: a mistyped host is named before any connection (issue 34) --------------------
+
+TWIN_HOSTS = """
+[hosts.twin]
+ssh = "127.0.0.1"
+port = 1
+"""
+
+
+@pytest.fixture
+def twin_operator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An operator whose hosts.toml lists `twin`, and a transport that fails the test if it is made."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    (tmp_path / "config" / "k26-console").mkdir(parents=True)
+    (tmp_path / "config" / "k26-console" / "hosts.toml").write_text(TWIN_HOSTS)
+
+    def no_connection(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a connection was tried for a mistyped host")
+
+    monkeypatch.setattr("console.sources.transport.Transport.__init__", no_connection)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["verify", "twn", "--target-context", "1k"],
+        ["apply", "twn", "ctx-200k", "--yes"],
+        ["audit", "twn"],
+        ["host", "twn"],
+        ["probe", "twn", "--depth", "1k"],
+        ["snapshot", "twn"],
+        ["record", "twn", "--out", "REC"],
+        ["restart", "twn", "--yes"],
+        ["rollback", "twn", "--yes"],
+        ["confirm", "twn"],
+        ["parse", "twn", "--follow"],
+        ["plan", "twn", "--target-context", "1k"],
+        ["profiles", "validate", "ctx-200k", "--host", "twn"],
+        ["export", "twn"],
+        ["open", "twn"],
+    ],
+    ids=lambda argv: argv[0] if argv[0] != "profiles" else "profiles-validate",
+)
+def test_a_mistyped_host_is_named_by_every_command_before_any_connection(
+    twin_operator: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """`verify twn` said "cannot resolve the host name of twn" after 1.8 s of retries while `open twn`
+    named the host it was close to: every command looks the host up one way, first."""
+    rec = twin_operator / "twn.k26rec"
+    code, out, err = run_main([str(rec) if a == "REC" else a for a in argv], capsys)
+    assert code == 2 and out == ""
+    line = one_sentence(err)
+    assert "'twn'" in line and "did you mean 'twin'?" in line, line
+    assert not rec.exists()
+
+
+def test_a_recording_that_never_reached_its_host_leaves_no_file(
+    operator: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A failed `record` left an empty 32 KB file behind; one it did not create (a recording it was
+    to add to) is left alone."""
+    out = operator / "gpu-a.k26rec"
+    code, _, err = run_main(["record", "gpu-a", "--out", str(out)], capsys)
+    assert code == 2 and "refused" in err.splitlines()[-1], err
+    assert not out.exists() and not list(operator.glob("gpu-a.k26rec*"))

@@ -63,7 +63,9 @@ def test_verify_unknown_host_is_one_sentence(tmp_path: Path) -> None:
     res = _cli("verify", "no-such-host.invalid", "--hosts", str(hosts), "--target-context", "1000")
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
-    assert res.stderr.startswith("k26-console: cannot resolve the host name of no-such-host.invalid")
+    assert res.stderr.startswith(
+        f"k26-console: 'no-such-host.invalid' is not a host in {hosts} and does not resolve as a host name"
+    )
     both = _cli("verify", "x", "--journal", "-", "--target-context", "1000")
     assert both.returncode == 2 and "not both" in both.stderr
 

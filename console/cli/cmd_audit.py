@@ -72,12 +72,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def _read(name: str, hosts_file: str | None) -> tuple[str, AuditLog, list[AuditRecord], str | None]:
     import asyncio
 
-    from console.sources.hosts import HostsError, load_hosts, resolve_host
+    from console.cli.remote import inventory_host
+    from console.sources.hosts import HostsError
     from console.sources.hoststate import HostStateDir, HostStateError
     from console.sources.transport import Backoff, Transport, TransportError
 
+    host = inventory_host(name, hosts_file, strict=False)  # a typo is refused before any connection
+
     async def fetch() -> tuple[str, AuditLog, list[AuditRecord], str | None]:
-        host = resolve_host(name, load_hosts(hosts_file))
         transport = Transport(host, backoff=Backoff(max_attempts=3))
         try:
             # Reading identifies nobody: no heartbeat is written, so `audit` leaves no trace on the host.

@@ -273,14 +273,15 @@ def _follow(name: str, hosts_file: str | None, as_json: bool, kinds: frozenset[s
     """
     import asyncio
 
-    from console.sources.hosts import HostsError, load_hosts, resolve_host
+    from console.cli.remote import inventory_host
+    from console.sources.hosts import HostsError
     from console.sources.journal import follow_unit_events
     from console.sources.transport import Backoff, Transport, TransportError
 
     rich_rows = _rich_rows(as_json)
+    host = inventory_host(name, hosts_file, strict=False)  # a typo is refused before any connection
 
     async def follow() -> None:
-        host = resolve_host(name, load_hosts(hosts_file))
         transport = Transport(host, backoff=Backoff(max_attempts=CONNECT_ATTEMPTS))
         reporter: asyncio.Future[None] | None = None
 

@@ -209,8 +209,9 @@ def _progress_printer(enabled: bool) -> Callable[[ProbeProgress], None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from console.cli.remote import inventory_host
     from console.core.profiles import ProfileError
-    from console.sources.hosts import HostsError, load_hosts, resolve_host
+    from console.sources.hosts import HostsError
     from console.sources.probe import DEFAULT_NEW_TOKENS, ProbeError, audit_probe, open_prober, report_json
     from console.sources.probe_history import append_history, record_profile
     from console.sources.transport import TransportError
@@ -242,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
                 "--url is for the server on this machine; a HOST is reached by its hosts-file entry."
             )
         else:
-            host = resolve_host(args.host, load_hosts(args.hosts))
+            host = inventory_host(args.host, args.hosts, strict=False)  # a typo: refused, no connection
     except HostsError as exc:
         raise UsageError(f"{str(exc).rstrip('.')}.") from None
     options: dict[str, float] = {}

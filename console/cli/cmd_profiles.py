@@ -233,8 +233,13 @@ def _dropin_path(args: argparse.Namespace) -> str:
         hosts = load_hosts(args.hosts)
         if args.host is not None:
             if hosts.get(args.host) is None:
+                from console.cli.hostcheck import did_you_mean
+
                 known = ", ".join(sorted(hosts.hosts)) or "none"
-                raise UsageError(f"there is no host {args.host!r} in {hosts.path} (known: {known}).")
+                raise UsageError(
+                    f"there is no host {args.host!r} in {hosts.path}{did_you_mean(args.host, hosts)} "
+                    f"(known: {known})."
+                )
             configs = [resolve_host(args.host, hosts)]
         else:
             configs = list(hosts.hosts.values())
@@ -306,10 +311,11 @@ def _planner(prof: Profile, fl: FlagList, args: argparse.Namespace) -> PlannerVe
         boots = read_boots(args.journal)
     elif args.host:
         from console.cli.cmd_verify import _remote_boots
-        from console.sources.hosts import HostsError, load_hosts, resolve_host
+        from console.cli.remote import inventory_host
+        from console.sources.hosts import HostsError
 
         try:
-            model = resolve_host(args.host, load_hosts(args.hosts)).model
+            model = inventory_host(args.host, args.hosts, strict=False).model  # a typo: no connection
         except HostsError as exc:
             raise UsageError(f"{str(exc).rstrip('.')}.") from None
         boots, _ = _remote_boots(args.host, args.hosts)

@@ -144,11 +144,21 @@ async def _record(host: object, recorder: object, duration: float | None) -> Non
             loop.remove_signal_handler(sig)
 
 
+def _remove_empty(out: Path) -> None:
+    """A recording this run created and that holds nothing (the host was never reached): it goes, with
+    SQLite's side files, rather than stay as a 32 KB file that `replay` can only say is empty."""
+    for path in (out, *(out.with_name(out.name + suffix) for suffix in ("-wal", "-shm", "-journal"))):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
 def run(args: argparse.Namespace) -> int:
     from console.cli.remote import inventory_host
     from console.sources.recording import Recorder, RecordingError
 
     host = inventory_host(args.host, args.hosts)
+    out = Path(args.out)
+    created = not out.exists() and not out.is_symlink()
     try:
         recorder = Recorder(
             args.out,
@@ -162,9 +172,15 @@ def run(args: argparse.Namespace) -> int:
     recorder.start()
     try:
         asyncio.run(_record(host, recorder, args.duration))
-    finally:
+    except BaseException:
         recorder.close()
+        if created and recorder.records == 0:
+            _remove_empty(out)
+        raise
+    recorder.close()
     if recorder.error is not None:
+        if created and recorder.records == 0:
+            _remove_empty(out)
         raise UsageError(f"the recording stopped: {recorder.error.rstrip('.')}.")
     sys.stderr.write(
         f"k26-console: recorded {recorder.records:,} inputs of {host.name} over "

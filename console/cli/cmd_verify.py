@@ -49,16 +49,18 @@ def _remote_boots(
     `with_pending`) the commit-confirmed rollback armed on HOST, if any."""
     import asyncio
 
+    from console.cli.remote import inventory_host
     from console.core.parser import parse_lines
     from console.core.state import fold_boots
     from console.sources.confirm import read_pending
-    from console.sources.hosts import HostsError, load_hosts, resolve_host
+    from console.sources.hosts import HostsError
     from console.sources.hoststate import HostStateDir, HostStateError
     from console.sources.journal import read_unit_journal
     from console.sources.transport import Backoff, Transport, TransportError
 
+    host = inventory_host(name, hosts_file, strict=False)  # a typo is refused before any connection
+
     async def fetch() -> tuple[list[str], PendingRollback | None]:
-        host = resolve_host(name, load_hosts(hosts_file))
         transport = Transport(host, backoff=Backoff(max_attempts=3))
         try:
             lines = await read_unit_journal(transport, host.unit_name)

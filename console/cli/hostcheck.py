@@ -70,9 +70,21 @@ def resolves(host: str, timeout_s: float = _RESOLVE_TIMEOUT_S) -> bool:
     return answer[0] if answer else True
 
 
+def close_host(name: str, hosts: HostsFile) -> str | None:
+    """The host of the hosts file `name` is probably a typo of (`twn` → `twin`), or None."""
+    matches = difflib.get_close_matches(name, sorted(hosts.hosts), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def did_you_mean(name: str, hosts: HostsFile) -> str:
+    """`: did you mean 'twin'?` when `name` is close to a host of the file, else nothing."""
+    close = close_host(name, hosts)
+    return f": did you mean {close!r}?" if close is not None else ""
+
+
 def unknown_host(name: str, hosts: HostsFile) -> str | None:
     """The sentence refusing `name` when it is neither in the hosts file, nor an ssh config alias, nor a
-    name the resolver knows; None when the console may try it."""
+    name the resolver knows (with the known host it is close to); None when the console may try it."""
     if hosts.get(name) is not None:
         return None
     target = name.rpartition("@")[2]
@@ -83,4 +95,7 @@ def unknown_host(name: str, hosts: HostsFile) -> str | None:
         return None
     where = str(hosts.path) if hosts.path else "the hosts file"
     known = ", ".join(sorted(hosts.hosts)) or "none"
-    return f"{name!r} is not a host in {where} and does not resolve as a host name (known hosts: {known})"
+    return (
+        f"{name!r} is not a host in {where} and does not resolve as a host name{did_you_mean(name, hosts)}"
+        f" (known hosts: {known})"
+    )

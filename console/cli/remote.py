@@ -11,16 +11,27 @@ if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
     from console.sources.transport import Transport
 
 
-def inventory_host(name: str, hosts_file: str | None) -> HostConfig:
-    """`name` from the hosts file; with `--hosts FILE` a name outside it is a typo, not an ssh alias to
-    try (these commands change the host they reach)."""
+def inventory_host(name: str, hosts_file: str | None, *, strict: bool = True) -> HostConfig:
+    """The one host lookup of every command that reaches a host, before any connection: `name` from the
+    hosts file, else an ssh config alias or a name the resolver knows; anything else is refused in one
+    sentence with the known host it is close to (`verify twn` said "cannot resolve the host name of
+    twn" after 1.8 s of connection retries, where `open twn` named `twin`). `strict` (the commands that
+    change or record the host they reach): with `--hosts FILE` a name outside it is a typo, not an ssh
+    alias to try."""
+    from console.cli.hostcheck import did_you_mean, unknown_host
     from console.sources.hosts import HostsError, load_hosts, resolve_host
 
     try:
         hosts = load_hosts(hosts_file)
-        if hosts_file and hosts.get(name) is None:
-            known = ", ".join(sorted(hosts.hosts)) or "none"
-            raise UsageError(f"there is no host {name!r} in {hosts_file} (known: {known}).")
+        if hosts.get(name) is None:
+            if strict and hosts_file:
+                known = ", ".join(sorted(hosts.hosts)) or "none"
+                raise UsageError(
+                    f"there is no host {name!r} in {hosts_file}{did_you_mean(name, hosts)} (known: {known})."
+                )
+            refused = unknown_host(name, hosts)
+            if refused is not None:
+                raise UsageError(f"{refused}.")
         return resolve_host(name, hosts)
     except HostsError as exc:
         raise UsageError(f"{str(exc).rstrip('.')}.") from None
