@@ -483,7 +483,8 @@ def test_an_apply_whose_reader_goes_away_ends_audited_and_says_how(
     assert wait_until(lambda: _settled(twin), 120)
     _free_lock(twin, tmp_path)
     before_argv = _argv(twin)
-    profile = profile_variant(tmp_path, "piped", fraction="0.94" if verifies else "0.97")
+    name = "piped-ok" if verifies else "piped-oom"  # each its own name: the two share the twin's trail
+    profile = profile_variant(tmp_path, name, fraction="0.94" if verifies else "0.97")
     proc = subprocess.Popen(
         [
             *CLI,
@@ -522,7 +523,7 @@ def test_an_apply_whose_reader_goes_away_ends_audited_and_says_how(
             proc.stderr.close()
     assert "Traceback" not in err, err
     assert "was closed by its reader; the change went on to its end" in err, err
-    ours = [e for e in _trail(twin) if e.get("profile") == "piped" and e.get("action") == "apply"]
+    ours = [e for e in _trail(twin) if e.get("profile") == name and e.get("action") == "apply"]
     assert [e["outcome"] for e in ours][:1] == ["started"] and len(ours) == 2, ours
     assert ours[0]["op_id"] == ours[1]["op_id"]
     assert not (_state_dir(twin) / PENDING_FILE).exists()  # settled: confirmed, or rolled back by us
