@@ -56,6 +56,7 @@ from console.core.flags import (
     split_command,
 )
 from console.core.systemd import ExecStartError, argv_size_problems, render_dropin, render_exec_start
+from console.core.tomlread import TomlTooDeep, load_toml
 
 DEFAULT_COMMAND = ("python3", "-m", "sglang.launch_server")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -131,7 +132,9 @@ def parse_profile(text: str, *, name: str, source: str | None = None) -> Profile
     Raises ProfileError with one sentence: the file, the line when known, what is wrong."""
     where = source or f"{name}.toml"
     try:
-        data = tomllib.loads(text)
+        data = load_toml(text)
+    except TomlTooDeep as exc:
+        raise ProfileError(f"{where} {exc}.") from None
     except tomllib.TOMLDecodeError as exc:
         msg = str(exc)
         m = _TOML_POS.search(msg)

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict
 
 from console.core.alerts import Alert, AlertError, Rule, default_rules, parse_rules
 from console.core.text import terminal_safe
+from console.core.tomlread import TomlTooDeep, load_toml
 
 MAX_OUTPUT = 4096
 """Bytes of the hook's output (stdout and stderr together) kept for the report."""
@@ -119,9 +120,11 @@ def load_alert_config(path: Path | str | None = None) -> AlertConfig:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise AlertConfigError(f"the config file {file} cannot be read: {reason}.") from None
     try:
-        data = tomllib.loads(text)
+        data = load_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise AlertConfigError(f"the config file {file} is not valid TOML: {exc}.") from None
+    except TomlTooDeep as exc:
+        raise AlertConfigError(f"the config file {file} {exc}.") from None
     return parse_alert_config(data.get("alerts"), file)
 
 

@@ -56,6 +56,7 @@ from pydantic import (
 )
 
 from console.core.text import terminal_safe
+from console.core.tomlread import TomlTooDeep, load_toml
 
 APP_NAME = "k26-console"
 DEFAULT_UNIT = "sglang"
@@ -234,9 +235,11 @@ def _first_error(exc: ValidationError) -> str:
 def parse_hosts(text: str, path: Path | None = None) -> HostsFile:
     label = str(path) if path else "the hosts file"
     try:
-        data = tomllib.loads(text)
+        data = load_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise HostsError(f"{label} is not valid TOML: {exc}.") from None
+    except TomlTooDeep as exc:
+        raise HostsError(f"{label} {exc}.") from None
     unknown = sorted(set(data) - {"hosts", "alerts", "ui"})  # [alerts]: console/sources/alerts.py
     if unknown:
         raise HostsError(f"{label} has an unknown top-level key {unknown[0]!r}; hosts go under [hosts.NAME].")

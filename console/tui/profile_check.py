@@ -24,6 +24,7 @@ from console.core.profiles import (
     validate_profile,
 )
 from console.core.state import Boot
+from console.core.tomlread import TomlTooDeep, load_toml
 
 
 class Issue(BaseModel, defer_build=True):
@@ -64,8 +65,8 @@ class ProfileCheck(BaseModel, defer_build=True):
 def named_in(text: str, default: str) -> str:
     """The `name = ...` the text declares (so editing it saves under a new name), else `default`."""
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+        data = load_toml(text)
+    except (tomllib.TOMLDecodeError, TomlTooDeep):  # the check below says what is wrong with it
         return default
     name = data.get("name")
     return name if isinstance(name, str) and name else default
