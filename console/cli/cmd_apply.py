@@ -36,6 +36,7 @@ from console.core.apply import ApplyPreview, forced_reason
 from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
 from console.core.confirm import default_confirm_within
 from console.core.profiles import Profile, ProfileError, argv_lines
+from console.core.text import terminal_safe
 from console.sources.profile_store import ProfileStore
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
@@ -113,6 +114,8 @@ def _load_profile(ref: str) -> tuple[Profile, ProfileStore]:
 
 
 def render_preview(pv: ApplyPreview) -> list[str]:
+    """The preview's lines, each drawn safe: the diff quotes the host's running ExecStart, whose words
+    may hold anything (an OSC sequence, a bidi override) that must not reach the terminal raw."""
     lines = [f"apply {pv.profile} to {pv.host} ({pv.unit}); drop-in {pv.dropin_path}"]
     if pv.diff:
         lines.append("changes to the running ExecStart:")
@@ -123,9 +126,11 @@ def render_preview(pv: ApplyPreview) -> list[str]:
     if pv.planner is not None:
         lines.append(pv.planner.summary())
     lines.extend(f"warning: {w}" for w in pv.warnings)
+    lines = [terminal_safe(line) for line in lines]
     if pv.new_argv:
         lines.append("the new command:")
-        lines.append("  " + " \\\n    ".join(argv_lines(pv.new_argv)))
+        # One line a flag, continued with a backslash: only the line breaks put here are kept.
+        lines.append("  " + " \\\n    ".join(terminal_safe(a) for a in argv_lines(pv.new_argv)))
     return lines
 
 

@@ -18,7 +18,7 @@ from rich.table import Table
 from console.cli.errors import EXIT_OK, UsageError
 from console.cli.tables import cell, render, table
 from console.core.audit import AuditEntry, AuditLog, AuditRecord
-from console.core.text import terminal_safe
+from console.core.text import json_safe, terminal_safe
 
 
 class AuditReport(BaseModel, defer_build=True):
@@ -95,13 +95,11 @@ def _read(name: str, hosts_file: str | None) -> tuple[str, AuditLog, list[AuditR
         raise UsageError(f"{str(exc).rstrip('.')}.") from None
 
 
-_C1_AND_SEPARATORS = {c: f"\\u{c:04x}" for c in [0x7F, *range(0x80, 0xA0), 0x2028, 0x2029]}
-
-
 def _json_text(data: object) -> str:
-    """JSON with non-ASCII text kept readable, but DEL, the C1 controls (0x9b is a one-byte CSI) and the
-    line separators escaped as json.dumps escapes C0: still the same JSON, and inert on a terminal."""
-    return json.dumps(data, ensure_ascii=False).translate(_C1_AND_SEPARATORS)
+    """JSON with non-ASCII text kept readable, but DEL, the C1 controls (0x9b is a one-byte CSI), the
+    line separators and the bidi and zero-width characters escaped as json.dumps escapes C0: still the
+    same JSON, and inert on a terminal."""
+    return json_safe(json.dumps(data, ensure_ascii=False))
 
 
 _OUTCOME_STYLE = {"ok": "green", "refused": "yellow", "started": "cyan"}

@@ -26,7 +26,7 @@ from console.cli.errors import EXIT_OK, UsageError
 from console.core.flagdrift import VersionDrift, version_drift
 from console.core.flags import UnknownVersion, load_flag_list
 from console.core.hostfacts import HostFacts
-from console.core.text import terminal_safe
+from console.core.text import json_safe, terminal_safe
 
 if TYPE_CHECKING:
     from console.core.profiles import Profile
@@ -192,9 +192,7 @@ def _lines(report: HostReport) -> list[str]:
 
 
 def _json_text(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False).translate(
-        {c: f"\\u{c:04x}" for c in [0x7F, *range(0x80, 0xA0), 0x2028, 0x2029]}
-    )
+    return json_safe(json.dumps(data, ensure_ascii=False))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ from console.core.apply import ApplyOutcome, ApplyProgress
 from console.core.audit import AuditAction
 from console.core.pairing import BreakRefused, LockHeld
 from console.core.restart import PHASE_LABELS, Phase
-from console.core.text import terminal_safe
+from console.core.text import json_safe, terminal_safe
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
     from console.sources.change import ChangeResult, HostChange, HostChanger
@@ -96,7 +96,9 @@ def out(text: str = "") -> None:
 
 
 def json_line(kind: str, data: dict[str, Any]) -> None:
-    out(json.dumps({"type": kind, **data}, ensure_ascii=False))
+    # The preview and the outcome quote the host (its running ExecStart, the journal's reasons): what
+    # json.dumps leaves raw (C1, DEL, bidi and zero-width characters) is written as escapes.
+    out(json_safe(json.dumps({"type": kind, **data}, ensure_ascii=False)))
 
 
 _PHASE_STYLE = {
@@ -136,6 +138,11 @@ class Printer:
 
 
 def render_outcome(o: ApplyOutcome, indent: str = "") -> list[str]:
+    """The outcome's lines, each drawn safe: the summary and the reasons quote the host."""
+    return [terminal_safe(line) for line in _outcome_lines(o, indent)]
+
+
+def _outcome_lines(o: ApplyOutcome, indent: str) -> list[str]:
     lines = [f"{indent}{o.summary}"]
     timed = [(k, v) for k, v in o.durations.items() if k not in (Phase.DONE.value,)]
     if timed:
@@ -146,7 +153,7 @@ def render_outcome(o: ApplyOutcome, indent: str = "") -> list[str]:
     lines.extend(f"{indent}  - {r}" for r in o.reasons[1:] if r)
     if o.rollback is not None:
         lines.append(f"{indent}rollback:")
-        lines.extend(render_outcome(o.rollback, indent + "  "))
+        lines.extend(_outcome_lines(o.rollback, indent + "  "))
     return lines
 
 

@@ -21,6 +21,7 @@ from console.cli.hostchange import (
 )
 from console.cli.remote import inventory_host
 from console.core.audit import AuditAction
+from console.core.text import terminal_safe
 
 if TYPE_CHECKING:  # the SSH stack loads only when a command needs it
     from console.core.apply import RollbackPreview
@@ -39,13 +40,14 @@ def add_service_options(p: argparse.ArgumentParser) -> None:
 
 
 def render_rollback_preview(pv: RollbackPreview) -> list[str]:
+    """The preview's lines, each drawn safe: the target and the diff quote the host's drop-ins."""
     lines = [f"rollback of {pv.unit} on {pv.host}: back to {pv.target}"]
     if pv.diff:
         lines.append("changes to the running ExecStart:")
         lines.extend(f"  {d}" for d in pv.diff)
     else:
         lines.append("no change to the running ExecStart (the unit restarts with the same flags).")
-    return lines
+    return [terminal_safe(line) for line in lines]
 
 
 def run_service_change(args: argparse.Namespace, action: AuditAction) -> int:

@@ -13,6 +13,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from console.core.events import Audit, AuditAction, AuditOutcome
+from console.core.hosttime import MAX_PID, Count, HostTime, Span
 from console.core.pairing import Identity, PairingView, fmt_span
 
 __all__ = [
@@ -91,7 +92,7 @@ class AuditEntry(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="ignore")
     # extra="ignore": a newer console may add fields; an older one must still read the trail.
 
-    ts: datetime
+    ts: HostTime
     user: str
     jump_host: str | None = None
     console_id: str | None = None
@@ -102,15 +103,15 @@ class AuditEntry(BaseModel, defer_build=True):
     """The flag diff lines, as `console.core.profiles` renders them ("- --mem-fraction-static 0.85")."""
     outcome: AuditOutcome
     summary: str = ""
-    durations: dict[str, float] = Field(default_factory=dict)
+    durations: dict[str, Span] = Field(default_factory=dict)
     """Seconds per phase (`console.core.restart.Phase` names)."""
-    total_s: float | None = None
-    pool_tokens: int | None = None
+    total_s: Span | None = None
+    pool_tokens: Count | None = None
     op_id: str | None = None
     """Pairs an intent (`started`) with its outcome; None on entries written by single-line consoles."""
     phase: str | None = None
     """`started` on an intent; on an `interrupted` outcome the restart phase it was stopped in."""
-    pid: int | None = None
+    pid: int | None = Field(default=None, ge=0, le=MAX_PID)
     """The writing console's process."""
     lock_id: str | None = None
     """The lock the writer held: while that lock is on the host with a live holder, its intent is in
@@ -420,7 +421,9 @@ def parse_audit_line(line: str) -> AuditEntry | None:
         if not isinstance(data, dict):
             return None
         return AuditEntry.model_validate(data)
-    except (ValueError, ValidationError):
+    except (ValueError, ValidationError, RecursionError):
+        # RecursionError: json.loads recurses per nested array, so a line of a few thousand `[` raised
+        # it out of a reader that promises never to.
         return None
 
 

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from console.core.hosttime import Count, HostTime, Seconds
+
 if TYPE_CHECKING:  # core.pairing carries a PendingRollback in its view: imported there, not here
     from console.core.audit import AuditEntry
 
@@ -57,13 +59,13 @@ class PendingRollback(BaseModel, defer_build=True):
 
     unit: str
     timer: str
-    deadline: datetime
-    armed_at: datetime
+    deadline: HostTime
+    armed_at: HostTime
     armed_by: str
     profile: str | None = None
     op_id: str | None = None
-    confirm_within_s: float
-    target_context: int | None = None
+    confirm_within_s: Seconds
+    target_context: Count | None = None
     """What the applied boot must hold to be confirmed (the profile's target when it was applied): a
     later `confirm` reads it here, never from a file the record names."""
     active: bool = True

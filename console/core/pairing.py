@@ -15,6 +15,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.confirm import PendingRollback
+from console.core.hosttime import MAX_PID, HostTime
 
 __all__ = [
     "DEFAULT_HEARTBEAT_S",
@@ -34,6 +35,8 @@ DEFAULT_HEARTBEAT_S = 2.0
 DEFAULT_STALE_FACTOR = 3.0
 """A heartbeat older than factor × its interval is stale: two missed beats are a slow link, three a
 console that is gone."""
+MAX_HEARTBEAT_S = 600.0
+"""The slowest heartbeat a presence file may claim: its console is judged gone 30 minutes after its last."""
 
 
 class Identity(BaseModel, defer_build=True):
@@ -41,9 +44,10 @@ class Identity(BaseModel, defer_build=True):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    user: str = Field(min_length=1)
-    jump_host: str = Field(min_length=1)
-    pid: int = Field(ge=0)
+    # Bounded: read back from the host's files, they reach the bar, the notes and every refusal.
+    user: str = Field(min_length=1, max_length=256)
+    jump_host: str = Field(min_length=1, max_length=256)
+    pid: int = Field(ge=0, le=MAX_PID)
     console_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     """A file name on the host (`presence/<console_id>.json`), so only safe characters."""
 
@@ -58,11 +62,12 @@ class Identity(BaseModel, defer_build=True):
 class Presence(Identity):
     """The heartbeat file of one open console."""
 
-    since: datetime
-    heartbeat: datetime
-    interval_s: float = Field(default=DEFAULT_HEARTBEAT_S, gt=0)
-    """The holder's own heartbeat interval: readers judge staleness by the writer's pace, not theirs."""
-    looking_at: str = ""
+    since: HostTime
+    heartbeat: HostTime
+    interval_s: float = Field(default=DEFAULT_HEARTBEAT_S, gt=0, le=MAX_HEARTBEAT_S, allow_inf_nan=False)
+    """The holder's own heartbeat interval: readers judge staleness by the writer's pace, not theirs.
+    Bounded: a heartbeat claiming `inf` (or a day) would never go stale, and its lock never be breakable."""
+    looking_at: str = Field(default="", max_length=1024)
     """What the console shows now: "dashboard", "restart of ctx-200k", ..."""
 
     @property
@@ -89,9 +94,9 @@ class LockInfo(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     holder: Identity
-    intent: str = Field(min_length=1)
+    intent: str = Field(min_length=1, max_length=1024)
     """What the holder is doing: "apply ctx-200k", "rollback", "restart"."""
-    taken_at: datetime
+    taken_at: HostTime
     lock_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     """Unique per acquisition: release and break remove only the lock they saw, never a newer one."""
 

@@ -20,11 +20,14 @@ from typing import Any
 from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.content import Content
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import TabbedContent, TabPane
 
 from console.core.pairing import Identity
 from console.core.snapshot import HostSnapshot
+from console.core.text import terminal_safe
 from console.sources.alerts import AlertConfig
 from console.sources.hoststate import local_identity
 from console.sources.profile_store import ProfileStore
@@ -166,7 +169,8 @@ class ConsoleApp(App[int]):
                     with TabPane("fleet", id=FLEET_TAB):
                         yield self.fleet
                 for entry in self.entries:
-                    with TabPane(entry.name, id=f"tab-{dom_id(entry.name)}"):
+                    # Content, not a string: a string title is read as markup, and a host may be gpu[1].
+                    with TabPane(Content(terminal_safe(entry.name)), id=f"tab-{dom_id(entry.name)}"):
                         yield self.dashboards[entry.name]
         yield self.recording.badge
         # Compact: an 80-column pane still shows restart, roll back, quit and help.
@@ -259,6 +263,27 @@ class ConsoleApp(App[int]):
             self.alert_router.changed(message)
 
     # ---- what the controllers ask of the app (`ConsoleUi`) -----------------------------------------
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Every toast, the app's, a screen's or a controller's, as text drawn safe and never as markup
+        (`markup` is not honoured): toasts quote the host (a lock holder, a failure's reasons), and one
+        holding `[/]` or `[/opt/...]` was a MarkupError that ended the console with its presence left on
+        the host."""
+        super().notify(
+            terminal_safe(message, keep_newlines=True),
+            title=terminal_safe(title),
+            severity=severity,
+            timeout=timeout,
+            markup=False,
+        )
 
     async def ask(self, screen: Screen[Any]) -> Any:
         return await self.push_screen_wait(screen)

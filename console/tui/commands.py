@@ -9,9 +9,12 @@ from functools import partial
 from typing import Protocol, runtime_checkable
 
 from textual.command import Hit, Hits, Provider
+from textual.content import Content
+from textual.fuzzy import Matcher
 from textual.message import Message
 
 from console.core.pairing import Identity
+from console.core.text import terminal_safe
 from console.sources.profile_store import ProfileStore
 from console.tui.dashboard import HostDashboard
 from console.tui.host_entry import HostEntry
@@ -26,6 +29,7 @@ from console.tui.messages import (
 )
 from console.tui.pairing import held_by_other, intent_phrase
 from console.tui.themes import THEMES
+from console.tui.view import markup_literal
 
 
 @runtime_checkable
@@ -125,8 +129,24 @@ class ConsoleCommands(Provider):
         for name, callback, help_text in self._commands():
             score = matcher.match(name)
             if score > 0:
-                yield Hit(score, matcher.highlight(name), callback, help=help_text)
+                yield Hit(
+                    score, _highlight(matcher, name), callback, text=name, help=markup_literal(help_text)
+                )
 
     async def discover(self) -> Hits:
         for name, callback, help_text in self._commands():
-            yield Hit(1.0, name, callback, help=help_text)
+            yield Hit(1.0, Content(terminal_safe(name)), callback, text=name, help=markup_literal(help_text))
+
+
+def _highlight(matcher: Matcher, name: str) -> Content:
+    """`name` with the letters the query matched highlighted, as `Matcher.highlight` does, but read as
+    text: names and helps quote the host (a lock holder, its intent) and `highlight` reads markup, where
+    a holder named `mallory[/]` is a MarkupError that ends the console. The palette reads a string help as
+    markup too: `markup_literal` writes it as markup that reads back as the text."""
+    safe = terminal_safe(name)
+    content = Content(safe)
+    _, offsets = matcher.fuzzy_search.match(matcher.query, safe)
+    for offset in offsets:
+        if not safe[offset].isspace():
+            content = content.stylize(matcher.match_style, offset, offset + 1)
+    return content

@@ -24,7 +24,7 @@ from textual.widgets import Input, Static
 from console.core.events import Error, Event, HttpAccess
 from console.core.snapshot import HostSnapshot
 from console.core.state import Boot
-from console.core.text import CONTROL_PICTURES
+from console.core.text import terminal_safe
 from console.tui.themes import palette
 from console.tui.view import (
     boot_name,
@@ -216,7 +216,7 @@ every console on the host adds two every few seconds and they would bury real tr
         """One row, cut to `width` with an ellipsis as RichLog cut it."""
         line = Text(no_wrap=True, overflow="ellipsis")
         for text, style in self._pieces(event):
-            line.append(text if text.isprintable() else text.translate(CONTROL_PICTURES), style)
+            line.append(terminal_safe(text), style)
         line.truncate(width, overflow="ellipsis", pad=True)
         return Strip(list(line.render(self.app.console)), width)
 

@@ -22,6 +22,7 @@ from console.tui.view import (
     fmt_duration,
     freshest,
     model_name,
+    textual_text,
     unit_state,
 )
 
@@ -180,7 +181,7 @@ class HeaderBar(Widget):
             line2.append(version or "—", "bold" if version else palette().faint)
             line2.append("  ", palette().muted)
             line2.append(model or "—", "bold")
-            return Group(line1, line2)
+            return textual_text(Group(line1, line2))
         line2.append("SGLang ", palette().muted)
         line2.append(version or "version not reported", "bold" if version else palette().faint)
         line2.append("  model ", palette().muted)
@@ -194,7 +195,7 @@ class HeaderBar(Widget):
             line2.append(f"  {boot_name(boot)}", palette().muted)
         line2.append("  freshest sample ", palette().muted)
         line2.append(*self._drawn_age)
-        return Group(line1, line2)
+        return textual_text(Group(line1, line2))
 
 
 def _version(boot: Boot | None) -> str | None:

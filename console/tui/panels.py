@@ -184,7 +184,7 @@ Right of each bar: used / total GiB and the utilization the sampler reported."""
                     palette().faint,
                 )
             )
-        return Group(*lines)
+        return textual_text(Group(*lines))
 
     def rows_needed(self) -> int:
         """The panel's height with every GPU in view, border included."""
@@ -279,7 +279,7 @@ longest request the server accepts now: a pool smaller than either cannot hold o
                 lines.append(marks)
         if self.compact:
             lines.append(compact_targets(g))
-            return Group(*lines)
+            return textual_text(Group(*lines))
         tbl = Table.grid(padding=(0, 2))
         tbl.add_column(style=palette().muted)
         tbl.add_column()
@@ -308,7 +308,7 @@ longest request the server accepts now: a pool smaller than either cannot hold o
         lines.append(tbl)
         for why in g.reasons:
             lines.append(Text(f"⚠ {why}", colour))
-        return Group(*lines)
+        return textual_text(Group(*lines))
 
 
 def compact_targets(g: KvGauge) -> Text:
@@ -365,7 +365,8 @@ after it, and the timeline ends in the verification verdict (R rolls back after 
 
     def render(self) -> RenderableType:
         body = self._render_body()
-        return textual_text(body) if self.note is None else Group(body, self.note)
+        # The note quotes the host (a lock's holder, an audit line), the body a failure's reasons.
+        return textual_text(body if self.note is None else Group(body, self.note))
 
     _tl: tuple[int, Timeline | None] | None = None
 

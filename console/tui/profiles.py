@@ -39,7 +39,7 @@ from console.tui.profile_check import (
 )
 from console.tui.screens import ConfirmScreen, diff_text
 from console.tui.themes import palette
-from console.tui.view import fmt_tokens, textual_text
+from console.tui.view import fmt_tokens, outside_text, textual_text
 
 CHECK_DELAY_S = 0.25
 """Validation and the what-if run this long after the last keystroke, not on every one."""
@@ -261,8 +261,9 @@ class ProfilesScreen(Screen[None]):
         self.current = name
         self.saved[name] = disk
         self.editor.load_text(self.buffers.pop(name, disk))
-        self.editor.border_title = f"{name}.toml"
-        self.editor.border_subtitle = self.origin(entry)
+        # Texts: a string border title is read as markup, and a file may be named [x].toml.
+        self.editor.border_title = outside_text(f"{name}.toml")
+        self.editor.border_subtitle = outside_text(self.origin(entry))
         self.run_check()
 
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
@@ -353,7 +354,7 @@ class ProfilesScreen(Screen[None]):
             self.current = name
         self.saved[name] = text
         self.buffers.pop(name, None)
-        self.editor.border_title = f"{name}.toml"
+        self.editor.border_title = outside_text(f"{name}.toml")
         self.editor.border_subtitle = "user"
         self.reload_list()
         self.run_check()

@@ -17,6 +17,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from console.sources.recording import Recorder, RecordingError
+from console.tui.view import textual_text
 
 if TYPE_CHECKING:
     from console.tui.host_controller import HostController
@@ -107,7 +108,7 @@ class RecordSwitch:
         text = Text(f"● REC {elapsed // 60}:{elapsed % 60:02d}  {shown}  {rec.path}")
         if rec.error is not None:
             text = Text(f"● REC stopped: {rec.error}")
-        self.badge.update(text)
+        self.badge.update(textual_text(text))
 
     def toggle(self, notify: Any) -> None:
         if self.on:

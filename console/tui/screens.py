@@ -111,9 +111,11 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box"):
-            yield Static(Text(self.question, "bold"), id="confirm-question")
+            # Through textual_text, drawn safe: the question and the detail quote the host (a lock's holder
+            # and intent, a rollback's target and diff).
+            yield Static(textual_text(Text(self.question, "bold")), id="confirm-question")
             if self.detail:
-                yield Static(Text(self.detail, palette().muted), id="confirm-detail")
+                yield Static(textual_text(Text(self.detail, palette().muted)), id="confirm-detail")
             with Horizontal(id="confirm-buttons"):
                 yield Button("Yes (y)", id="yes", variant="warning")
                 yield Button("No (n)", id="no", variant="primary")
@@ -172,7 +174,7 @@ class ApplyConfirmScreen(ModalScreen[ApplyChoice | None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="apply-box"):
-            yield Static(Text(self.question, "bold"), id="apply-question")
+            yield Static(textual_text(Text(self.question, "bold")), id="apply-question")
             yield Static(textual_text(diff_text(self.diff)), id="apply-diff")
             yield Static(textual_text(self.prediction), id="apply-prediction")
             notes = Text()
@@ -187,7 +189,9 @@ class ApplyConfirmScreen(ModalScreen[ApplyChoice | None]):
                 yield Static(textual_text(notes), id="apply-notes")
             if self.name_gate is not None:
                 yield Static(
-                    Text(f"Type {self.name_gate} to {'apply' if self.ok else 'force'} it:", "bold"),
+                    textual_text(
+                        Text(f"Type {self.name_gate} to {'apply' if self.ok else 'force'} it:", "bold")
+                    ),
                     id="apply-gate-label",
                 )
                 yield Input(placeholder=self.name_gate, id="apply-gate")

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import TypeVar
 
+from rich.console import Group
 from rich.style import Style
 from rich.text import Span, Text
 
@@ -28,6 +29,7 @@ from console.core.gpus import SamplerState
 from console.core.restart import BOOT, PHASE_LABELS, Phase, RestartMachine
 from console.core.snapshot import HostSnapshot
 from console.core.state import Boot, HostState
+from console.core.text import terminal_safe
 from console.tui.themes import palette
 
 MIB_PER_GIB = 1024.0
@@ -44,13 +46,38 @@ def rich_style(name: str) -> Style:
 _R = TypeVar("_R")
 
 
+def outside_text(text: object, style: str | Style = "") -> Text:
+    """Text from outside (a host, a file) as Textual must get it: a Rich `Text`, never markup, drawn
+    safe (`terminal_safe`, line breaks kept)."""
+    return Text(terminal_safe(text, keep_newlines=True), style=style)
+
+
+def markup_literal(text: object) -> str:
+    """`text` drawn safe and written as Textual markup that reads back as exactly that text, for the
+    few places Textual reads a string only as markup (a command palette entry's help). Textual's own
+    `escape` leaves `[/` and a trailing backslash as they are, which then fail to parse."""
+    return terminal_safe(text).replace("[", "\\[")
+
+
 def textual_text(renderable: _R) -> _R:
     """Hand Textual a Rich `Text` with its styles as Rich `Style` objects (see `rich_style`): Textual
     turns a Text into its own content and parses string styles with its own colour names, so `grey50`
     or `green3` in help markup came out in the default colour and cost a did-you-mean search at every
-    render. Other renderables are drawn by Rich itself and pass through."""
+    render. The Texts of a Group are handled alike; other renderables are drawn by Rich itself and pass
+    through.
+
+    The text itself is drawn safe here (`terminal_safe`, line breaks kept): a Text is never read as
+    markup, but Rich passes ESC and the bidi and zero-width characters to the terminal as they are, and
+    much of what a widget shows quotes the host. One character for one, so the spans stay where they were."""
+    if isinstance(renderable, Group):
+        for part in renderable.renderables:
+            textual_text(part)
+        return renderable
     if not isinstance(renderable, Text):
         return renderable
+    plain = renderable.plain
+    if not plain.isprintable():
+        renderable.plain = terminal_safe(plain, keep_newlines=True)
     if isinstance(renderable.style, str) and renderable.style:
         renderable.style = rich_style(renderable.style)
     if any(isinstance(span.style, str) for span in renderable.spans):
