@@ -337,3 +337,41 @@ def test_verify_says_ready_when_an_exec_start_post_shell_printed_after_ready(tmp
         verdict = json.loads(res.stdout)
         assert verdict["ready"] is True and verdict["phase"] == "ready", res.stdout
         assert res.returncode == 0, res.stderr
+
+
+def test_an_apply_reads_past_a_native_entry_over_the_ssh_window(tmp_path: Path) -> None:
+    """An ExecStartPre= that logs a 3 MiB native entry (`logger --journald`) during the restart: before,
+    the apply's follower restarted from the entry before it until the phase's deadline ("stuck in loading
+    weights", FAILED, while the server was ready seconds later); the run outlived 240 s."""
+    if not os.access("/usr/bin/logger", os.X_OK):
+        pytest.skip("logger (util-linux) is not installed")
+    with started_twin(tmp_path / "twin", time_scale=0.002) as twin:
+        if twin.cfg is None or twin.cfg.systemd != "real":
+            # under the simulated manager `logger --journald` writes to this machine's journald, not the twin's
+            pytest.skip("a native entry needs the twin's real systemd and journald (root, namespaces)")
+        fields = tmp_path / "big.fields"
+        fields.write_text("MESSAGE=" + "x" * BIG + "\nSYSLOG_IDENTIFIER=prestart\n")
+        dropins = twin.layout.unit_dir / f"{twin.unit}.d"
+        dropins.mkdir(parents=True, exist_ok=True)
+        (dropins / "60-big.conf").write_text(f"[Service]\nExecStartPre=/usr/bin/logger --journald={fields}\n")
+        twin.systemctl("daemon-reload")
+        res = run_cli(
+            tmp_path,
+            "apply",
+            twin.name,
+            "ctx-200k",
+            "--yes",
+            "--json",
+            "--hosts",
+            str(twin.hosts_toml),
+            timeout=90,
+        )
+        outcome = json.loads(res.stdout.strip().split("\n")[-1])
+        assert outcome["type"] == "outcome" and outcome["outcome"] == "verified", res.stdout[-2000:]
+        assert res.returncode == 0, res.stderr
+        journal = subprocess.run(
+            [str(twin.layout.bin_dir / "journalctl"), "-u", twin.unit, "-o", "json", "--all", "--no-pager"],
+            capture_output=True,
+            timeout=60,
+        )
+        assert max(len(line) for line in journal.stdout.split(b"\n")) > BIG  # the entry was there, whole
