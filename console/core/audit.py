@@ -13,7 +13,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from console.core.events import Audit, AuditAction, AuditOutcome
-from console.core.hosttime import MAX_PID, Count, HostTime, Span
+from console.core.hosttime import FROM_HOST, MAX_PID, Count, HostTime, Span
 from console.core.pairing import Identity, PairingView, fmt_span
 
 __all__ = [
@@ -420,7 +420,7 @@ def parse_audit_line(line: str) -> AuditEntry | None:
         data = json.loads(line)
         if not isinstance(data, dict):
             return None
-        return AuditEntry.model_validate(data)
+        return AuditEntry.model_validate(data, context=FROM_HOST)
     except (ValueError, ValidationError, RecursionError):
         # RecursionError: json.loads recurses per nested array, so a line of a few thousand `[` raised
         # it out of a reader that promises never to.
