@@ -1,6 +1,7 @@
 """Benchmark of the bounded reads (issue 30 items 4, 6, 8): each command against each bomb of the issue.
 
     python tests/bench/bench_hostile.py            # prints the table (markdown) and a JSON line
+    python tests/bench/bench_hostile.py --quick    # a tenth of each bomb (scripts/bench-smoke)
 
 Each row is one run of the real command in a process of its own (`k26-console snapshot`, `audit`,
 `replay`), its peak RSS from `os.wait4` (the child's own `ru_maxrss`) and its wall time, next to the same
@@ -57,6 +58,8 @@ def _row(what: str, bomb_text: str, res: Measured, base: Measured) -> dict[str, 
 
 
 def main() -> int:
+    quick = "--quick" in sys.argv[1:]
+    scale = 10 if quick else 1  # the bombs' sizes divided by it
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -68,7 +71,7 @@ def main() -> int:
             with Hostile("text", text=good) as server:
                 base = run_measured(snapshot_argv(twin, server.url, tmp), env=env, cwd=REPO)
             for text, mode, kw in (
-                ("300 MB /metrics body", "huge", {"size": 300_000_000}),
+                (f"{300 // scale} MB /metrics body", "huge", {"size": 300_000_000 // scale}),
                 ("slowloris, 1 byte / 5 s", "slow", {"drip_s": 5.0}),
                 (
                     "+Inf and -3 in /metrics",
@@ -104,9 +107,14 @@ def main() -> int:
                 )
             )
             trail.unlink()
-            write_trail(trail, 200_000_000)
+            write_trail(trail, 200_000_000 // scale)
             rows.append(
-                _row("audit --limit 5", "a 200 MB trail", run_measured(argv, env=env, cwd=REPO), base)
+                _row(
+                    "audit --limit 5",
+                    f"a {200 // scale} MB trail",
+                    run_measured(argv, env=env, cwd=REPO),
+                    base,
+                )
             )
         finally:
             twin.stop_sync()
@@ -115,7 +123,7 @@ def main() -> int:
         replay = [*CLI, "replay"]
         base = run_measured([*replay, str(clean), "--at", "end", "--json"], env=env, cwd=REPO)
         hostile = _recording(tmp / "bomb.k26rec")
-        blob = bomb(1600 << 20)
+        blob = bomb((1600 << 20) // scale)
         with sqlite3.connect(hostile) as conn:
             conn.execute(
                 "INSERT INTO chunks (t0, t1, records, raw_bytes, blob) VALUES (?, ?, 1, 0, ?)",
@@ -123,7 +131,12 @@ def main() -> int:
             )
         res = run_measured([*replay, str(hostile), "--at", "end", "--json"], env=env, cwd=REPO)
         rows.append(
-            _row("replay --json", f"a {len(blob) / 1e6:.1f} MB zlib bomb (1.6 GB unpacked)", res, base)
+            _row(
+                "replay --json",
+                f"a {len(blob) / 1e6:.2f} MB zlib bomb ({(1600 << 20) // scale / 1e9:.2f} GB unpacked)",
+                res,
+                base,
+            )
         )
 
     print(f"load average {os.getloadavg()[0]:.1f} at the end, {os.cpu_count()} cores")
