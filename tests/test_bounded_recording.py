@@ -207,3 +207,25 @@ def test_replay_of_the_issues_bomb_returns_in_time_in_bounded_memory(tmp_path: P
     assert res.returncode == 2 and "unpacks to more than" in one_sentence(res.stderr)
     assert res.seconds < 10 and res.peak_rss < 300 << 20, (res.seconds, res.peak_rss)
     print(f"\nreplay of a {len(blob):,}-byte bomb: {res.seconds:.2f} s, {res.peak_rss >> 20} MiB")
+
+
+async def test_stepping_onto_a_bomb_chunk_says_so_and_the_console_lives(tmp_path: Path) -> None:
+    """`.` (one record forward) onto a chunk that cannot be read: one sentence on the replay's bar, as
+    play and seek say it, and the console goes on (it crashed with the chunk's RecordingError)."""
+    from console.tui.replay import ReplayApp
+
+    path = _recording(tmp_path / "step.k26rec")
+    _add_chunk(path, bomb(3 * CHUNK_RAW_MAX), T0 + 30, T0 + 30)
+    with RecordingReader(path) as reader:
+        app = ReplayApp(Replay(reader), path)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            for _ in range(4):
+                await pilot.press(".")
+                await pilot.pause()
+                if app.problem:
+                    break
+            assert app.problem is not None and "unpacks to more than" in app.problem
+            await pilot.press(".")  # said once: the records after it step on
+            await pilot.pause()
+            assert app.is_running

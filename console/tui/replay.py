@@ -343,7 +343,10 @@ class ReplayApp(ConsoleApp):
         self.playing = False
         if self.seeking:
             return
-        self.replay.step(self._on_record)
+        try:
+            self.replay.step(self._on_record)
+        except RecordingError as exc:  # a chunk that cannot be read: said once, as a play or seek says it
+            self.problem = str(exc)
         self._publish()
         self.bar.show()
 
