@@ -227,3 +227,48 @@ async def test_the_feed_opens_and_stays_at_its_newest_line_as_the_panes_above_it
         await pilot.press("end")
         await pilot.pause()
         assert feed.follow and at_tail(feed)
+
+
+async def test_a_filter_in_force_is_named_and_esc_on_the_dashboard_clears_it() -> None:
+    """Once its box closed the filter was invisible, the feed silently short of lines, and Esc on the
+    dashboard did nothing although the help says it clears the filter (issue 34)."""
+    from textual.widgets import Input
+
+    from tests.tui_support import corpus_events, make_app, plain
+
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.post_snapshot(snapshot(corpus_events("case-31"), None))
+        await pilot.pause()
+        dash = app.dashboards["gpu1"]
+        feed = dash.feed
+        everything = feed.log_widget.row_count
+        await pilot.press("slash", *"cuda_graph", "enter")
+        await pilot.pause()
+        assert not feed.query_one("#filter", Input).display  # the box is gone...
+        assert 0 < feed.log_widget.row_count < everything
+        assert "filtered: /cuda_graph/" in plain(feed.border_subtitle)  # ...the filter is still said
+        dash.gpus.focus()  # elsewhere on the dashboard
+        await pilot.press("escape")
+        await pilot.pause()
+        assert feed.filter.pattern is None and feed.log_widget.row_count == everything
+        assert not feed.border_subtitle
+
+
+async def test_ctrl_c_names_the_quit_key_the_footer_shows() -> None:
+    """Ctrl-C said "press ctrl+q" while the footer says q."""
+    from tests.tui_support import make_app
+
+    app = make_app()
+    said: list[str] = []
+    shown = app.notify
+    app.notify = lambda message, *a, **kw: (said.append(str(message)), shown(message, *a, **kw))[1]  # type: ignore[method-assign]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert said[-1] == "Press q to quit."
+        await pilot.press("slash")  # typing in the filter box: q is a letter there
+        await pilot.pause()
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert said[-1] == "Press Esc, then q to quit."

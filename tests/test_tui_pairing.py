@@ -398,3 +398,27 @@ def test_words_for_a_stale_lock_and_no_lock() -> None:
         "restarting the service",
         "fix it",
     ]
+
+
+async def test_leaving_a_host_the_console_cannot_reach_does_not_wait_for_it(tmp_path: Path) -> None:
+    """Quitting with the host unreachable took 3.4 s: leaving waited for a link that was not there."""
+    import socket
+
+    from console.tui.pairing import PairingLink
+
+    with socket.socket() as s:  # a loopback port nobody listens on: every connection is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "hosts.toml").write_text(f'[hosts.gone]\nssh = "127.0.0.1"\nport = {port}\n')
+    config = load_hosts(str(tmp_path / "hosts.toml")).hosts["gone"]
+    transport = Transport(config, ssh_config=[])
+    transport.start()
+    try:
+        link = PairingLink(
+            HostStateDir(transport, config), on_view=lambda view: None, on_audit=lambda e: None
+        )
+        started = time.monotonic()
+        await link.leave(3.0)
+        assert time.monotonic() - started < 0.5 and link.left
+    finally:
+        await transport.close()

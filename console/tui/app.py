@@ -400,6 +400,19 @@ class ConsoleApp(App[int]):
 
     # ---- help, keys, quitting ----------------------------------------------------------------------
 
+    def action_help_quit(self) -> None:
+        """Ctrl-C: the key that quits, as the footer shows it (`q`), where Textual named its ctrl+q."""
+        from textual.widgets import Input, TextArea
+
+        quits = [k for k, b in self.active_bindings.items() if b.binding.action in ("quit", "app.quit")]
+        if "q" in quits:
+            how = "q"
+        elif isinstance(self.focused, Input | TextArea):
+            how = "Esc, then q"  # q is a letter where one types
+        else:
+            how = quits[0] if quits else "ctrl+q"
+        self.notify(f"Press {how} to quit.", title="Do you want to quit?", markup=False)
+
     def action_help(self) -> None:
         profiles = isinstance(self.screen, ProfilesScreen)
         keys = help_keys(self.read_only, profiles=profiles, fleet=self.fleet is not None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -37,6 +38,8 @@ class HostDashboard(Vertical):
         Binding("P", "probe", "Probe", show=False),
         Binding("r", "restart", "Restart"),
         Binding("R", "rollback", "Roll back"),
+        # The help says Esc clears the feed's filter: from anywhere on the dashboard, not only its box.
+        Binding("escape", "clear_filter", show=False),
     ]
 
     COMPACT_BELOW_ROWS = 40
@@ -214,6 +217,11 @@ class HostDashboard(Vertical):
 
     def action_rollback(self) -> None:
         self.post_message(RollbackRequested(self.entry.name))
+
+    def action_clear_filter(self) -> None:
+        if not self.feed.clear_filter():
+            raise SkipAction()
+        self.notify("feed filter cleared", timeout=2)
 
     def action_profiles(self) -> None:
         self.post_message(ProfilesRequested(self.entry.name))

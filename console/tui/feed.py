@@ -531,6 +531,33 @@ class EventFeed(Vertical):
             return False
         self.filter = flt
         self._rebuild()
+        self._show_filter()
+        return True
+
+    def _show_filter(self) -> None:
+        """A filter in force is named on the feed's border: once its box closed it was invisible, the
+        feed silently short of lines."""
+        flt = self.filter
+        if flt.pattern is None:
+            self.border_subtitle = None
+            return
+        said = Text()
+        said.append(" filtered: ", palette().style("warn", bold=True))
+        said.append(("not " if flt.invert else "") + "/")
+        said.append(terminal_safe(flt.pattern.pattern)[:60])
+        said.append("/  Esc clears ", palette().muted)
+        self.border_subtitle = said
+
+    def clear_filter(self) -> bool:
+        """Esc on the dashboard: the filter goes (its box too); False when there was none."""
+        box = self.query_one("#filter", Input)
+        if self.filter.pattern is None and not box.display:
+            return False
+        box.value = ""
+        self.set_filter("")
+        if box.display:
+            box.display = False
+            self._chrome_changed()
         return True
 
     def on_input_changed(self, event: Input.Changed) -> None:
