@@ -14,7 +14,7 @@ from console.cli.main import build_parser
 from console.cli.shape import load_shape, render, shape_of
 from tests.support.cli import REPO
 
-REGENERATE = "python -m console.cli.shape --write"
+REGENERATE = "python -m console.tools.cli_shape --write"
 
 
 def test_the_shipped_shape_is_the_parsers() -> None:

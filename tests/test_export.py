@@ -269,9 +269,9 @@ def exporter(twin: TwinHost, tmp_path: Path) -> Iterator[tuple[int, subprocess.P
 
 
 def _twin_pool(twin: TwinHost) -> int:
-    from console.cli.cmd_verify import _remote_boots
+    from console.cli.remote_journal import remote_boots
 
-    boots, _ = _remote_boots("twin", str(twin.hosts_toml))
+    boots, _ = remote_boots("twin", str(twin.hosts_toml))
     tokens = boots[-1].pool.tokens
     assert tokens is not None
     return tokens

@@ -1,4 +1,4 @@
-"""Every number the parser reads from an SGLang message has its sane range (console.core.parsing.ranges):
+"""Every number the parser reads from an SGLang message has its sane range (console.core.ranges):
 real corpus lines with one number made hostile (below its range, above it) become an `out_of_range` error
 that keeps the line, never the event they claimed to be; the events' validators hold the same bounds; and
 `verify` on a real journal whose pool line says -5 tokens names the bad line instead of a pool "1,005
@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from console.core.events import EVENT_TYPES, Error
 from console.core.parser import JournalParser, parse_text
-from console.core.parsing.ranges import RANGES
+from console.core.ranges import RANGES
 from console.core.state import fold_boots
 from tests.support.cli import run_main
 

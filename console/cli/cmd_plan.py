@@ -267,11 +267,11 @@ def _model(
 def _from_host(args: argparse.Namespace) -> tuple[list[Boot], HostFacts]:
     """HOST's boots (its unit's journal) and what the console learns of it, both over SSH."""
     from console.cli.cmd_host import learn
-    from console.cli.cmd_verify import _remote_boots
+    from console.cli.remote_journal import remote_boots
 
     if args.journal:
         raise UsageError("give either HOST or --journal FILE, not both.")
-    boots, _ = _remote_boots(args.host, args.hosts)
+    boots, _ = remote_boots(args.host, args.hosts)
     return boots, learn(args.host, args.hosts)
 
 

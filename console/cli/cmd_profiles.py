@@ -310,15 +310,15 @@ def _planner(prof: Profile, fl: FlagList, args: argparse.Namespace) -> PlannerVe
 
         boots = read_boots(args.journal)
     elif args.host:
-        from console.cli.cmd_verify import _remote_boots
         from console.cli.remote import inventory_host
+        from console.cli.remote_journal import remote_boots
         from console.sources.hosts import HostsError
 
         try:
             model = inventory_host(args.host, args.hosts, strict=False).model  # a typo: no connection
         except HostsError as exc:
             raise UsageError(f"{str(exc).rstrip('.')}.") from None
-        boots, _ = _remote_boots(args.host, args.hosts)
+        boots, _ = remote_boots(args.host, args.hosts)
     else:
         return PlannerVerdict(
             checked=False,

@@ -3,7 +3,7 @@ actions of `profiles`. `k26-console --help` and `completion bash|zsh` need only 
 `console/data/cli-shape.json` spares them importing all nineteen command modules (and with them pydantic,
 the event models and rich: ~400 ms, against ~60 ms). The file is made from the parser itself:
 
-    python -m console.cli.shape --write
+    python -m console.tools.cli_shape --write
 
 and tests/test_cli_shape.py fails when it no longer says what the parser says (a new command, option or
 help line without a regenerated file).
@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from importlib import resources
-from pathlib import Path
 from typing import TypedDict
 
 __all__ = ["CommandShape", "Shape", "load_shape", "shape_of"]
@@ -95,20 +93,3 @@ def load_shape() -> Shape:
 
 def render(shape: Shape) -> str:
     return json.dumps(shape, indent=1, sort_keys=False, ensure_ascii=False) + "\n"
-
-
-def main() -> int:
-    from console.cli.main import build_parser
-
-    text = render(shape_of(build_parser()))
-    if sys.argv[1:] == ["--write"]:
-        path = Path(__file__).resolve().parents[1] / "data" / SHAPE_FILE  # the source tree's
-        path.write_text(text, encoding="utf-8")
-        sys.stderr.write(f"wrote {path}\n")
-    else:
-        sys.stdout.write(text)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -19,14 +19,11 @@ from __future__ import annotations
 import json
 import shlex
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from console.core.hosttime import Count, HostTime, Seconds
-
-if TYPE_CHECKING:  # core.pairing carries a PendingRollback in its view: imported there, not here
-    from console.core.audit import AuditEntry
 
 TIMER_PREFIX = "k26-rollback-"
 PENDING_FILE = "pending-rollback.json"
@@ -89,7 +86,14 @@ class PendingRollback(BaseModel, defer_build=True):
         )
 
 
-def rollback_audit_line(entry: AuditEntry) -> str:
+class JsonLine(Protocol):
+    """An audit entry, as far as the host's rollback needs it (console.core.audit imports this module's
+    record through core.pairing, so the entry's type is not imported here)."""
+
+    def to_jsonl(self) -> str: ...
+
+
+def rollback_audit_line(entry: JsonLine) -> str:
     """The audit line the host writes when it rolls back, its time left as `TS_PLACEHOLDER`."""
     data = json.loads(entry.to_jsonl())
     data["ts"] = TS_PLACEHOLDER

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import ConfigDict, Field, TypeAdapter, with_config
 
-from console.core.parsing.ranges import (
+from console.core.ranges import (
     MAX_COUNT,
     MAX_GIB,
     MAX_SECONDS,
@@ -51,7 +51,7 @@ def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
     return adapter
 
 
-# The sane range of each number an SGLang message carries (console.core.parsing.ranges, where the parser
+# The sane range of each number an SGLang message carries (console.core.ranges, where the parser
 # turns a line outside it into an `out_of_range` error): validated wherever an event comes from outside.
 GiB = Annotated[float, Field(ge=0.0, le=MAX_GIB)]
 UsageGiB = Annotated[float, Field(ge=MIN_MEM_USAGE_GIB, le=MAX_GIB)]
@@ -341,7 +341,7 @@ ErrorCategory = Literal[
     "other",
 ]
 """`out_of_range`: a number in a line that no host can print (a pool of -5 tokens); the line is kept
-here instead of the event it claimed to be (console.core.parsing.ranges)."""
+here instead of the event it claimed to be (console.core.ranges)."""
 
 
 @dataclass(frozen=True, kw_only=True)

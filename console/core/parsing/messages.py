@@ -11,7 +11,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from console.core.parsing.ranges import checked
 from console.core.parsing.server_args import parse_server_args
 from console.core.parsing.values import (
     count,
@@ -23,6 +22,7 @@ from console.core.parsing.values import (
     to_float,
     to_int,
 )
+from console.core.ranges import checked
 
 Fields = dict[str, Any]
 Handler = Callable[[str, Fields], Fields | None]
@@ -30,7 +30,7 @@ Handler = Callable[[str, Fields], Fields | None]
 PREFIX_CHARS = 6
 
 # The current (v0.5.9+) stats lines in one regex each; other versions take the general loops below.
-# Each group admits only numbers inside their sane range (parsing/ranges: at most 9 digits of a count,
+# Each group admits only numbers inside their sane range (core/ranges: at most 9 digits of a count,
 # a usage under 1,000, a rate under 1e8), so the bulk of a journal needs no range check; a line with a
 # number past them goes the general way, which checks.
 DECODE = re.compile(
@@ -503,7 +503,7 @@ HANDLERS: dict[str, Handler] = {
     "Using ": kv_dtype,
 }
 
-# Every handler that reads a number may make an `error` instead (parsing/ranges: out of its sane range).
+# Every handler that reads a number may make an `error` instead (core/ranges: out of its sane range).
 HANDLER_KINDS: dict[Handler, frozenset[str]] = {
     decode: frozenset({"decode_batch", "error"}),
     prefill: frozenset({"prefill_batch", "error"}),
