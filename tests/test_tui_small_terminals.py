@@ -128,9 +128,15 @@ async def test_the_first_gpu_sample_after_the_journal_refits_the_panels() -> Non
 async def test_at_160x48_the_chart_fills_the_rows_under_the_gpu_bars() -> None:
     """The chart was 9 rows (2 of them plot) over 9 blank rows at 160x48 (issue 34): it takes what the
     bars leave of the top."""
+    from console.core.serving import ServingFigures
+
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await busy_dashboard(app, pilot)
+        # ...and the serving panel of a live session: the side column is the taller one
+        snap = snapshot(corpus_events("case-01"), gpu_sample([240.0 * GIB] * 8, 288 * GIB), seq=2)
+        app.post_snapshot(snap.model_copy(update={"serving": ServingFigures(window_s=300.0)}))
+        await pilot.pause()
         dash = app.dashboards["gpu1"]
         main = dash.query_one("#main")
         await pilot.pause()
@@ -138,3 +144,39 @@ async def test_at_160x48_the_chart_fills_the_rows_under_the_gpu_bars() -> None:
         used = dash.gpus.outer_size.height + dash.throughput.outer_size.height
         assert used == main.outer_size.height, (used, main.outer_size.height)
         assert dash.throughput.outer_size.height > 12
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_a_change_in_flight_shows_every_boot_phase(size: tuple[int, int]) -> None:
+    """The restart panel cut off KV pool, CUDA graphs and ready (8 of 12 phases shown at 160x48, 2 at
+    100x30): the controller's quick steps share a line, and the side column scrolls to the change."""
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        app.post_snapshot(snapshot(corpus_events("case-01"), gpu_sample([240.0 * GIB] * 8, 288 * GIB)))
+        await pilot.pause()
+        dash = app.dashboards["gpu1"]
+        dash.begin_track("apply ctx-200k")
+        done = {"validate": 0.1, "diff": 0.0, "write_dropin": 0.0, "daemon_reload": 0.2, "restart": 1.0}
+        done |= {"stopping": 3.0, "launching": 20.0, "loading_weights": 200.0}
+        dash.progress("kv_pool", "allocating the KV pool", 230.0, done, 60.0)
+        for _ in range(3):
+            await pilot.pause()
+        phases = ("validate … restart", "stopping", "loading weights", "KV pool", "CUDA graphs", "ready")
+        for phase in (*phases, "verify, record"):
+            assert on_screen(app, phase), (phase, "\n".join(screen_text(app)))
+
+
+async def test_a_plain_restart_lists_only_the_steps_it_takes() -> None:
+    """A plain restart writes no drop-in and reloads nothing: its timeline listed "write drop-in"."""
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.post_snapshot(snapshot(corpus_events("case-01"), gpu_sample([240.0 * GIB] * 8, 288 * GIB)))
+        await pilot.pause()
+        dash = app.dashboards["gpu1"]
+        dash.begin_track("restart")
+        steps = {"validate": 0.1, "diff": 0.0, "write_dropin": 0.0, "daemon_reload": 0.0, "restart": 1.0}
+        dash.progress("stopping", None, 2.0, steps, None)
+        await pilot.pause()
+        await pilot.pause()
+        assert on_screen(app, "restart running") and on_screen(app, "✔ restart")
+        assert not on_screen(app, "write drop-in") and not on_screen(app, "daemon-reload")

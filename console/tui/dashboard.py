@@ -149,6 +149,7 @@ class HostDashboard(Vertical):
         self.gpus.set_compact(compact)
         self.kv.set_compact(compact)
         self.serving.set_compact(compact)
+        self.timeline.set_compact(compact)
         self.feed.set_compact(compact)
         fixed = self.header.outer_size.height or 2
         if self.pairing.display:
@@ -253,6 +254,8 @@ class HostDashboard(Vertical):
         if self.track is not None:
             self.track.progress(phase, message, elapsed, durations, eta)
             self.timeline.refresh(layout=True)
+            # The change in flight is what the side column is for now: scrolled to it, in a short pane.
+            self.call_after_refresh(self.timeline.scroll_visible, animate=False)
 
     def _verdict_still_true(self, snap: HostSnapshot) -> None:
         """This console's verdict describes the boot its change brought up: a later boot (a restart by

@@ -77,6 +77,13 @@ class ApplyTrack:
             out.append(TimelineStep(p, PHASE_LABELS[p], secs, state))
         return tuple(out)
 
+    def before(self) -> tuple[Phase, ...]:
+        """The controller's steps before the boot that this change really takes: a plain restart writes
+        no drop-in and reloads nothing (its timeline listed "write drop-in", done in 0.0 s)."""
+        if self.action == "restart":
+            return (Phase.RESTART,)
+        return CONTROLLER_BEFORE
+
     @property
     def booting(self) -> bool:
         """The controller has restarted the service and the journal now tells the story."""
