@@ -22,6 +22,7 @@ from types import ModuleType
 import pytest
 
 from console.core.gpus import (
+    GPU_QUERY_FIELDS,
     GpuProcess,
     GpuSample,
     HostGpuSample,
@@ -138,6 +139,8 @@ EXPECTED = tuple(
         utilization_pct=37.0 if i == 0 else None,
         memory_used_mib=40123.0 + i,
         memory_total_mib=81559.0,
+        # The stand-in is an old driver (no v2 memory info; its nvidia-smi refuses memory.reserved).
+        memory_info="v1",
         processes=(GpuProcess(pid=7400 + i, name=f"sglang::scheduler_TP{i}", used_memory_mib=39000.0),),
     )
     for i in range(2)
@@ -165,10 +168,15 @@ def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (bindir / "gpus.csv").write_text(SMI_GPUS)
     (bindir / "apps.csv").write_text(SMI_APPS)
     script = bindir / "nvidia-smi"
+    basic = ",".join(GPU_QUERY_FIELDS)
+    # An old driver's nvidia-smi: it answers the basic fields and refuses the first field it does not
+    # know, the whole query failing, as the real one does.
     script.write_text(
         "#!/bin/sh\n"
         'case "$1" in\n'
-        f'  --query-gpu=index,name,uuid,utilization.gpu,memory.used,memory.total) cat "{bindir}/gpus.csv";;\n'
+        f'  --query-gpu={basic}) cat "{bindir}/gpus.csv";;\n'
+        f'  --query-gpu={basic},*) f="${{1#--query-gpu={basic},}}"; f="${{f%%,*}}"; '
+        'echo "Field \\"$f\\" is not a valid field to query."; exit 2;;\n'
         f'  --query-compute-apps=gpu_uuid,pid,process_name,used_memory) cat "{bindir}/apps.csv";;\n'
         '  *) echo "unexpected: $*" >&2; exit 2;;\n'
         "esac\n"
@@ -210,17 +218,17 @@ def _loop_samples(ticks: int, interval_s: float = 0.25) -> tuple[list[HostGpuSam
     """The SSH back-end's `sh` loop run here by a real `sh`: its lines through `NvidiaSmiBlocks`, one
     sample per tick; then its stdout is closed, as a closed channel would be, and its exit status read."""
     proc = subprocess.Popen(
-        nvidia_smi_loop_argv(interval_s), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+        nvidia_smi_loop_argv(interval_s, GPU_QUERY_FIELDS), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
     assert proc.stdout is not None
-    blocks, samples = NvidiaSmiBlocks(), []
+    blocks, samples = NvidiaSmiBlocks(GPU_QUERY_FIELDS), []
     try:
         while len(samples) < ticks:
             line = proc.stdout.readline()
             assert line, "the loop ended early"
             pair = blocks.feed(line)
             if pair is not None:
-                samples.append(nvidia_smi_sample(*pair, "gpu1"))
+                samples.append(nvidia_smi_sample(*pair, "gpu1", GPU_QUERY_FIELDS))
     finally:
         proc.stdout.close()
     return samples, proc.wait(5)  # its next write meets a closed pipe
@@ -239,9 +247,11 @@ def test_nvidia_smi_loop_keeps_the_interval_when_the_queries_are_slow(fake_smi: 
     work (1.3 s), so a busy host's samples keep the schedule the operator asked for."""
     script = fake_smi / "nvidia-smi"
     script.write_text(script.read_text().replace("#!/bin/sh\n", "#!/bin/sh\nsleep 0.3\n"))
-    proc = subprocess.Popen(nvidia_smi_loop_argv(0.7), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        nvidia_smi_loop_argv(0.7, GPU_QUERY_FIELDS), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
     assert proc.stdout is not None
-    blocks, stamps = NvidiaSmiBlocks(), []
+    blocks, stamps = NvidiaSmiBlocks(GPU_QUERY_FIELDS), []
     try:
         while len(stamps) < 4:
             line = proc.stdout.readline()
@@ -295,7 +305,7 @@ def test_nvidia_smi_loop_reports_a_driver_it_cannot_reach(fake_smi: Path) -> Non
 
 
 def test_nvidia_smi_blocks_need_both_queries_and_stay_bounded() -> None:
-    blocks = NvidiaSmiBlocks()
+    blocks = NvidiaSmiBlocks(GPU_QUERY_FIELDS)
     # An apps block with no gpu block before it (the stream joined mid-tick) gives no sample.
     assert blocks.feed(b"GPU-0, 1, x, 2\n") is None
     assert blocks.feed(b"@@k26-nvidia-smi apps 0\n") is None
@@ -305,7 +315,7 @@ def test_nvidia_smi_blocks_need_both_queries_and_stay_bounded() -> None:
     for line in SMI_APPS.splitlines():
         assert blocks.feed(line.encode() + b"\n") is None
     pair = blocks.feed(b"@@k26-nvidia-smi apps 0\n")
-    assert pair is not None and nvidia_smi_sample(*pair, "gpu1").gpus == EXPECTED
+    assert pair is not None and nvidia_smi_sample(*pair, "gpu1", GPU_QUERY_FIELDS).gpus == EXPECTED
     with pytest.raises(ValueError, match="without finishing"):
         for _ in range(5000):
             blocks.feed(b"0, 1, 2, 3, 4, 5\n")
@@ -350,6 +360,51 @@ async def test_agent_without_pynvml_or_library_says_so(tmp_path: Path, standin_d
         sample = sample_from_agent_line(out.splitlines()[0])
         assert sample.state is SamplerState.NVML_MISSING, out
         assert marker in (sample.detail or "")
+
+
+@pytest.mark.parametrize(
+    ("slow", "state"),
+    [
+        ("import", SamplerState.NVML_MISSING),  # no nvidia-ml-py, found out slowly
+        ("init", SamplerState.NVML_MISSING),  # no NVML library: nvmlInit fails, slowly
+        ("sample", SamplerState.OK),  # a first sample that takes its time
+    ],
+)
+async def test_the_agent_writes_its_verdict_before_it_honours_the_end_of_its_input(
+    tmp_path: Path, slow: str, state: SamplerState
+) -> None:
+    """`communicate()` closes the agent's stdin at once (Python 3.12 on): the agent's stdin watcher saw the
+    end of input and exited before the main thread had written anything (an empty answer on a 16-core
+    machine, issue 31). Here the agent is slow on purpose (0.5 s), so the race is lost every time, not by
+    chance; each time the agent's first line comes, then it ends."""
+    module = tmp_path / "pynvml.py"
+    if slow == "import":
+        module.write_text("import time\ntime.sleep(0.5)\nraise ImportError('no nvidia-ml-py')\n")
+    elif slow == "init":
+        module.write_text(
+            STANDIN.replace("MISSING = False", "MISSING = True").replace(
+                'CALLS.append("init")', 'CALLS.append("init")\n    __import__("time").sleep(0.5)'
+            )
+        )
+    else:
+        module.write_text(
+            STANDIN.replace("    return COUNT", "    __import__('time').sleep(0.5)\n    return COUNT")
+        )
+    proc = await asyncio.create_subprocess_exec(
+        *agent_argv(1.0, python=sys.executable),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    # What `communicate()` does from Python 3.12 on (3.11's leaves stdin open): the end of input at once.
+    proc.stdin.close()
+    out = await asyncio.wait_for(proc.stdout.read(), 10)
+    await asyncio.wait_for(proc.wait(), 10)
+    assert out.strip(), "the agent ended without a word"
+    sample = sample_from_agent_line(out.splitlines()[0])
+    assert sample.state is state, out
+    assert proc.returncode == 0
 
 
 def test_agent_script_is_self_contained_python() -> None:

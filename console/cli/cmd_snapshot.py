@@ -363,6 +363,27 @@ def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
     return "—" if value is None else fmt.format(value)
 
 
+def _health_words(health: dict[str, Any] | None) -> str:
+    """`; 33 °C, 79/700 W, SM 345/1980 MHz, P0, PCIe gen 5 x16; THERMAL: …` (what the back-end read)."""
+    if not health:
+        return ""
+    said = []
+    if health.get("temperature_c") is not None:
+        said.append(f"{health['temperature_c']:.0f} °C")
+    if health.get("power_w") is not None:
+        limit = f"/{health['power_limit_w']:.0f}" if health.get("power_limit_w") is not None else ""
+        said.append(f"{health['power_w']:.0f}{limit} W")
+    if health.get("clock_sm_mhz") is not None:
+        top = f"/{health['clock_sm_max_mhz']:.0f}" if health.get("clock_sm_max_mhz") is not None else ""
+        said.append(f"SM {health['clock_sm_mhz']:.0f}{top} MHz")
+    if health.get("pstate") is not None:
+        said.append(f"P{health['pstate']}")
+    if health.get("pcie_gen") is not None and health.get("pcie_width") is not None:
+        said.append(f"PCIe gen {health['pcie_gen']} x{health['pcie_width']}")
+    faults = [f["words"] for f in health.get("faults", [])]
+    return "".join(f"; {w}" for w in [", ".join(said), *faults] if w)
+
+
 def _lines(r: SnapshotReport) -> list[str]:
     s = r.serving
     out = [f"host {r.host}"]
@@ -379,8 +400,13 @@ def _lines(r: SnapshotReport) -> list[str]:
     out.append(f"server: {r.server_health or '?'}, SGLang {r.server_version or '?'}")
     for g in r.gpus:
         parts = ", ".join(f"{name} {gib:.1f}" for name, gib in g["parts"]) or "no split known"
+        if g.get("reserved_gib") is not None:
+            parts = f"driver reserved {g['reserved_gib']:.1f}; {parts}"
+        elif g.get("memory_info") == "v1":
+            parts = f"used includes the driver's reservation (NVML v1); {parts}"
         out.append(
             f"GPU{g['index']}: {_num(g['used_gib'], '{:.1f}')}/{_num(g['total_gib'], '{:.1f}')} GiB ({parts})"
+            + _health_words(g.get("health"))
         )
     if r.pool is not None:
         pool = r.pool

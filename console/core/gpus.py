@@ -13,11 +13,21 @@ nvidia-smi's CSV, local NVML and a recording all pass them): a GPU's memory from
 `NAME_MAX` characters. A value out of range (NaN and ±Infinity included, which Python's JSON reads) is
 refused: it becomes missing (drawn as "—", never as a bar), and `refused` says which. A sample of more than
 `MAX_GPUS` GPUs is no host's: it is refused whole, with one sentence, before a widget draws 10,000 rows.
+
+Memory is counted as nvidia-smi counts it: `memory_used_mib` excludes the driver's own reservation, which
+is `memory_reserved_mib` (NVML's v2 memory info; nvidia-smi's `memory.reserved`). A driver (or an
+nvidia-ml-py) without v2 answers v1 only, whose `used` includes the reservation: `memory_info` says which
+a sample holds, so three back-ends on one card agree, and a v1 reading is never taken for a v2 one.
+
+Health (temperature, power, clocks, clock-event reasons, P-state, ECC, remapped rows, PCIe link, XID
+events) is one optional field each: absent (None, never 0) where the back-end did not read it;
+`console/core/gpuhealth.py` reads the faults out of them.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -51,6 +61,38 @@ NAME_MAX = 256
 """Characters kept of a GPU's or a process's name or UUID."""
 TS_MAX = 7_258_118_400.0
 """2200-01-01 in Unix seconds: a sample's time past it (or before 1970, or not finite) is refused."""
+MAX_XIDS = 16
+"""XID events kept per GPU in one sample (the newest)."""
+XID_KEEP_S = 3600.0
+"""How long an XID event stays in the samples after it happened: an operator who looks within the hour
+sees it, and it does not fire an alert for the rest of the day."""
+
+# Each health figure's range: past it (or not a number) the value is refused, as memory's is.
+HEALTH_RANGES: dict[str, tuple[float, float]] = {
+    "temperature_c": (-60, 250),
+    "temperature_slowdown_c": (-60, 250),
+    "temperature_shutdown_c": (-60, 250),
+    "power_w": (0, 10_000),
+    "power_limit_w": (0, 10_000),
+    "clock_sm_mhz": (0, 100_000),
+    "clock_sm_max_mhz": (0, 100_000),
+    "clock_mem_mhz": (0, 100_000),
+    "clock_mem_max_mhz": (0, 100_000),
+}
+HEALTH_INT_RANGES: dict[str, tuple[int, int]] = {
+    "clock_event_reasons": (0, 2**64 - 1),
+    "pstate": (0, 15),
+    "ecc_corrected_volatile": (0, 2**63),
+    "ecc_uncorrected_volatile": (0, 2**63),
+    "remapped_rows_correctable": (0, 2**32),
+    "remapped_rows_uncorrectable": (0, 2**32),
+    "pcie_gen": (1, 16),
+    "pcie_gen_max": (1, 16),
+    "pcie_width": (1, 64),
+    "pcie_width_max": (1, 64),
+    "memory_bus_width_bits": (1, 65_536),
+}
+HEALTH_FLAGS: tuple[str, ...] = ("ecc_enabled", "remap_pending", "remap_failed")
 
 
 def _in_range(value: Any, low: float, high: float) -> float | None:
@@ -77,10 +119,55 @@ def _held(data: dict[str, Any], name: str, low: float, high: float, refused: lis
         data[name] = number
 
 
+def _held_int(data: dict[str, Any], name: str, low: int, high: int, refused: list[str]) -> None:
+    """`data[name]` kept as an int when it is a whole number in range (a hex string such as nvidia-smi's
+    `0x0000000000000001` included), else set to None and named in `refused`."""
+    value = data.get(name)
+    if value is None:
+        return
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        try:
+            number = int(text, 16) if text.startswith("0x") else int(text)
+        except ValueError:
+            number = None
+    if number is None or not low <= number <= high:
+        refused.append(f"{name} {str(value)[:24]}")
+        data[name] = None
+    else:
+        data[name] = number
+
+
+def _flag(data: dict[str, Any], name: str, refused: list[str]) -> None:
+    """A yes/no: a bool, 0/1, or nvidia-smi's words (Yes/No, Enabled/Disabled, Active/Not Active)."""
+    value = data.get(name)
+    if value is None or isinstance(value, bool):
+        return
+    words = {"yes": True, "enabled": True, "active": True, "1": True}
+    words |= {"no": False, "disabled": False, "not active": False, "0": False}
+    key = str(value).strip().lower() if isinstance(value, str | int) else None
+    if key is not None and key in words:
+        data[name] = words[key]
+    else:
+        refused.append(f"{name} {str(value)[:24]}")
+        data[name] = None
+
+
 def _text_field(data: dict[str, Any], name: str) -> None:
     value = data.get(name)
     if isinstance(value, str) and len(value) > NAME_MAX:
         data[name] = value[:NAME_MAX]
+
+
+def _xid_ok(event: dict[str, Any]) -> bool:
+    """An XID event worth keeping: its code a whole number an XID can be (a malformed one is dropped)."""
+    xid = event.get("xid")
+    return isinstance(xid, int) and not isinstance(xid, bool) and 0 <= xid <= 65_535
 
 
 class GpuProcess(BaseModel, defer_build=True):
@@ -105,6 +192,27 @@ class GpuProcess(BaseModel, defer_build=True):
         return data
 
 
+class XidEvent(BaseModel, defer_build=True):
+    """One XID critical-error event the driver reported for a GPU (NVML's event set)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    xid: int
+    age_s: float | None = None
+    """Seconds between the event and the sample that carries it (the host's clock for both)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        age = data.get("age_s")
+        if age is not None and _in_range(age, 0, 10 * XID_KEEP_S) is None:
+            data["age_s"] = None
+        return data
+
+
 class GpuSample(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -113,8 +221,47 @@ class GpuSample(BaseModel, defer_build=True):
     uuid: str | None = None
     utilization_pct: float | None = None
     memory_used_mib: float | None = None
+    """As nvidia-smi counts it where `memory_info` is `v2`: without the driver's reservation."""
     memory_total_mib: float | None = None
+    memory_reserved_mib: float | None = None
+    """The driver's own reservation (NVML v2 `reserved`, nvidia-smi `memory.reserved`); None under v1."""
+    memory_info: Literal["v2", "v1"] | None = None
+    """`v2`: used excludes the reservation, given apart; `v1` (an old driver or nvidia-ml-py): used
+    includes it and it is not known apart."""
     processes: tuple[GpuProcess, ...] = ()
+    temperature_c: float | None = None
+    temperature_slowdown_c: float | None = None
+    """Where the GPU slows itself down (NVML's slowdown threshold); nvidia-smi's query has no field."""
+    temperature_shutdown_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    """The enforced limit (the lowest of the limits in force)."""
+    clock_sm_mhz: float | None = None
+    clock_sm_max_mhz: float | None = None
+    clock_mem_mhz: float | None = None
+    clock_mem_max_mhz: float | None = None
+    clock_event_reasons: int | None = None
+    """NVML's clocks-event (throttle) reasons bitmask: `console/core/gpuhealth.py` words it."""
+    pstate: int | None = None
+    """Performance state, 0 (P0, the fastest) to 15."""
+    ecc_enabled: bool | None = None
+    ecc_corrected_volatile: int | None = None
+    """ECC errors since the driver loaded."""
+    ecc_uncorrected_volatile: int | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remap_pending: bool | None = None
+    """A row remap waits for a GPU reset."""
+    remap_failed: bool | None = None
+    """A row could not be remapped: the memory is failing."""
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    memory_bus_width_bits: int | None = None
+    """With `clock_mem_max_mhz`, the card's peak memory bandwidth (`gpuhealth.peak_bandwidth_gbs`)."""
+    xids: tuple[XidEvent, ...] = ()
+    """XID critical-error events seen within the last `XID_KEEP_S` (NVML back-ends only), oldest first."""
     refused: tuple[str, ...] = ()
     """The values out of range this GPU's reading held (`memory_used_mib -5`), each now missing."""
 
@@ -134,10 +281,30 @@ class GpuSample(BaseModel, defer_build=True):
         _held(data, "utilization_pct", 0, 100, refused)
         _held(data, "memory_used_mib", 0, MEMORY_MAX_MIB, refused)
         _held(data, "memory_total_mib", 0, MEMORY_MAX_MIB, refused)
+        _held(data, "memory_reserved_mib", 0, MEMORY_MAX_MIB, refused)
         used, total = data.get("memory_used_mib"), data.get("memory_total_mib")
         if isinstance(used, int | float) and isinstance(total, int | float) and used > total:
             refused.append(f"memory_used_mib {used:g} over memory_total_mib {total:g}")
             data["memory_used_mib"] = None
+        reserved = data.get("memory_reserved_mib")
+        if isinstance(reserved, int | float) and isinstance(total, int | float) and reserved > total:
+            refused.append(f"memory_reserved_mib {reserved:g} over memory_total_mib {total:g}")
+            data["memory_reserved_mib"] = None
+        if data.get("memory_info") not in (None, "v1", "v2"):
+            refused.append(f"memory_info {str(data['memory_info'])[:24]}")
+            data["memory_info"] = None
+        for name, (low, high) in HEALTH_RANGES.items():
+            _held(data, name, low, high, refused)
+        for name, (ilow, ihigh) in HEALTH_INT_RANGES.items():
+            _held_int(data, name, ilow, ihigh, refused)
+        for name in HEALTH_FLAGS:
+            _flag(data, name, refused)
+        xids = data.get("xids")
+        if isinstance(xids, list | tuple):
+            data["xids"] = tuple(x for x in xids[-MAX_XIDS:] if isinstance(x, dict) and _xid_ok(x))
+        elif xids is not None:
+            refused.append(f"xids {str(xids)[:24]}")
+            data["xids"] = ()
         _text_field(data, "name")
         _text_field(data, "uuid")
         processes = data.get("processes")
@@ -152,9 +319,10 @@ class GpuSample(BaseModel, defer_build=True):
 
     @property
     def memory_free_mib(self) -> float | None:
+        """What no one holds: total less used and (under v2) the driver's reservation."""
         if self.memory_used_mib is None or self.memory_total_mib is None:
             return None
-        return self.memory_total_mib - self.memory_used_mib
+        return max(0.0, self.memory_total_mib - self.memory_used_mib - (self.memory_reserved_mib or 0.0))
 
 
 class HostGpuSample(BaseModel, defer_build=True):
@@ -224,6 +392,61 @@ GPU_QUERY_FIELDS: tuple[str, ...] = (
     "memory.used",
     "memory.total",
 )
+"""What every nvidia-smi answers: the query falls back to these when it refuses the others."""
+SMI_NAME_COLUMN = 1
+"""The one column that may itself hold commas (nvidia-smi does not quote)."""
+
+# nvidia-smi's --query-gpu field → the sample's field (`--help-query-gpu` of driver 580). A driver that
+# does not know a field refuses the whole query (`Field "x" is not a valid field to query.`): the sampler
+# then asks without it, or with its older name (`SMI_ALTERNATIVES`), and keeps what its host's driver takes.
+SMI_HEALTH_FIELDS: dict[str, str] = {
+    "memory.reserved": "memory_reserved_mib",
+    "temperature.gpu": "temperature_c",
+    "power.draw": "power_w",
+    "enforced.power.limit": "power_limit_w",
+    "clocks.current.sm": "clock_sm_mhz",
+    "clocks.max.sm": "clock_sm_max_mhz",
+    "clocks.current.memory": "clock_mem_mhz",
+    "clocks.max.memory": "clock_mem_max_mhz",
+    "clocks_event_reasons.active": "clock_event_reasons",
+    "pstate": "pstate",
+    "ecc.mode.current": "ecc_enabled",
+    "ecc.errors.corrected.volatile.total": "ecc_corrected_volatile",
+    "ecc.errors.uncorrected.volatile.total": "ecc_uncorrected_volatile",
+    "remapped_rows.correctable": "remapped_rows_correctable",
+    "remapped_rows.uncorrectable": "remapped_rows_uncorrectable",
+    "remapped_rows.pending": "remap_pending",
+    "remapped_rows.failure": "remap_failed",
+    "pcie.link.gen.current": "pcie_gen",
+    "pcie.link.gen.max": "pcie_gen_max",
+    "pcie.link.width.current": "pcie_width",
+    "pcie.link.width.max": "pcie_width_max",
+}
+SMI_ALTERNATIVES: dict[str, str] = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
+"""A field's name before the driver renamed it (throttle reasons became clock-event reasons in R535)."""
+SMI_FIELD_OF: dict[str, str] = {
+    **SMI_HEALTH_FIELDS,
+    **{old: SMI_HEALTH_FIELDS[new] for new, old in SMI_ALTERNATIVES.items()},
+}
+SMI_QUERY_FIELDS: tuple[str, ...] = (*GPU_QUERY_FIELDS, *SMI_HEALTH_FIELDS)
+"""What the nvidia-smi back-end asks first."""
+_REFUSED_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
+
+
+def smi_fields_without(fields: tuple[str, ...], said: str) -> tuple[str, ...] | None:
+    """The fields to ask instead when nvidia-smi refused one (`said` its output): the refused field's
+    older name where it has one, else the field left out. None when nothing can be left out (it did not
+    refuse a field, or refused one every driver has: that is not the driver's age)."""
+    match = _REFUSED_FIELD.search(said)
+    if match is None or match.group(1) not in fields or match.group(1) in GPU_QUERY_FIELDS:
+        return None
+    field = match.group(1)
+    older = SMI_ALTERNATIVES.get(field)
+    if older is not None and older not in fields:
+        return tuple(older if f == field else f for f in fields)
+    return tuple(f for f in fields if f != field)
+
+
 APPS_QUERY_FIELDS: tuple[str, ...] = ("gpu_uuid", "pid", "process_name", "used_memory")
 
 
@@ -283,23 +506,51 @@ def parse_nvidia_smi_apps(text: str) -> dict[str, list[GpuProcess]]:
     return by_uuid
 
 
-def parse_nvidia_smi_gpus(text: str, apps_text: str = "") -> list[GpuSample]:
-    """`nvidia-smi --query-gpu=index,name,uuid,utilization.gpu,memory.used,memory.total
-    --format=csv,noheader,nounits` (+ the compute-apps query) → one sample per GPU."""
+def _pstate(value: str) -> int | None:
+    text = _text(value)
+    if text is None or not text.upper().startswith("P") or not text[1:].isdigit():
+        return None
+    return int(text[1:])
+
+
+def parse_nvidia_smi_gpus(
+    text: str, apps_text: str = "", fields: tuple[str, ...] = GPU_QUERY_FIELDS
+) -> list[GpuSample]:
+    """`nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits` (+ the compute-apps query) → one
+    sample per GPU. `fields` are the query's, in its order: `GPU_QUERY_FIELDS` first, then any of
+    `SMI_FIELD_OF`."""
     apps = parse_nvidia_smi_apps(apps_text) if apps_text else {}
     gpus = []
-    for row in _csv_rows(text, len(GPU_QUERY_FIELDS), 1):
-        index, name, uuid, util, used, total = row
-        key = _text(uuid)
+    for row in _csv_rows(text, len(fields), SMI_NAME_COLUMN):
+        value = dict(zip(fields, row, strict=True))
+        key = _text(value["uuid"])
+        health: dict[str, Any] = {}
+        for field, raw in value.items():
+            name = SMI_FIELD_OF.get(field)
+            if name is None:
+                continue
+            if name == "pstate":
+                health[name] = _pstate(raw)
+            elif name in HEALTH_FLAGS or name == "clock_event_reasons":
+                health[name] = _text(raw)  # words and hex: the model reads them
+            else:
+                health[name] = _number(raw)
+        if "memory.reserved" in value:
+            # nvidia-smi counts used as NVML v2 does wherever it can say what the driver reserved.
+            health["memory_info"] = "v2" if health.get("memory_reserved_mib") is not None else None
+        else:
+            # A driver that refuses the field predates v2 (R510): its used includes the reservation.
+            health["memory_info"] = "v1"
         gpus.append(
             GpuSample(
-                index=_integer(index),
-                name=_text(name),
+                index=_integer(value["index"]),
+                name=_text(value["name"]),
                 uuid=key,
-                utilization_pct=_number(util),
-                memory_used_mib=_number(used),
-                memory_total_mib=_number(total),
+                utilization_pct=_number(value["utilization.gpu"]),
+                memory_used_mib=_number(value["memory.used"]),
+                memory_total_mib=_number(value["memory.total"]),
                 processes=tuple(apps.get(key, ())) if key else (),
+                **health,
             )
         )
     return gpus

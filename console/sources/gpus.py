@@ -29,16 +29,19 @@ from typing import Any, Literal, Protocol
 
 from console.core.gpus import (
     APPS_QUERY_FIELDS,
-    GPU_QUERY_FIELDS,
+    SMI_QUERY_FIELDS,
     HostGpuSample,
     SamplerState,
     parse_nvidia_smi_gpus,
     sample_from_agent_line,
+    smi_fields_without,
 )
 from console.sources.bounded import CutLine, stream_lines
 from console.sources.gpu_agent import (
     _nvml_sample,
     _nvml_start,
+    _nvml_xid_wait,
+    _nvml_xid_watch,
     agent_argv,
     nvidia_smi_apps_argv,
     nvidia_smi_argv,
@@ -119,6 +122,8 @@ class NvmlSampler:
         self._host = host
         self._failed: dict[str, Any] | None = None
         self._started = False
+        self._events: Any = None
+        self._xids: list[list[Any]] = []
 
     def _read(self) -> dict[str, Any]:
         if not self._started:
@@ -130,9 +135,14 @@ class NvmlSampler:
                 self._nvml = pynvml
             self._failed = _nvml_start(self._nvml)
             self._started = True
+            if self._failed is None:
+                self._events = _nvml_xid_watch(self._nvml)
         if self._failed is not None:
             return self._failed
-        return _nvml_sample(self._nvml)
+        # The XID events since the last tick (none waited for: the poller keeps the schedule).
+        if self._events is not None and not _nvml_xid_wait(self._nvml, self._events, 0.0, self._xids):
+            self._events = None
+        return _nvml_sample(self._nvml, self._xids)
 
     async def sample(self) -> HostGpuSample:
         data = await asyncio.to_thread(self._read)
@@ -142,13 +152,18 @@ class NvmlSampler:
 
     async def close(self) -> None:
         if self._started and self._failed is None and self._nvml is not None:
+            if self._events is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(self._nvml.nvmlEventSetFree, self._events)
+                self._events = None
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self._nvml.nvmlShutdown)
         self._started = False
 
 
 class NvidiaSmiSampler:
-    """`nvidia-smi` run per tick (both queries at once), locally or over SSH."""
+    """`nvidia-smi` run per tick (both queries at once), locally or over SSH. An older driver that refuses
+    a field is asked again without it (or by its older name) at once, and from then on."""
 
     backend: Literal["nvidia-smi"] = "nvidia-smi"
     self_paced = False
@@ -157,6 +172,8 @@ class NvidiaSmiSampler:
         self._runner = runner
         self._host = host
         self.timeout_s = timeout_s
+        self.fields: tuple[str, ...] = SMI_QUERY_FIELDS
+        """The --query-gpu fields this host's nvidia-smi takes, as learned."""
 
     def _sample(self, state: SamplerState, detail: str | None = None, **fields: Any) -> HostGpuSample:
         return HostGpuSample(
@@ -166,19 +183,31 @@ class NvidiaSmiSampler:
     async def sample(self) -> HostGpuSample:
         try:
             gpus, apps = await asyncio.gather(
-                self._runner.run(nvidia_smi_argv(), timeout=self.timeout_s),
+                self._runner.run(nvidia_smi_argv(self.fields), timeout=self.timeout_s),
                 self._runner.run(nvidia_smi_apps_argv(), timeout=self.timeout_s),
             )
+            for _ in range(len(SMI_QUERY_FIELDS)):
+                fewer = None if gpus.ok else smi_fields_without(self.fields, gpus.stdout + gpus.stderr)
+                if fewer is None:
+                    break
+                self.fields = fewer
+                gpus = await self._runner.run(nvidia_smi_argv(self.fields), timeout=self.timeout_s)
         except TransportError as exc:
             return self._sample(SamplerState.ERROR, f"{exc}.")
-        return nvidia_smi_sample(gpus, apps, self._host)
+        return nvidia_smi_sample(gpus, apps, self._host, self.fields)
 
     async def close(self) -> None:
         return None
 
 
-def nvidia_smi_sample(gpus: CommandResult, apps: CommandResult, host: str | None) -> HostGpuSample:
-    """One sample from the two queries' results: GPUs with their processes, or what went wrong."""
+def nvidia_smi_sample(
+    gpus: CommandResult,
+    apps: CommandResult,
+    host: str | None,
+    fields: tuple[str, ...] = SMI_QUERY_FIELDS,
+) -> HostGpuSample:
+    """One sample from the two queries' results (`fields` the GPU query's): GPUs with their processes,
+    or what went wrong."""
 
     def sample(state: SamplerState, detail: str | None = None, **fields: Any) -> HostGpuSample:
         return HostGpuSample(
@@ -195,7 +224,7 @@ def nvidia_smi_sample(gpus: CommandResult, apps: CommandResult, host: str | None
         if "couldn't communicate with the nvidia driver" in lower or "nvml" in lower:
             return sample(SamplerState.NVML_MISSING, f"nvidia-smi cannot reach the driver: {said}.")
         return sample(SamplerState.ERROR, f"nvidia-smi failed: {said}.")
-    parsed = parse_nvidia_smi_gpus(gpus.stdout, apps.stdout if apps.ok else "")
+    parsed = parse_nvidia_smi_gpus(gpus.stdout, apps.stdout if apps.ok else "", fields)
     if not parsed:
         return sample(SamplerState.NO_GPUS, "nvidia-smi lists no GPUs.")
     return sample(SamplerState.OK, gpus=tuple(parsed))
@@ -206,14 +235,14 @@ SMI_BLOCK_LINES = 4096
 """A block longer than this is not nvidia-smi's answer (a GPU per line, a process per line)."""
 
 
-def nvidia_smi_loop_argv(interval_s: float) -> list[str]:
+def nvidia_smi_loop_argv(interval_s: float, fields: tuple[str, ...] = SMI_QUERY_FIELDS) -> list[str]:
     """`sh -c LOOP`: each tick, both queries in the background, each followed by a mark line with its
     exit status, while the loop sleeps `interval_s`; then it waits for them. A tick is the interval, or
     the queries' time when they take longer (sh has no sub-second clock: this is how it keeps time).
     The loop itself writes a `tick` mark each turn, so it dies of SIGPIPE once its channel is gone.
     A `sleep` without fractions (POSIX asks only for whole seconds) refuses `0.25`: the loop then ticks
     every second rather than ending."""
-    gpu, apps = shlex.join(nvidia_smi_argv()), shlex.join(nvidia_smi_apps_argv())
+    gpu, apps = shlex.join(nvidia_smi_argv(fields)), shlex.join(nvidia_smi_apps_argv())
     loop = (
         f'while echo "{SMI_MARK} tick"; do '
         f'{{ {gpu} 2>&1; echo "{SMI_MARK} gpu $?"; {apps} 2>&1; echo "{SMI_MARK} apps $?"; }} & '
@@ -223,9 +252,11 @@ def nvidia_smi_loop_argv(interval_s: float) -> list[str]:
 
 
 class NvidiaSmiBlocks:
-    """Turns the loop's lines back into the two queries' results, one pair per tick (no I/O)."""
+    """Turns the loop's lines back into the two queries' results, one pair per tick (no I/O); `fields`
+    are the loop's GPU query's."""
 
-    def __init__(self) -> None:
+    def __init__(self, fields: tuple[str, ...] = SMI_QUERY_FIELDS) -> None:
+        self.fields = fields
         self._lines: list[str] = []
         self._gpus: CommandResult | None = None
 
@@ -245,10 +276,10 @@ class NvidiaSmiBlocks:
         if exit_status == 0:
             # stderr is merged into the block (an unread stderr would fill the channel's window and stall
             # the loop): a warning line among the rows is not a row, and rows have all their commas.
-            fields = len(GPU_QUERY_FIELDS if which == "gpu" else APPS_QUERY_FIELDS)
-            lines = [x for x in lines if x.count(",") >= fields - 1]
+            width = len(self.fields if which == "gpu" else APPS_QUERY_FIELDS)
+            lines = [x for x in lines if x.count(",") >= width - 1]
         result = CommandResult(
-            argv=tuple(nvidia_smi_argv() if which == "gpu" else nvidia_smi_apps_argv()),
+            argv=tuple(nvidia_smi_argv(self.fields) if which == "gpu" else nvidia_smi_apps_argv()),
             exit_status=exit_status,
             stdout="".join(x + "\n" for x in lines),
             stderr="",
@@ -259,6 +290,10 @@ class NvidiaSmiBlocks:
             return None
         gpus, self._gpus = self._gpus, None
         return (gpus, result) if gpus is not None else None
+
+
+class _AskAgain(Exception):
+    """A stream's reader found that the host needs another command (nvidia-smi refused a field)."""
 
 
 class _StreamSampler:
@@ -309,6 +344,7 @@ class _StreamSampler:
     async def _read(self) -> None:
         self.streams_started += 1
         take = self.reader()
+        again = False
         try:
             async with self.transport.stream(self.argv(), timeout=10) as stream:
                 async for lines in stream_lines(stream, LINE_MAX_BYTES):
@@ -329,12 +365,19 @@ class _StreamSampler:
                 self._last_exit = f"{self.what} ended (exit status {status})" + (
                     f": {text[-1]}" if text[-1] else ""
                 )
+        except _AskAgain:
+            again = True
         except (ValueError, TransportError) as exc:
             self._last_exit = str(exc)
         finally:
             task = asyncio.current_task()
             if task in self._retired:
                 self._retired.discard(task)
+            elif again:
+                # The host's command changed (fewer fields): the next stream takes over at once.
+                self._reader = asyncio.get_running_loop().create_task(
+                    self._read(), name=f"gpu-{self.backend}-{self._host}"
+                )
             else:
                 self._put(None)
 
@@ -386,20 +429,29 @@ class _StreamSampler:
 
 
 class NvidiaSmiStreamSampler(_StreamSampler):
-    """`nvidia-smi` over SSH from one long-lived channel (`nvidia_smi_loop_argv`): a sample per tick."""
+    """`nvidia-smi` over SSH from one long-lived channel (`nvidia_smi_loop_argv`): a sample per tick. An
+    older driver that refuses a field gets the loop again without it (or with its older name)."""
 
     backend: Literal["nvidia-smi"] = "nvidia-smi"
     what = "the nvidia-smi loop"
+    fields: tuple[str, ...] = SMI_QUERY_FIELDS
 
     def argv(self) -> list[str]:
-        return nvidia_smi_loop_argv(self.interval_s)
+        return nvidia_smi_loop_argv(self.interval_s, self.fields)
 
     def reader(self) -> Callable[[bytes], HostGpuSample | None]:
-        blocks = NvidiaSmiBlocks()
+        blocks = NvidiaSmiBlocks(self.fields)
 
         def take(line: bytes) -> HostGpuSample | None:
             pair = blocks.feed(line)
-            return nvidia_smi_sample(*pair, self._host) if pair is not None else None
+            if pair is None:
+                return None
+            gpus = pair[0]
+            fewer = None if gpus.ok else smi_fields_without(blocks.fields, gpus.stdout + gpus.stderr)
+            if fewer is not None:
+                self.fields = fewer
+                raise _AskAgain
+            return nvidia_smi_sample(*pair, self._host, blocks.fields)
 
         return take
 

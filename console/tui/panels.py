@@ -32,8 +32,18 @@ from console.tui.view import (
     textual_text,
 )
 
-SEGMENTS = ("weights", "kv", "graphs", "other", "procs", "used")
-"""The memory segments of a GPU bar, left to right; each is coloured by the theme role of its name."""
+SEGMENTS = ("reserved", "weights", "kv", "graphs", "other", "procs", "used")
+"""The memory segments of a GPU bar, left to right; each is coloured by the theme role of its name
+(`SEGMENT_ROLES` where another role draws it)."""
+SEGMENT_ROLES = {"reserved": "mark"}
+"""The driver's reservation is no one's memory: drawn in the gauge marks' grey."""
+
+
+def segment_role(name: str) -> str:
+    return SEGMENT_ROLES.get(name, name)
+
+
+FAULT_ROLES = {"critical": ("bad", True), "warning": ("warn", True)}
 LEVEL_ROLES: dict[str, tuple[str, bool]] = {
     "ok": ("ok", False),
     "warn": ("warn", False),
@@ -101,9 +111,14 @@ When this boot's journal said how much each tensor-parallel rank loaded, the bar
 [theme.weights]weights[/] (Load weight end: mem usage), [theme.kv]KV pool[/] (KV Cache is allocated: size),
 [theme.graphs]CUDA graphs[/] (Capture cuda graph end: mem usage), [theme.other]other[/] (the rest of the
 server's own memory: activations, NCCL buffers, the CUDA context) and [theme.procs]other processes[/]
-(memory of processes that are not this server). The dim rest is free.
+(memory of processes that are not this server). The dim rest is free. First, in grey, what the
+driver reserves for itself (NVML v2 / nvidia-smi; an old driver counts it in used).
 GPU i is taken to hold TP rank i. Without those journal lines the bar is plain used/total.
-Right of each bar: used / total GiB and the utilization the sampler reported."""
+Right of each bar: used / total GiB, the utilization the sampler reported and, on a wide panel, the
+temperature and power draw; then the GPU's faults: [b]THERMAL[/b] or [b]PWR CAP[/b] (clocks held down by
+heat or the power limit while it works), [b]PCIe x8[/b] (a link below its maximum), [b]ECC[/b],
+[b]REMAP[/b] (a row remap waits for a reset), [b]XID n[/b] (a critical error the driver reported).
+The alerts say each in words."""
 
     _rows: tuple[int, tuple[GpuRow, ...]] | None = None
 
@@ -129,6 +144,9 @@ Right of each bar: used / total GiB and the utilization the sampler reported."""
                     None if r.used_gib is None else round(r.used_gib, 1),
                     None if r.util_pct is None else round(r.util_pct),
                     tuple((name, round(v, 2)) for name, v in r.parts),
+                    None if r.reserved_gib is None else round(r.reserved_gib, 1),
+                    _health_cell(r),
+                    r.faults,
                 )
                 for r in self._gpu_rows(snap)
             ),
@@ -147,12 +165,17 @@ Right of each bar: used / total GiB and the utilization the sampler reported."""
         if sample.state.value != "ok":
             return Text(f"GPUs: {sample.detail or sample.state.value}", palette().warn)
         rows = self._gpu_rows(snap)
-        width = max(10, self.content_region.width - 34)
+        # The health cell only where the bar keeps room (a wide panel); the faults always.
+        cell = 11 if self.content_region.width >= 110 and any(_health_cell(r) for r in rows) else 0
+        tags = max((len(" ".join(t for t, _ in r.faults)) + 1 for r in rows if r.faults), default=0)
+        width = max(10, self.content_region.width - 34 - cell - min(tags, 24))
         legend = Text(" ")
         shown = {name for r in rows for name, v in r.parts if v > 0} or {"used"}
+        if any(r.reserved_gib for r in rows):
+            shown.add("reserved")
         for name in SEGMENTS:
             if name in shown:
-                legend.append("█", palette().style(name))
+                legend.append("█", palette().style(segment_role(name)))
                 legend.append(f" {SEGMENT_LABELS[name]}  ")
         legend.append(" ", Style(bgcolor=palette().colour("bar-empty")))
         legend.append(" free")
@@ -172,12 +195,20 @@ Right of each bar: used / total GiB and the utilization the sampler reported."""
                 parts = [(v, palette().colour(n)) for n, v in r.parts]
             else:
                 parts = [(r.used_gib or 0.0, palette().colour("used"))]
+            if r.reserved_gib:
+                parts.insert(0, (r.reserved_gib, palette().colour(segment_role("reserved"))))
             line.append_text(stacked_bar(parts, total, width))
             used = "—" if r.used_gib is None else f"{r.used_gib:5.1f}"
             tot = "—" if r.total_gib is None else f"{r.total_gib:.1f}"
             line.append(f" {used}/{tot} GiB ")
             util = "  —" if r.util_pct is None else f"{r.util_pct:3.0f}%"
             line.append(util, "bold" if (r.util_pct or 0) >= 50 else palette().muted)
+            if cell:
+                line.append(f" {_health_cell(r):>10}", palette().muted)
+            for tag, severity in r.faults:
+                role, bold = FAULT_ROLES.get(severity, ("warn", True))
+                line.append(" ")
+                line.append(tag, palette().style(role, bold=bold))
             lines.append(line)
         if rows and not any(r.detailed for r in rows) and not self.compact:
             lines.append(
@@ -198,14 +229,33 @@ Right of each bar: used / total GiB and the utilization the sampler reported."""
         return len(rows) + extra + 2
 
 
-COMPACT_LABELS = {"weights": "weights", "kv": "KV", "graphs": "graphs", "other": "other", "procs": "procs"}
+COMPACT_LABELS = {
+    "reserved": "rsvd",
+    "weights": "weights",
+    "kv": "KV",
+    "graphs": "graphs",
+    "other": "other",
+    "procs": "procs",
+}
+
+
+def _health_cell(row: GpuRow) -> str:
+    """`91° 600W`: the temperature and power draw the back-end read ("" when it read neither)."""
+    health = row.health or {}
+    temp, power = health.get("temperature_c"), health.get("power_w")
+    said = []
+    if isinstance(temp, int | float):
+        said.append(f"{temp:.0f}°")
+    if isinstance(power, int | float):
+        said.append(f"{power:.0f}W")
+    return " ".join(said)
 
 
 def compact_legend(shown: set[str]) -> Text:
     title = Text("GPUs ")
     for name in SEGMENTS:
         if name in shown:
-            title.append("█", palette().style(name))
+            title.append("█", palette().style(segment_role(name)))
             title.append(f"{COMPACT_LABELS.get(name, name)} ", palette().muted)
     title.append("█", palette().style("bar-empty"))
     title.append("free", palette().muted)

@@ -25,6 +25,7 @@ from console.core.events import (
     Unit,
     WeightsLoaded,
 )
+from console.core.gpuhealth import faults, health_json
 from console.core.gpus import SamplerState
 from console.core.restart import BOOT, PHASE_LABELS, Phase, RestartMachine
 from console.core.snapshot import HostSnapshot
@@ -168,6 +169,7 @@ def fmt_tokens(n: float | None) -> str:
 
 SEGMENTS: tuple[str, ...] = ("weights", "kv", "graphs", "other", "procs")
 SEGMENT_LABELS: dict[str, str] = {
+    "reserved": "driver reserved",
     "weights": "weights",
     "kv": "KV pool",
     "graphs": "CUDA graphs",
@@ -186,12 +188,21 @@ class GpuRow:
     util_pct: float | None
     parts: tuple[tuple[str, float], ...] = ()
     """(segment, GiB) in bar order; empty when the journal has not said enough (plain used/total)."""
+    reserved_gib: float | None = None
+    """The driver's own reservation (NVML v2, nvidia-smi): drawn as its own segment, not in used."""
+    memory_info: str | None = None
+    """`v2` (used as nvidia-smi counts it) or `v1` (an old driver: used includes the reservation)."""
+    health: dict[str, object] | None = None
+    """The GPU's health as `snapshot --json` prints it (`core/gpuhealth.health_json`); None when the
+    back-end read none of it."""
+    faults: tuple[tuple[str, str], ...] = ()
+    """(tag, severity) of each fault, the most serious first: `("XID 79", "critical")`."""
 
     @property
     def free_gib(self) -> float | None:
         if self.total_gib is None or self.used_gib is None:
             return None
-        return max(0.0, self.total_gib - self.used_gib)
+        return max(0.0, self.total_gib - self.used_gib - (self.reserved_gib or 0.0))
 
     @property
     def detailed(self) -> bool:
@@ -263,7 +274,23 @@ def gpu_rows(snap: HostSnapshot, boot: Boot | None = None) -> list[GpuRow]:
             split.append(("other", max(0.0, left)))
             split.append(("procs", procs))
             parts = tuple(split)
-        rows.append(GpuRow(index, g.name, total, used, g.utilization_pct, parts))
+        reserved = g.memory_reserved_mib / MIB_PER_GIB if g.memory_reserved_mib is not None else None
+        said = health_json(g)
+        read = len(said) > 1 or said["faults"]  # more than the (empty) fault list
+        rows.append(
+            GpuRow(
+                index,
+                g.name,
+                total,
+                used,
+                g.utilization_pct,
+                parts,
+                reserved_gib=reserved,
+                memory_info=g.memory_info,
+                health=said if read else None,
+                faults=tuple((f.tag, f.severity) for f in faults(g)),
+            )
+        )
     return rows
 
 

@@ -10,23 +10,42 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from console.twin import gpustate
+from console.twin.gpuhealth import GpuConditions, Health, health, read_conditions, reserved_mib
 from console.twin.gpustate import Gpu, GpuProcess, GpuSnapshot
 from console.twin.layout import TwinConfig, TwinLayout
 
 DRIVER_VERSION = "580.95.05"
+V1_DRIVER_VERSION = "470.256.02"
+"""What a twin playing a driver before NVML's v2 memory info (R510) says it runs."""
 CUDA_VERSION = "13.0"
-POWER_LIMIT_W = 600.0
-IDLE_POWER_W = 32.0
+
+
+@dataclass(frozen=True)
+class _At:
+    """One GPU as a field reads it: the GPU, the snapshot, its health and the driver's conditions."""
+
+    g: Gpu
+    s: GpuSnapshot
+    h: Health
+    c: GpuConditions
+
+    @property
+    def reserved(self) -> int:
+        return reserved_mib(self.g)
+
+    @property
+    def used(self) -> int:
+        # A v1 driver counts its reservation in used, as its NVML v1 does.
+        extra = self.reserved if self.c.driver_memory == "v1" else 0
+        return min(self.g.memory_total_mib, self.g.memory_used_mib + extra)
+
 
 # name -> (header, unit, value)
-_GpuField = tuple[str, str, Callable[[Gpu, GpuSnapshot], str]]
-
-
-def _power(g: Gpu) -> float:
-    return IDLE_POWER_W + (POWER_LIMIT_W - IDLE_POWER_W) * g.utilization_pct / 100
+_GpuField = tuple[str, str, Callable[[_At], str]]
 
 
 def _mem_util(g: Gpu) -> int:
@@ -34,38 +53,86 @@ def _mem_util(g: Gpu) -> int:
     return int(g.utilization_pct * 0.6)
 
 
+def _yes(flag: bool) -> str:
+    return "Yes" if flag else "No"
+
+
+def _bus_id(g: Gpu) -> str:
+    return f"00000000:{0x18 + g.index * 0x10:02X}:00.0"
+
+
 _GPU_FIELDS: dict[str, _GpuField] = {
     "timestamp": (
         "timestamp",
         "",
-        lambda g, s: datetime.fromtimestamp(s.updated).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3],
+        lambda a: datetime.fromtimestamp(a.s.updated).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3],
     ),
-    "driver_version": ("driver_version", "", lambda g, s: DRIVER_VERSION),
-    "count": ("count", "", lambda g, s: str(len(s.gpus))),
-    "index": ("index", "", lambda g, s: str(g.index)),
-    "name": ("name", "", lambda g, s: g.name),
-    "gpu_name": ("name", "", lambda g, s: g.name),
-    "uuid": ("uuid", "", lambda g, s: g.uuid),
-    "gpu_uuid": ("uuid", "", lambda g, s: g.uuid),
-    "pci.bus_id": ("pci.bus_id", "", lambda g, s: f"00000000:{0x18 + g.index * 0x10:02X}:00.0"),
-    "gpu_bus_id": ("pci.bus_id", "", lambda g, s: f"00000000:{0x18 + g.index * 0x10:02X}:00.0"),
-    "persistence_mode": ("persistence_mode", "", lambda g, s: "Enabled"),
-    "pstate": ("pstate", "", lambda g, s: "P0" if g.processes else "P8"),
-    "fan.speed": ("fan.speed", "%", lambda g, s: str(30 + g.utilization_pct // 3)),
-    "temperature.gpu": ("temperature.gpu", "", lambda g, s: str(34 + g.utilization_pct * 40 // 100)),
-    "utilization.gpu": ("utilization.gpu", "%", lambda g, s: str(g.utilization_pct)),
-    "utilization.memory": ("utilization.memory", "%", lambda g, s: str(_mem_util(g))),
-    "memory.total": ("memory.total", "MiB", lambda g, s: str(g.memory_total_mib)),
-    "memory.used": ("memory.used", "MiB", lambda g, s: str(g.memory_used_mib)),
-    "memory.free": ("memory.free", "MiB", lambda g, s: str(max(0, g.memory_total_mib - g.memory_used_mib))),
-    "memory.reserved": ("memory.reserved", "MiB", lambda g, s: "0"),
-    "power.draw": ("power.draw", "W", lambda g, s: f"{_power(g):.2f}"),
-    "power.limit": ("power.limit", "W", lambda g, s: f"{POWER_LIMIT_W:.2f}"),
-    "clocks.sm": ("clocks.current.sm", "MHz", lambda g, s: "2430" if g.processes else "180"),
-    "clocks.current.sm": ("clocks.current.sm", "MHz", lambda g, s: "2430" if g.processes else "180"),
-    "clocks.mem": ("clocks.current.memory", "MHz", lambda g, s: "14001" if g.processes else "405"),
-    "compute_mode": ("compute_mode", "", lambda g, s: "Default"),
+    "driver_version": ("driver_version", "", lambda a: _driver(a.c)),
+    "count": ("count", "", lambda a: str(len(a.s.gpus))),
+    "index": ("index", "", lambda a: str(a.g.index)),
+    "name": ("name", "", lambda a: a.g.name),
+    "gpu_name": ("name", "", lambda a: a.g.name),
+    "uuid": ("uuid", "", lambda a: a.g.uuid),
+    "gpu_uuid": ("uuid", "", lambda a: a.g.uuid),
+    "pci.bus_id": ("pci.bus_id", "", lambda a: _bus_id(a.g)),
+    "gpu_bus_id": ("pci.bus_id", "", lambda a: _bus_id(a.g)),
+    "persistence_mode": ("persistence_mode", "", lambda a: "Enabled"),
+    "pstate": ("pstate", "", lambda a: f"P{a.h.pstate}"),
+    "fan.speed": ("fan.speed", "%", lambda a: str(30 + a.g.utilization_pct // 3)),
+    "temperature.gpu": ("temperature.gpu", "", lambda a: str(a.h.temperature_c)),
+    "utilization.gpu": ("utilization.gpu", "%", lambda a: str(a.g.utilization_pct)),
+    "utilization.memory": ("utilization.memory", "%", lambda a: str(_mem_util(a.g))),
+    "memory.total": ("memory.total", "MiB", lambda a: str(a.g.memory_total_mib)),
+    "memory.used": ("memory.used", "MiB", lambda a: str(a.used)),
+    "memory.free": (
+        "memory.free",
+        "MiB",
+        lambda a: str(max(0, a.g.memory_total_mib - a.g.memory_used_mib - a.reserved)),
+    ),
+    "memory.reserved": ("memory.reserved", "MiB", lambda a: str(a.reserved)),
+    "power.draw": ("power.draw", "W", lambda a: f"{a.h.power_w:.2f}"),
+    "power.limit": ("power.limit", "W", lambda a: f"{a.h.power_limit_w:.2f}"),
+    "enforced.power.limit": ("enforced.power.limit", "W", lambda a: f"{a.h.power_limit_w:.2f}"),
+    "clocks.sm": ("clocks.current.sm", "MHz", lambda a: str(a.h.clock_sm_mhz)),
+    "clocks.current.sm": ("clocks.current.sm", "MHz", lambda a: str(a.h.clock_sm_mhz)),
+    "clocks.max.sm": ("clocks.max.sm", "MHz", lambda a: str(a.h.clock_sm_max_mhz)),
+    "clocks.mem": ("clocks.current.memory", "MHz", lambda a: str(a.h.clock_mem_mhz)),
+    "clocks.current.memory": ("clocks.current.memory", "MHz", lambda a: str(a.h.clock_mem_mhz)),
+    "clocks.max.memory": ("clocks.max.memory", "MHz", lambda a: str(a.h.clock_mem_max_mhz)),
+    "clocks_event_reasons.active": ("clocks_event_reasons.active", "", lambda a: f"0x{a.h.reasons:016x}"),
+    "clocks_throttle_reasons.active": (
+        "clocks_throttle_reasons.active",
+        "",
+        lambda a: f"0x{a.h.reasons:016x}",
+    ),
+    "ecc.mode.current": ("ecc.mode.current", "", lambda a: "Enabled"),
+    "ecc.errors.corrected.volatile.total": ("ecc.errors.corrected.volatile.total", "", lambda a: "0"),
+    "ecc.errors.uncorrected.volatile.total": (
+        "ecc.errors.uncorrected.volatile.total",
+        "",
+        lambda a: str(a.h.ecc_uncorrected),
+    ),
+    "remapped_rows.correctable": ("remapped_rows.correctable", "", lambda a: "0"),
+    "remapped_rows.uncorrectable": (
+        "remapped_rows.uncorrectable",
+        "",
+        lambda a: str(a.h.remapped_uncorrectable),
+    ),
+    "remapped_rows.pending": ("remapped_rows.pending", "", lambda a: _yes(a.h.remap_pending)),
+    "remapped_rows.failure": ("remapped_rows.failure", "", lambda a: _yes(a.h.remap_failed)),
+    "pcie.link.gen.current": ("pcie.link.gen.current", "", lambda a: str(a.h.pcie_gen)),
+    "pcie.link.gen.max": ("pcie.link.gen.max", "", lambda a: str(a.h.pcie_gen_max)),
+    "pcie.link.width.current": ("pcie.link.width.current", "", lambda a: str(a.h.pcie_width)),
+    "pcie.link.width.max": ("pcie.link.width.max", "", lambda a: str(a.h.pcie_width_max)),
+    "compute_mode": ("compute_mode", "", lambda a: "Default"),
 }
+_V2_ONLY = ("memory.reserved", "clocks_event_reasons.active")
+"""Fields a driver before R510 (v1 memory info) does not know: it refuses the whole query."""
+
+
+def _driver(c: GpuConditions) -> str:
+    return DRIVER_VERSION if c.driver_memory == "v2" else V1_DRIVER_VERSION
+
 
 _AppField = tuple[str, str, Callable[[Gpu, GpuProcess], str]]
 _APP_FIELDS: dict[str, _AppField] = {
@@ -88,10 +155,10 @@ class _Fail(Exception):
         self.code = code
 
 
-def _fields(spec: str, table: dict) -> list[str]:  # type: ignore[type-arg]
+def _fields(spec: str, table: dict, refused: tuple[str, ...] = ()) -> list[str]:  # type: ignore[type-arg]
     names = [f.strip() for f in spec.split(",") if f.strip()]
     for n in names:
-        if n not in table:
+        if n not in table or n in refused:
             raise _Fail(f'Field "{n}" is not a valid field to query.\n', 2)
     return names
 
@@ -105,28 +172,29 @@ def _csv(rows: list[list[tuple[str, str]]], headers: list[tuple[str, str]], fmt:
     return "".join(line + "\n" for line in out)
 
 
-def _table(snap: GpuSnapshot) -> str:
+def _table(snap: GpuSnapshot, conditions: GpuConditions) -> str:
     now = datetime.now().strftime("%a %b %d %H:%M:%S %Y")
     bar = "+-----------------------------------------------------------------------------------------+"
     lines = [
         now,
         bar,
-        f"| NVIDIA-SMI {DRIVER_VERSION}              Driver Version: {DRIVER_VERSION}      CUDA Version: {CUDA_VERSION}     |",
+        f"| NVIDIA-SMI {_driver(conditions)}              Driver Version: {_driver(conditions)}      CUDA Version: {CUDA_VERSION}     |",
         "|-----------------------------------------+------------------------+----------------------+",
         "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
         "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
         "|=========================================+========================+======================|",
     ]
     for g in snap.gpus:
+        at = _At(g, snap, health(g, conditions), conditions)
         name = g.name[:20]
-        bus = _GPU_FIELDS["pci.bus_id"][2](g, snap)[4:]
-        fan = _GPU_FIELDS["fan.speed"][2](g, snap)
-        temp = _GPU_FIELDS["temperature.gpu"][2](g, snap)
-        pstate = _GPU_FIELDS["pstate"][2](g, snap)
-        mem = f"{g.memory_used_mib}MiB /  {g.memory_total_mib}MiB"
+        bus = _bus_id(g)[4:]
+        fan = _GPU_FIELDS["fan.speed"][2](at)
+        temp = at.h.temperature_c
+        pstate = f"P{at.h.pstate}"
+        mem = f"{at.used}MiB /  {g.memory_total_mib}MiB"
         lines.append(f"| {g.index:>3}  {name:<20}            On  | {bus:<16}   Off |                  Off |")
         lines.append(
-            f"| {fan:>2}%  {temp:>3}C    {pstate:<3}  {_power(g):>5.0f}W /  {POWER_LIMIT_W:.0f}W | {mem:>22} | {g.utilization_pct:>6}%      Default |"
+            f"| {fan:>2}%  {temp:>3}C    {pstate:<3}  {at.h.power_w:>5.0f}W /  {at.h.power_limit_w:.0f}W | {mem:>22} | {g.utilization_pct:>6}%      Default |"
         )
         lines.append(
             "+-----------------------------------------+------------------------+----------------------+"
@@ -152,7 +220,8 @@ def _table(snap: GpuSnapshot) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(argv: list[str], snap: GpuSnapshot) -> str:
+def render(argv: list[str], snap: GpuSnapshot, conditions: GpuConditions | None = None) -> str:
+    conditions = conditions if conditions is not None else GpuConditions()
     query_gpu = query_apps = None
     fmt: set[str] | None = None
     ids: set[int] | None = None
@@ -180,9 +249,11 @@ def render(argv: list[str], snap: GpuSnapshot) -> str:
         if fmt is None or "csv" not in fmt:
             raise _Fail("Option --format is required when using --query-gpu or --query-compute-apps.\n", 2)
         if query_gpu is not None:
-            names = _fields(query_gpu, _GPU_FIELDS)
+            refused = _V2_ONLY if conditions.driver_memory == "v1" else ()
+            names = _fields(query_gpu, _GPU_FIELDS, refused)
             headers = [(_GPU_FIELDS[n][0], _GPU_FIELDS[n][1]) for n in names]
-            rows = [[(_GPU_FIELDS[n][2](g, snap), _GPU_FIELDS[n][1]) for n in names] for g in gpus]
+            ats = [_At(g, snap, health(g, conditions), conditions) for g in gpus]
+            rows = [[(_GPU_FIELDS[n][2](a), _GPU_FIELDS[n][1]) for n in names] for a in ats]
             return _csv(rows, headers, fmt)
         assert query_apps is not None
         names = _fields(query_apps, _APP_FIELDS)
@@ -191,7 +262,7 @@ def render(argv: list[str], snap: GpuSnapshot) -> str:
             [(_APP_FIELDS[n][2](g, p), _APP_FIELDS[n][1]) for n in names] for g in gpus for p in g.processes
         ]
         return _csv(rows, headers, fmt)
-    return _table(GpuSnapshot(updated=snap.updated, pid=snap.pid, gpus=gpus))
+    return _table(GpuSnapshot(updated=snap.updated, pid=snap.pid, gpus=gpus), conditions)
 
 
 def _loop_interval(argv: list[str]) -> tuple[list[str], float | None]:
@@ -223,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args, interval = _loop_interval(args)
         while True:
-            sys.stdout.write(render(args, snapshot(layout, cfg)))
+            sys.stdout.write(render(args, snapshot(layout, cfg), read_conditions(layout)))
             sys.stdout.flush()
             if interval is None:
                 return 0

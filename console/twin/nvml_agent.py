@@ -29,8 +29,9 @@ class NvmlGpu(BaseModel):
     index: int
     name: str
     uuid: str
-    memory_total: int  # bytes, nvmlDeviceGetMemoryInfo
+    memory_total: int  # bytes, nvmlDeviceGetMemoryInfo (v2: used without the driver's reservation)
     memory_used: int
+    memory_reserved: int
     memory_free: int
     utilization_gpu: int  # percent, nvmlDeviceGetUtilizationRates
     utilization_memory: int
@@ -44,6 +45,7 @@ class NvmlSample(BaseModel):
 
 
 def sample(layout: TwinLayout) -> NvmlSample:
+    from console.twin.gpuhealth import reserved_mib
     from console.twin.nvidia_smi import DRIVER_VERSION, _mem_util
 
     cfg = layout.load_config()
@@ -58,7 +60,8 @@ def sample(layout: TwinLayout) -> NvmlSample:
                 uuid=g.uuid,
                 memory_total=g.memory_total_mib * MIB,
                 memory_used=g.memory_used_mib * MIB,
-                memory_free=max(0, g.memory_total_mib - g.memory_used_mib) * MIB,
+                memory_reserved=reserved_mib(g) * MIB,
+                memory_free=max(0, g.memory_total_mib - g.memory_used_mib - reserved_mib(g)) * MIB,
                 utilization_gpu=g.utilization_pct,
                 utilization_memory=_mem_util(g),
                 processes=[
