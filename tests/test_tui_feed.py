@@ -3,6 +3,8 @@ as pictures. Real decode lines from the corpus, a real Textual app."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from textual.app import App, ComposeResult
 from textual.screen import Screen
@@ -272,3 +274,25 @@ async def test_ctrl_c_names_the_quit_key_the_footer_shows() -> None:
         await pilot.press("ctrl+c")
         await pilot.pause()
         assert said[-1] == "Press Esc, then q to quit."
+
+
+def test_a_row_is_cut_between_words_never_inside_a_number() -> None:
+    """Cut to the feed's width, `context_len=200000` read `context_len=20000…`: another number."""
+    from rich.text import Text
+
+    from console.core.events import PoolSummary
+    from console.tui.feed import cut_between_words
+    from tests.tui_support import corpus_events
+
+    summary = next(e for e in corpus_events("case-31") if isinstance(e, PoolSummary))
+    row = feed_line(summary)
+    at = row.index("context_len=40960") + len("context_len=4096")  # a cut after four of its five digits
+    for width in range(at - 30, min(at + 3, len(row))):
+        line = Text(row)
+        cut_between_words(line, width)
+        shown = line.plain
+        assert len(shown) == width and shown.rstrip().endswith("…"), (width, shown)
+        cut = shown.rstrip()[:-1]
+        # what is left of every number is the whole number
+        for number in re.findall(r"\d[\d.]*", cut):
+            assert re.search(rf"(?<![\d.]){re.escape(number)}(?![\d.])", row), (width, number, shown)

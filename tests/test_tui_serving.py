@@ -270,3 +270,29 @@ async def test_the_panel_marks_old_figures_stale_and_faint() -> None:
         )
         await pilot.pause()
         assert "stale" not in _panel_text(app)
+
+
+def test_the_header_says_how_much_of_the_window_the_figures_cover() -> None:
+    """`window p50 p90 p99 6 s: p50 per scrape` read the covered time as a fourth figure (issue 34)."""
+    from console.core.serving import ServingFigures
+    from console.tui.serving_panel import serving_body
+    from tests.tui_support import plain
+
+    fresh = plain(serving_body(ServingFigures(window_s=300.0, covered_s=6.0), (), 60, compact=False), 70)
+    assert fresh.splitlines()[0].split() == [
+        "6",
+        "s",
+        "p50",
+        "p90",
+        "p99",
+        "so",
+        "far",
+        "(of",
+        "5",
+        "min)",
+        "·",
+        "p50",
+        "trend",
+    ]
+    full = plain(serving_body(ServingFigures(window_s=300.0, covered_s=299.0), (), 60, compact=False), 70)
+    assert full.splitlines()[0].split() == ["5", "min", "p50", "p90", "p99", "·", "p50", "trend"]

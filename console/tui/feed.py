@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
@@ -217,7 +218,7 @@ every console on the host adds two every few seconds and they would bury real tr
         line = Text(no_wrap=True, overflow="ellipsis")
         for text, style in self._pieces(event):
             line.append(terminal_safe(text), style)
-        line.truncate(width, overflow="ellipsis", pad=True)
+        cut_between_words(line, width)
         return Strip(list(line.render(self.app.console)), width)
 
     def notify_style_update(self) -> None:
@@ -228,6 +229,40 @@ every console on the host adds two every few seconds and they would bury real tr
         """Draw the rows again in the app's new theme (a row's strip is cached with its colours)."""
         self._strips.clear()
         self.refresh()
+
+
+WORD_BACKTRACK = 24
+"""How far back (cells) a cut row looks for the end of a word before it cuts one anyway."""
+_WORD = re.compile(r"[\w.=:/+-]")
+_DIGIT = re.compile(r"[\d.,]")
+
+
+def cut_between_words(line: Text, width: int) -> None:
+    """`line` cut to `width` cells with an ellipsis, padded, never in the middle of a word or number:
+    `context_len=200000` cut after five digits read `context_len=20000…`, another number. A word longer
+    than `WORD_BACKTRACK` cells is cut where it must be."""
+    plain = line.plain
+    if cell_len(plain) <= width:
+        line.truncate(width, pad=True)
+        return
+    room = max(width - 1, 0)
+    n = cells = 0
+    for ch in plain:
+        cells += cell_len(ch)
+        if cells > room:
+            break
+        n += 1
+    if 0 < n < len(plain) and _WORD.match(plain[n]) and _WORD.match(plain[n - 1]):
+        start = n
+        while start > 0 and _WORD.match(plain[start - 1]) and n - start < WORD_BACKTRACK:
+            start -= 1
+        if start > 0 and not _WORD.match(plain[start - 1]):
+            n = start
+    while 0 < n < len(plain) and _DIGIT.match(plain[n]) and _DIGIT.match(plain[n - 1]):
+        n -= 1  # a number is never cut: a long word is cut before its number
+    line.right_crop(len(plain) - n)
+    line.append("…")
+    line.truncate(width, pad=True)
 
 
 POLL_PATHS = frozenset(

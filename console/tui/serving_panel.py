@@ -193,13 +193,18 @@ def serving_body(
     spark_w = width - LABEL_W - cells_w - 1
     lines: list[RenderableType] = []
     if not compact:
-        window = figures.covered_s if figures.covered_s is not None else figures.window_s
-        span = f"{window / 60:.1f} min" if window >= 90 else f"{window:.0f} s"
-        # (a line's leading blanks are dropped: it starts with a word)
-        head = Text("window".ljust(LABEL_W), palette().muted)
+        # The percentiles are over what the window really covers so far (a fresh console has seconds
+        # of it), said after the columns, not as one of them: `window p50 p90 p99 6 s: p50 per scrape`
+        # read as a fourth figure.
+        covered = figures.covered_s if figures.covered_s is not None else figures.window_s
+        span = f"{covered / 60:.0f} min" if covered >= 90 else f"{covered:.0f} s"
+        window = f"{figures.window_s / 60:g} min" if figures.window_s >= 90 else f"{figures.window_s:g} s"
+        so_far = f" so far (of {window})" if covered < figures.window_s * 0.95 else ""
+        # (a line's leading blanks are dropped: it starts with a word, the time the columns cover)
+        head = Text(span.ljust(LABEL_W), palette().muted)
         for q in ("p50", "p90", "p99"):
             head.append(q.rjust(CELL_W), palette().muted)
-        head.append(f" {span}: p50 per scrape"[: max(0, spark_w + 1)], palette().muted)
+        head.append(f"{so_far} · p50 trend"[: max(0, spark_w + 1)], palette().muted)
         lines.append(head)
     for figure, label in LATENCIES:
         line = Text(label.ljust(LABEL_W), palette().muted)
