@@ -364,3 +364,36 @@ def test_a_proposal_does_not_change_how_the_old_boot_is_read(
     assert code == 0 and result["cell_bytes"] == CELL // 2 and result["model"] == "kimi-k2.6"
     assert abs(result["predicted_max_total_num_tokens"] - 2 * 101_134) <= 2
     assert result["recommended_mem_fraction_static"] == 0.85  # 202,268 tokens already at 0.85
+
+
+def test_verify_json_says_once_an_error_that_every_rank_repeats(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A boot that failed with the CUDA OOM on its eight ranks: `verify --json` listed eight ~580-character
+    messages that differ only in their numbers (issue 34). Written as the twin's SGLang writes them."""
+    import io
+
+    from console.twin.server_logs import LogWriter, cuda_oom_message, cuda_oom_traceback
+
+    text = io.StringIO()
+    log = LogWriter(text, tp_size=8)
+    for rank in range(8):
+        message = cuda_oom_message(rank, 0.95, 95.59, 650.79 + 11 * rank, 94.96 - 0.01 * rank)
+        lines = cuda_oom_traceback(message, mla=True, draft=False)
+        log.rank(rank, f"Scheduler hit an exception: {lines[0]}")
+        for line in lines[1:]:
+            log.raw(line)
+    log.main("Received sigquit from a child process. It usually means the child failed.")
+    journal = tmp_path / "oom.journal"
+    journal.write_text(text.getvalue())
+    code, out, _ = run(["verify", "--target-context", "200000", "--journal", str(journal), "--json"], capsys)
+    verdict = json.loads(out)
+    assert code == 1 and not verdict["ok"]
+    oom, sigquit = verdict["errors"]
+    assert oom["category"] == "cuda_oom" and oom["count"] == 8
+    assert oom["ranks"] == [f"TP{r}" for r in range(8)] and "CUDA out of memory" in oom["message"]
+    assert sigquit["category"] == "sigquit" and sigquit["count"] == 1
+    assert len(out) < 3000, len(out)  # one message of each, not eight
+    said = next(r for r in verdict["reasons"] if "error(s) since this boot" in r)
+    assert said.startswith("9 error(s) since this boot: cuda_oom on TP0-TP7 (8 ranks): ")
+    assert len(said) < 500, said

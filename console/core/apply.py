@@ -15,6 +15,7 @@ Both are said in the preview when they change what the profile asked for.
 from __future__ import annotations
 
 import posixpath
+import re
 import shlex
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -166,6 +167,48 @@ def _error_dict(error: Error, boot: Boot) -> dict[str, Any]:
     }
 
 
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+MESSAGE_SHOWN = 160
+"""Characters of an error's message a verdict's sentence quotes (the JSON keeps it whole)."""
+
+
+def grouped_errors(errors: Sequence[Error], boot: Boot) -> list[dict[str, Any]]:
+    """One entry per error the ranks repeat (the same category and message but for its numbers: a
+    GPU index, the memory free), first seen first, with `ranks` and `count`: `verify --json` listed the
+    eight ranks' CUDA OOMs of one failed boot as eight ~580-character entries."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for e in errors:
+        key = (e.category, _NUMBER.sub("#", e.message))
+        entry = groups.get(key)
+        if entry is None:
+            entry = groups[key] = {**_error_dict(e, boot), "ranks": [], "count": 0}
+        entry["count"] += 1
+        if e.tp_rank is not None and f"TP{e.tp_rank}" not in entry["ranks"]:
+            entry["ranks"].append(f"TP{e.tp_rank}")
+    for entry in groups.values():
+        entry["ranks"].sort(key=lambda r: int(r[2:]))
+    return list(groups.values())
+
+
+def _shortened(message: str) -> str:
+    if len(message) <= MESSAGE_SHOWN:
+        return message.rstrip(".")
+    cut = message[:MESSAGE_SHOWN].rsplit(" ", 1)[0]
+    return f"{cut.rstrip('.')}…"
+
+
+def _errors_said(groups: Sequence[dict[str, Any]], total: int) -> str:
+    """`9 error(s) since this boot: cuda_oom on TP0-TP7: CUDA out of memory. Tried… ; sigquit: …`."""
+    parts = []
+    for g in groups[:3]:
+        ranks: list[str] = g["ranks"]
+        where = f" on {ranks[0]}-{ranks[-1]} ({len(ranks)} ranks)" if len(ranks) > 1 else ""
+        parts.append(f"{g['category']}{where}: {_shortened(g['message'])}")
+    if len(groups) > 3:
+        parts.append(f"{len(groups) - 3} more kind(s)")
+    return f"{total} error(s) since this boot: " + "; ".join(parts)
+
+
 def judge(boots: list[Boot], target: int) -> Verdict:
     """The verdict for the latest boot; errors of earlier boots are stale and do not fail it."""
     boot = boots[-1]
@@ -182,13 +225,10 @@ def judge(boots: list[Boot], target: int) -> Verdict:
         reasons.append(f"the server {boot.phase} after this boot's start")
     elif not boot.ready:
         reasons.append(f"the server is not ready (it got as far as: {boot.phase})")
+    errors = grouped_errors(boot.errors, boot)
     if boot.errors:
-        first = boot.errors[0]
-        more = f" and {len(boot.errors) - 1} more" if len(boot.errors) > 1 else ""
-        reasons.append(
-            f"{len(boot.errors)} error(s) since this boot, first {first.category}: {first.message}{more}"
-        )
-    stale = [_error_dict(e, b) for b in boots[:-1] for e in b.errors]
+        reasons.append(_errors_said(errors, len(boot.errors)))
+    stale = [entry for b in boots[:-1] for entry in grouped_errors(b.errors, b)]
     room = boot.pool.available_gpu_mem_gb
     if reasons:
         summary = "not ok: " + "; ".join(reasons) + "."
@@ -201,14 +241,14 @@ def judge(boots: list[Boot], target: int) -> Verdict:
         if room is not None:
             parts.append(f"{room:.2f} GiB free at ready")
         if stale:
-            parts.append(f"{len(stale)} stale error(s) from earlier boots ignored")
+            parts.append(f"{sum(e['count'] for e in stale)} stale error(s) from earlier boots ignored")
         summary = ", ".join(parts) + "."
     return Verdict(
         ok=not reasons,
         max_total_num_tokens=tokens,
         target_context=target,
         ready=boot.ready,
-        errors=[_error_dict(e, boot) for e in boot.errors],
+        errors=errors,
         stale_errors=stale,
         available_gpu_mem_gb=room,
         phase=boot.phase,
