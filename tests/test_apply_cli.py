@@ -218,6 +218,12 @@ def test_profiles_validate_includes_the_planner_verdict(twin: TwinHost, tmp_path
     refused = validate(str(_profile(tmp_path, "tight", tight)))
     assert refused.returncode == 1
     assert "refused:" in refused.stdout and "2.5" in refused.stdout and "GiB of headroom" in refused.stdout
+    # ...and its last word is the refusal: "tight is valid" under it read as a yes (issue 34)
+    assert "is valid" not in refused.stdout
+    assert refused.stdout.splitlines()[-1] == (
+        "tight is refused: its flags are valid for SGLang v0.5.12.post1, but the planner says it does not "
+        "fit on twin (apply takes it only with --yes)."
+    )
 
 
 def _settled(twin: TwinHost) -> None:

@@ -288,7 +288,14 @@ def _validate(store: ProfileStore, args: argparse.Namespace) -> int:
         if args.journal or args.host:
             _out(verdict.summary() if refused or verdict.checked else f"note: {verdict.summary()}")
         n_err, n_warn = len(result.errors), len(result.warnings)
-        if result.ok:
+        if result.ok and refused:
+            # Its flags are fine, the profile is not: "is valid" under the planner's refusal read as a yes.
+            where = args.host or args.journal
+            _out(
+                f"{prof.name} is refused: its flags are valid for SGLang {fl.sglang_version}, but the planner "
+                f"says it does not fit on {where} (apply takes it only with --yes)."
+            )
+        elif result.ok:
             extra = f" ({n_warn} warning{'s' if n_warn != 1 else ''})" if n_warn else ""
             _out(f"{prof.name} is valid for SGLang {fl.sglang_version}{extra}.")
         else:
