@@ -22,6 +22,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from console.core import gpuhealth
+from console.core.gpus import XID_KEEP_S, GpuSample
 from console.core.serving import Latency, ServingFigures
 from console.core.snapshot import HostSnapshot
 from console.core.state import Boot
@@ -53,12 +55,18 @@ class AlertInputs(BaseModel, defer_build=True):
     """The current boot's errors (`category: message`), oldest first."""
     errors_known: bool = True
     """False when the journal could not be read: the `error` rule neither fires nor clears."""
+    details: dict[str, str] = Field(default_factory=dict)
+    """Metric name → what the figure counts, in words (`GPU3 XID 79: GPU has fallen off the bus`)."""
 
 
 @dataclass(frozen=True)
 class MetricDef:
     description: str
     read: Callable[[ServingFigures | None, HostSnapshot | None], float | None]
+    severity: Severity = Severity.WARNING
+    """A rule on this metric's severity unless the config says otherwise."""
+    explain: Callable[[HostSnapshot | None], str | None] | None = None
+    """What the figure counts, in words, for the alert's message (the GPU faults: which GPU, why)."""
 
 
 def _latency(attr: str, q: str) -> Callable[[ServingFigures | None, HostSnapshot | None], float | None]:
@@ -121,6 +129,71 @@ def _gpu_util_pct(_: ServingFigures | None, snap: HostSnapshot | None) -> float 
     return min(util) if util else None
 
 
+def _gpus(snap: HostSnapshot | None) -> tuple[GpuSample, ...] | None:
+    if snap is None or snap.gpus is None or not snap.gpus.gpus:
+        return None
+    return snap.gpus.gpus
+
+
+def _gpu_label(pos: int, gpu: GpuSample) -> str:
+    return f"GPU{gpu.index if gpu.index is not None else pos}"
+
+
+def _gpu_count(judge: str) -> Callable[[ServingFigures | None, HostSnapshot | None], float | None]:
+    def read(_: ServingFigures | None, snap: HostSnapshot | None) -> float | None:
+        gpus = _gpus(snap)
+        return gpuhealth.count(gpus, judge) if gpus is not None else None
+
+    return read
+
+
+def _gpu_sum(
+    attr: str, *, flag: bool = False
+) -> Callable[[ServingFigures | None, HostSnapshot | None], float | None]:
+    """The sum of one health figure (a count, or GPUs whose flag is set) over the GPUs that read it."""
+
+    def read(_: ServingFigures | None, snap: HostSnapshot | None) -> float | None:
+        values = [getattr(g, attr) for g in _gpus(snap) or ()]
+        known = [v for v in values if v is not None]
+        if not known:
+            return None
+        return float(sum(bool(v) for v in known) if flag else sum(known))
+
+    return read
+
+
+def _gpu_temp_c(_: ServingFigures | None, snap: HostSnapshot | None) -> float | None:
+    """The hottest GPU's temperature (°C)."""
+    temps = [g.temperature_c for g in _gpus(snap) or () if g.temperature_c is not None]
+    return max(temps) if temps else None
+
+
+def _gpu_xid(_: ServingFigures | None, snap: HostSnapshot | None) -> float | None:
+    """XID events of the last hour over all GPUs; None where no back-end watches for them (nvidia-smi)."""
+    gpus = _gpus(snap)
+    if gpus is None or snap is None or snap.gpus is None or snap.gpus.backend == "nvidia-smi":
+        return None
+    return float(sum(1 for g in gpus for x in g.xids if x.age_s is None or x.age_s <= XID_KEEP_S))
+
+
+def _explain(kinds: tuple[str, ...]) -> Callable[[HostSnapshot | None], str | None]:
+    """The faults of these kinds, GPU by GPU, in words: what the operator reads in the alert."""
+
+    def explain(snap: HostSnapshot | None) -> str | None:
+        said = [
+            f"{_gpu_label(pos, g)} {f.words}"
+            for pos, g in enumerate(_gpus(snap) or ())
+            for f in gpuhealth.faults(g)
+            if f.kind in kinds
+        ]
+        if not said:
+            return None
+        more = f"; and {len(said) - 3} more" if len(said) > 3 else ""
+        return "; ".join(said[:3]) + more
+
+    return explain
+
+
 def _serving(
     attr: str, scale: float = 1.0
 ) -> Callable[[ServingFigures | None, HostSnapshot | None], float | None]:
@@ -158,6 +231,45 @@ def _metrics() -> dict[str, MetricDef]:
     )
     table["gpu_mem_free_gib"] = MetricDef("the least free memory of any GPU (GiB)", _gpu_mem_free_gib)
     table["gpu_util_pct"] = MetricDef("the least busy GPU's utilization (%)", _gpu_util_pct)
+    table["gpu_temp_c"] = MetricDef("the hottest GPU's temperature (°C)", _gpu_temp_c)
+    table["gpu_thermal_slowdown"] = MetricDef(
+        "working GPUs whose clocks are held down by heat (SW/HW thermal slowdown, HW slowdown)",
+        _gpu_count("thermal"),
+        explain=_explain(("thermal",)),
+    )
+    table["gpu_power_capped"] = MetricDef(
+        "working GPUs whose clocks are held by their power limit (SW power cap, HW power brake)",
+        _gpu_count("power"),
+        explain=_explain(("power",)),
+    )
+    table["gpu_pcie_degraded"] = MetricDef(
+        "GPUs whose PCIe link runs below its maximum (fewer lanes; a lower generation while working)",
+        _gpu_count("pcie"),
+        explain=_explain(("pcie",)),
+    )
+    table["gpu_ecc_uncorrected"] = MetricDef(
+        "uncorrectable ECC errors since the driver loaded, all GPUs (volatile)",
+        _gpu_sum("ecc_uncorrected_volatile"),
+        Severity.CRITICAL,
+        _explain(("ecc",)),
+    )
+    table["gpu_remap_pending"] = MetricDef(
+        "GPUs with a memory row remap waiting for a reset",
+        _gpu_sum("remap_pending", flag=True),
+        explain=_explain(("remap_pending",)),
+    )
+    table["gpu_remap_failed"] = MetricDef(
+        "GPUs where a memory row could not be remapped",
+        _gpu_sum("remap_failed", flag=True),
+        Severity.CRITICAL,
+        _explain(("remap_failed",)),
+    )
+    table["gpu_xid"] = MetricDef(
+        "XID critical-error events in the last hour, all GPUs (NVML back-ends: local and the agent)",
+        _gpu_xid,
+        Severity.CRITICAL,
+        _explain(("xid",)),
+    )
     return table
 
 
@@ -220,7 +332,7 @@ def parse_rule(text: object, severity: Severity | str | None = None) -> Rule:
         metric=metric,
         op=op,
         threshold=threshold,
-        severity=sev or Severity.WARNING,
+        severity=sev or METRICS[metric].severity,
     )
 
 
@@ -242,6 +354,13 @@ DEFAULT_RULES: tuple[str, ...] = (
     "queue > 16",
     "kv_used_pct > 95",
     "gpu_mem_free_gib < 1",
+    "gpu_xid > 0",
+    "gpu_ecc_uncorrected > 0",
+    "gpu_remap_failed > 0",
+    "gpu_remap_pending > 0",
+    "gpu_thermal_slowdown > 0",
+    "gpu_power_capped > 0",
+    "gpu_pcie_degraded > 0",
 )
 """The rules used when the config has no `[alerts] rules`."""
 
@@ -296,10 +415,14 @@ def alert_inputs(
     """The reading the rules see: every `METRICS` figure the serving figures or the snapshot hold, the
     service's state (given, else from the boot) and the boot's errors."""
     figures: dict[str, float] = {}
+    details: dict[str, str] = {}
     for name, metric in METRICS.items():
         value = metric.read(serving, snap)
         if value is not None and math.isfinite(value):
             figures[name] = float(value)
+            said = metric.explain(snap) if metric.explain is not None and value else None
+            if said:
+                details[name] = said
     if service_state is None:
         service_state = service_state_of_boot(boot)
         if service_state is not None and service_detail is None and boot is not None and boot.unit_result:
@@ -311,6 +434,7 @@ def alert_inputs(
         service_detail=service_detail,
         errors=errors,
         errors_known=errors_known,
+        details=details,
     )
 
 
@@ -380,7 +504,8 @@ def _verdict(rule: Rule, inputs: AlertInputs) -> tuple[bool | None, float | None
         return None, None, f"{rule.metric} is not available"
     assert rule.op is not None and rule.threshold is not None
     holds = _OPS[rule.op](value, rule.threshold)
-    return holds, value, f"{rule.metric} = {value:.4g} ({rule.key})"
+    said = inputs.details.get(rule.metric)
+    return holds, value, f"{rule.metric} = {value:.4g} ({rule.key})" + (f": {said}" if said else "")
 
 
 def evaluate(

@@ -164,8 +164,10 @@ def _text_field(data: dict[str, Any], name: str) -> None:
         data[name] = value[:NAME_MAX]
 
 
-def _xid_ok(event: dict[str, Any]) -> bool:
+def _xid_ok(event: object) -> bool:
     """An XID event worth keeping: its code a whole number an XID can be (a malformed one is dropped)."""
+    if not isinstance(event, dict):
+        return False
     xid = event.get("xid")
     return isinstance(xid, int) and not isinstance(xid, bool) and 0 <= xid <= 65_535
 
@@ -301,7 +303,9 @@ class GpuSample(BaseModel, defer_build=True):
             _flag(data, name, refused)
         xids = data.get("xids")
         if isinstance(xids, list | tuple):
-            data["xids"] = tuple(x for x in xids[-MAX_XIDS:] if isinstance(x, dict) and _xid_ok(x))
+            # the well-formed ones of the newest few, then the newest MAX_XIDS of those
+            ok = [x for x in xids[-4 * MAX_XIDS :] if isinstance(x, XidEvent) or _xid_ok(x)]
+            data["xids"] = tuple(ok[-MAX_XIDS:])
         elif xids is not None:
             refused.append(f"xids {str(xids)[:24]}")
             data["xids"] = ()

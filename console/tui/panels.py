@@ -165,10 +165,11 @@ The alerts say each in words."""
         if sample.state.value != "ok":
             return Text(f"GPUs: {sample.detail or sample.state.value}", palette().warn)
         rows = self._gpu_rows(snap)
-        # The health cell only where the bar keeps room (a wide panel); the faults always.
-        cell = 11 if self.content_region.width >= 110 and any(_health_cell(r) for r in rows) else 0
+        # The faults always; the health cell where the bar keeps 24 cells beside it.
         tags = max((len(" ".join(t for t, _ in r.faults)) + 1 for r in rows if r.faults), default=0)
-        width = max(10, self.content_region.width - 34 - cell - min(tags, 24))
+        width = max(10, self.content_region.width - 34 - min(tags, 24))
+        cell = 11 if width - 11 >= 24 and any(_health_cell(r) for r in rows) else 0
+        width -= cell
         legend = Text(" ")
         shown = {name for r in rows for name, v in r.parts if v > 0} or {"used"}
         if any(r.reserved_gib for r in rows):

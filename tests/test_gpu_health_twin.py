@@ -1,0 +1,183 @@
+"""Issue 31 on the twin, over SSH as on a real host: its three GPU back-ends (the NVML agent on the twin's
+python3, nvidia-smi's loop, and local NVML through the twin's pynvml) agree on memory as nvidia-smi counts
+it, for a v2 driver and a v1-only one; each health fault the twin plays (thermal slowdown, power cap, a
+degraded PCIe link, ECC errors and row remaps) raises its alert in `snapshot --json` (exit 1) and on the
+GPU panel; an XID 79 raised while a console watches reaches it as a critical alert."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from console.core.alerts import alert_inputs, default_rules, evaluate
+from console.core.gpus import HostGpuSample, SamplerState
+from console.sources.gpus import AgentSampler, NvidiaSmiStreamSampler, NvmlSampler
+from console.sources.hosts import HostConfig, load_hosts
+from console.sources.transport import Transport
+from console.tui.view import gpu_rows
+from console.twin import gpuhealth
+from console.twin.gpuhealth import GpuConditions, write_conditions
+from console.twin.host import TwinHost
+from console.twin.layout import ROOT_ENV
+from tests.support.cli import run_cli, started_twin
+from tests.tui_support import snapshot
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
+    """A twin whose simulated server holds its eight GPUs (a GPU that holds a server works: P0, boost)."""
+    with started_twin(tmp_path_factory.mktemp("gpu-health") / "state", name="twin", time_scale=0.02) as host:
+        yield host
+
+
+@pytest.fixture
+def healthy(twin: TwinHost) -> Iterator[TwinHost]:
+    write_conditions(twin.layout, GpuConditions())
+    try:
+        yield twin
+    finally:
+        write_conditions(twin.layout, GpuConditions())
+
+
+def _config(twin: TwinHost) -> HostConfig:
+    return load_hosts(twin.hosts_toml).hosts[twin.name]
+
+
+async def _three(twin: TwinHost, monkeypatch: pytest.MonkeyPatch) -> dict[str, HostGpuSample]:
+    from console.twin import nvml_library
+
+    monkeypatch.setenv(ROOT_ENV, str(twin.layout.root))
+    async with Transport(_config(twin), ssh_config=[]) as transport:
+        agent = AgentSampler(transport, interval_s=0.5)
+        smi = NvidiaSmiStreamSampler(transport, interval_s=0.5)
+        local = NvmlSampler(nvml_library, host="twin")
+        try:
+            return {
+                "agent": await agent.sample(),
+                "nvidia-smi": await smi.sample(),
+                "nvml": await local.sample(),
+            }
+        finally:
+            for sampler in (agent, smi, local):
+                await sampler.close()
+
+
+@pytest.mark.parametrize("driver", ["v2", "v1"])
+async def test_the_twin_s_three_back_ends_agree_on_memory(
+    healthy: TwinHost, monkeypatch: pytest.MonkeyPatch, driver: str
+) -> None:
+    write_conditions(healthy.layout, GpuConditions(driver_memory=driver))  # type: ignore[arg-type]
+    samples = await _three(healthy, monkeypatch)
+    assert all(s.state is SamplerState.OK and len(s.gpus) == 8 for s in samples.values()), samples
+    nvml = samples["nvml"].gpus
+    reserved = round(97_887 * gpuhealth.RESERVED_SHARE)  # 419 MiB: the H200's share of the card
+    for name, sample in samples.items():
+        for gpu, ref in zip(sample.gpus, nvml, strict=True):
+            assert gpu.memory_info == driver, (name, gpu.memory_info)
+            assert gpu.memory_used_mib is not None and ref.memory_used_mib is not None
+            assert abs(gpu.memory_used_mib - ref.memory_used_mib) <= 1.0, (name, gpu.index)
+            if driver == "v2":
+                assert gpu.memory_reserved_mib == reserved, name
+            else:
+                assert gpu.memory_reserved_mib is None, name
+            # what does not move with the load (utilization, hence temperature and power, does)
+            same = ("clock_sm_mhz", "clock_sm_max_mhz", "power_limit_w", "pcie_width", "pstate")
+            assert [getattr(gpu, k) for k in same] == [getattr(ref, k) for k in same], name
+    held = samples["nvml"].gpus[0]
+    print(
+        f"\ntwin {driver}: GPU0 used/reserved MiB "
+        + ", ".join(
+            f"{n} {s.gpus[0].memory_used_mib:,.0f}/{s.gpus[0].memory_reserved_mib}"
+            for n, s in samples.items()
+        )
+        + f"; the server holds {held.processes[0].used_memory_mib if held.processes else 0:,.0f} MiB"
+    )
+
+
+def _snapshot(twin: TwinHost, home: Path) -> tuple[int, dict[str, object]]:
+    res = run_cli(home, "snapshot", twin.name, "--hosts", str(twin.hosts_toml), "--json", "--sample", "1s")
+    assert res.returncode in (0, 1), res.stderr
+    return res.returncode, json.loads(res.stdout)
+
+
+@pytest.mark.timeout(300)
+def test_each_fault_the_twin_plays_raises_its_alert_in_snapshot(healthy: TwinHost, tmp_path: Path) -> None:
+    code, report = _snapshot(healthy, tmp_path)
+    assert code == 0 and report["alerts"] == [], report["problems"]
+    gpus = report["gpus"]
+    assert isinstance(gpus, list) and len(gpus) == 8
+    first = gpus[0]["health"]
+    assert first["pstate"] == 0 and first["faults"] == [] and first["peak_bandwidth_gbs"] == 1792.1
+
+    write_conditions(
+        healthy.layout,
+        GpuConditions(
+            thermal=[3],
+            power_cap=[1],
+            pcie_degraded=[5],
+            ecc_uncorrected={2: 1},
+            remap_pending=[2],
+            remap_failed=[6],
+        ),
+    )
+    code, report = _snapshot(healthy, tmp_path)
+    assert code == 1
+    alerts = {a["rule"]: a for a in report["alerts"]}  # type: ignore[union-attr]
+    assert set(alerts) == {
+        "gpu_thermal_slowdown > 0",
+        "gpu_power_capped > 0",
+        "gpu_pcie_degraded > 0",
+        "gpu_ecc_uncorrected > 0",
+        "gpu_remap_pending > 0",
+        "gpu_remap_failed > 0",
+    }, alerts
+    assert (
+        "GPU3 thermal slowdown at 92 °C (slowdown at 90 °C)" in alerts["gpu_thermal_slowdown > 0"]["message"]
+    )
+    assert "GPU1 power capped at 600 of 600 W" in alerts["gpu_power_capped > 0"]["message"]
+    assert "GPU5 PCIe link gen 4 x8, below its gen 5 x16" in alerts["gpu_pcie_degraded > 0"]["message"]
+    assert alerts["gpu_ecc_uncorrected > 0"]["severity"] == "critical"
+    assert alerts["gpu_remap_failed > 0"]["severity"] == "critical"
+    tags = {g["index"]: [f["kind"] for f in g["health"]["faults"]] for g in report["gpus"]}  # type: ignore[union-attr]
+    assert tags == {0: [], 1: ["power"], 2: ["ecc", "remap_pending"], 3: ["thermal"], 4: [], 5: ["pcie"],
+                    6: ["remap_failed"], 7: []}  # fmt: skip
+
+    text = run_cli(tmp_path, "snapshot", healthy.name, "--hosts", str(healthy.hosts_toml), "--sample", "1s")
+    assert text.returncode == 1
+    assert "GPU3:" in text.stdout and "thermal slowdown at 92 °C" in text.stdout
+    assert "alert (critical) gpu_remap_failed > 0" in text.stdout
+
+
+async def test_an_xid_raised_while_a_console_watches_reaches_it_as_a_critical_alert(
+    healthy: TwinHost,
+) -> None:
+    """NVML hears of an XID only in an event set made before it: the agent's, watching. It comes with the
+    next sample, and stays in the samples for the hour; its alert names the GPU and the XID's meaning."""
+    async with Transport(_config(healthy), ssh_config=[]) as transport:
+        agent = AgentSampler(transport, interval_s=0.5)
+        try:
+            first = await agent.sample()
+            assert first.state is SamplerState.OK and all(g.xids == () for g in first.gpus)
+            raised = time.time()
+            write_conditions(healthy.layout, gpuhealth.xid_now(gpu=3, xid=79))
+            deadline = time.monotonic() + 15
+            sample = first
+            while not sample.gpus[3].xids:
+                assert time.monotonic() < deadline, "no XID reached the console"
+                sample = await agent.sample()
+            heard = time.time() - raised
+            later = await agent.sample()
+        finally:
+            await agent.close()
+    assert [x.xid for x in sample.gpus[3].xids] == [79] and all(not g.xids for g in sample.gpus[:3])
+    assert [x.xid for x in later.gpus[3].xids] == [79]  # kept
+    firing = evaluate(default_rules(), alert_inputs(snapshot([], sample)), host="twin", ts=1.0).firing
+    alert = firing["gpu_xid > 0"]
+    assert alert.severity == "critical" and "GPU3 XID 79: GPU has fallen off the bus" in alert.message
+    assert gpu_rows(snapshot([], sample))[3].faults[0] == ("XID 79", "critical")
+    assert heard < 5, heard
+    print(f"\nXID 79 raised on the twin reached the console in {heard:.2f} s")
