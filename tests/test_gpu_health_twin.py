@@ -181,3 +181,38 @@ async def test_an_xid_raised_while_a_console_watches_reaches_it_as_a_critical_al
     assert gpu_rows(snapshot([], sample))[3].faults[0] == ("XID 79", "critical")
     assert heard < 5, heard
     print(f"\nXID 79 raised on the twin reached the console in {heard:.2f} s")
+
+
+def test_host_names_the_peak_bandwidth_s_source_nvml_else_the_table(
+    healthy: TwinHost, tmp_path: Path
+) -> None:
+    """Item 4: the peak from the card's own clocks where the back-end reads them (the agent: NVML), the
+    hand-kept table where it cannot (a python3 without nvidia-ml-py: nvidia-smi has no bus width)."""
+    res = run_cli(tmp_path, "host", healthy.name, "--hosts", str(healthy.hosts_toml), "--json")
+    assert res.returncode == 0, res.stderr
+    gpu = json.loads(res.stdout)["facts"]["gpus"][0]
+    assert (gpu["peak_bandwidth_gbs"], gpu["peak_from"], gpu["table_peak_gbs"]) == (1792.1, "nvml", 1792.0)
+    assert gpu["bandwidth_source"] == "NVML: 2 × max memory clock 14,001 MHz × 512-bit bus / 8"
+    text = run_cli(tmp_path, "host", healthy.name, "--hosts", str(healthy.hosts_toml))
+    assert (
+        "1,792 GB/s (NVML: 2 × max memory clock 14,001 MHz × 512-bit bus / 8; the table: 1,792)"
+        in text.stdout
+    )
+    assert "[NVML (the GPU agent) on twin]" in text.stdout
+
+    module = healthy.layout.nvml_dir / "pynvml.py"
+    hidden = module.with_name("pynvml.hidden")
+    module.rename(hidden)  # the host's python3 now has no nvidia-ml-py
+    try:
+        res = run_cli(tmp_path, "host", healthy.name, "--hosts", str(healthy.hosts_toml), "--json")
+    finally:
+        hidden.rename(module)
+    assert res.returncode == 0, res.stderr
+    facts = json.loads(res.stdout)["facts"]
+    gpu = facts["gpus"][0]
+    assert (gpu["peak_bandwidth_gbs"], gpu["peak_from"], gpu["bandwidth_card"]) == (
+        1792.0,
+        "table",
+        "RTX PRO 6000 Blackwell",
+    )
+    assert facts["gpus_source"] == "nvidia-smi on twin"

@@ -161,11 +161,13 @@ def _lines(report: HostReport) -> list[str]:
     if f.gpus:
         out.append(f"  GPUs          {len(f.gpus)}  [{f.gpus_source}]")
         for g in f.gpus:
-            peak = (
-                f"{g.peak_bandwidth_gbs:,.0f} GB/s ({g.bandwidth_card})"
-                if g.peak_bandwidth_gbs
-                else "peak unknown"
-            )
+            if not g.peak_bandwidth_gbs:
+                peak = "peak unknown"
+            elif g.peak_from == "nvml":
+                table = f"; the table: {g.table_peak_gbs:,.0f}" if g.table_peak_gbs else "; not in the table"
+                peak = f"{g.peak_bandwidth_gbs:,.0f} GB/s ({g.bandwidth_source}{table})"
+            else:
+                peak = f"{g.peak_bandwidth_gbs:,.0f} GB/s ({g.bandwidth_card}, the bandwidth table)"
             out.append(
                 f"    {g.index if g.index is not None else '?'}: {g.name or '?'}, {_mib(g.memory_total_mib)}, {peak}"
             )

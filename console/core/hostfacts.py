@@ -281,6 +281,11 @@ class GpuFacts(BaseModel, defer_build=True):
     """The table's card (`H100 SXM`); None for a card the table does not name."""
     bandwidth_source: str
     """The figure's source, or `unknown: … is not in the bandwidth table`."""
+    peak_from: Literal["nvml", "table"] | None = None
+    """`nvml`: the card's own clocks (2 × max memory clock × bus width / 8, NVML back-ends); `table`:
+    `console/core/cards.py`, where the back-end cannot say (nvidia-smi has no bus width)."""
+    table_peak_gbs: float | None = None
+    """The table's figure for the card, beside NVML's (each checks the other)."""
 
 
 class HostFacts(BaseModel, defer_build=True):

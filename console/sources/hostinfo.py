@@ -40,6 +40,7 @@ from console.core.flags import (
     FlagList,
     canonical_version,
 )
+from console.core.gpuhealth import peak_bandwidth_gbs
 from console.core.hostfacts import (
     CONFIG_MAX_BYTES,
     FLAGS_MAX_BYTES,
@@ -76,7 +77,7 @@ from console.sources.flagcache import (
     shipped_flag_list,
     write_cached,
 )
-from console.sources.gpus import NvidiaSmiSampler
+from console.sources.gpus import NvidiaSmiSampler, open_sampler
 from console.sources.hosts import HostConfig
 from console.sources.modelconfig import config_argv, read_config_answer
 from console.sources.service import ServiceController, ServiceError
@@ -359,18 +360,42 @@ class _Learner:
         )
 
     async def gpus(self) -> tuple[list[GpuFacts], str]:
-        """The sampler's cards with the bandwidth table's peak; an unknown card is named as unknown."""
-        sample = await NvidiaSmiSampler(
-            self.transport, host=self.host.name, timeout_s=self.timeout_s
-        ).sample()
+        """The host's cards, from one reading of its GPU sampler (the NVML agent where the host's python3
+        has nvidia-ml-py, else nvidia-smi), with their peak bandwidth: NVML's own (2 × the maximum memory
+        clock × the bus width / 8) where the back-end reads it, else the bandwidth table's; the two are
+        checked against each other. An unknown card is named as unknown."""
+        sampler, sample = await open_sampler(self.transport, interval_s=1.0, host=self.host.name)
+        await sampler.close()
+        if not sample.gpus and sampler.backend != "nvidia-smi":
+            # the agent answered but without GPUs: what nvidia-smi says is the clearer sentence
+            sample = await NvidiaSmiSampler(
+                self.transport, host=self.host.name, timeout_s=self.timeout_s
+            ).sample()
+        via = {"agent": "NVML (the GPU agent)", "nvml": "NVML", "nvidia-smi": "nvidia-smi"}
+        backend = via.get(sample.backend or "", "nvidia-smi")
         source = (
-            f"nvidia-smi on {self.host.name}" if sample.gpus else (sample.detail or "nvidia-smi gave no GPUs")
+            f"{backend} on {self.host.name}" if sample.gpus else (sample.detail or f"{backend} gave no GPUs")
         )
         out: list[GpuFacts] = []
         for gpu in sample.gpus:
             entry = card_bandwidth(gpu.name, gpu.memory_total_mib)
-            out.append(
-                GpuFacts(
+            own = peak_bandwidth_gbs(gpu)
+            if own is not None:
+                facts = GpuFacts(
+                    index=gpu.index,
+                    name=gpu.name,
+                    memory_total_mib=gpu.memory_total_mib,
+                    peak_bandwidth_gbs=round(own, 1),
+                    bandwidth_card=entry.name if entry else None,
+                    bandwidth_source=(
+                        f"NVML: 2 × max memory clock {gpu.clock_mem_max_mhz:,.0f} MHz × "
+                        f"{gpu.memory_bus_width_bits:,}-bit bus / 8"
+                    ),
+                    peak_from="nvml",
+                    table_peak_gbs=entry.peak_gbs if entry else None,
+                )
+            else:
+                facts = GpuFacts(
                     index=gpu.index,
                     name=gpu.name,
                     memory_total_mib=gpu.memory_total_mib,
@@ -379,7 +404,24 @@ class _Learner:
                     bandwidth_source=entry.source
                     if entry
                     else f"unknown: {gpu.name or 'this card'} is not in the bandwidth table",
+                    peak_from="table" if entry else None,
+                    table_peak_gbs=entry.peak_gbs if entry else None,
                 )
+            out.append(facts)
+        apart = sorted(
+            {
+                f"{g.name}: NVML {g.peak_bandwidth_gbs:,.0f} GB/s, the table {g.table_peak_gbs:,.0f}"
+                for g in out
+                if g.peak_from == "nvml"
+                and g.peak_bandwidth_gbs
+                and g.table_peak_gbs
+                and abs(g.peak_bandwidth_gbs - g.table_peak_gbs) > 0.05 * g.table_peak_gbs
+            }
+        )
+        if apart:
+            self.notes.append(
+                f"the card's own peak and the bandwidth table's differ by more than 5% ({'; '.join(apart)}): "
+                "the card's own is reported; check the table's row (docs/gpu-bandwidth.md)."
             )
         unknown = sorted({g.name or "?" for g in out if g.peak_bandwidth_gbs is None})
         if unknown:
