@@ -156,6 +156,13 @@ def test_done_when_sweep_refuses_185k_at_085_then_measures_it_at_094(
         speed = re.search(r"\b185k (\d+\.\d+) tok/s", probe["summary"])
         assert speed is not None and float(speed.group(1)) == pytest.approx(0.70, rel=0.03), probe["summary"]
         assert "attention is the bottleneck" in probe["summary"]
+    # Without --profile a probe is audited with the profile the host runs, as the console's are (the
+    # command line's said `-` where the console's named the profile, issue 34).
+    res = cli(dirs, "probe", "twin", "--depth", "2k", "--tokens", "3", "--json", "--hosts", hosts)
+    assert res.returncode == 0, res.stderr
+    trail = cli(dirs, "audit", "twin", "--json", "--hosts", hosts)
+    probes = [e for e in json.loads(trail.stdout)["entries"] if e["action"] == "probe"]
+    assert probes[-1]["profile"] == "ctx-200k"
 
 
 def test_human_output_is_a_table_and_a_diagnosis(twin: TwinHost, dirs: dict[str, str]) -> None:

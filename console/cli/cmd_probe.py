@@ -276,7 +276,9 @@ def run(args: argparse.Namespace) -> int:
             started = time.monotonic()
             report = await prober.sweep(depths, tokens, profile=keep_in, on_progress=show)
             if prober.transport is not None:
-                trouble = await audit_probe(prober.transport, host, report, time.monotonic() - started)
+                trouble = await audit_probe(
+                    prober.transport, host, report, time.monotonic() - started, store=store
+                )
                 if trouble:
                     sys.stderr.write(f"k26-console: {terminal_safe(trouble)}\n")
             return report
@@ -337,25 +339,10 @@ def _where_kept(
 
 async def _profile_in_force(host: HostConfig, transport: Transport) -> list[str]:
     """The saved profile the host's unit runs as `apply` writes it (a one-item list), or none."""
-    from console.core.apply import why_not_running
-    from console.core.profiles import ProfileError
-    from console.sources.profile_store import ProfileStore
-    from console.sources.service import ServiceController, ServiceError
-    from console.sources.transport import TransportError
+    from console.sources.probe import profile_in_force
 
-    try:
-        running = await ServiceController(host, transport).running_argv()
-    except (ServiceError, TransportError):
-        return []
-    store = ProfileStore()
-    for entry in store.entries():
-        try:
-            profile = store.load(entry.name)
-        except ProfileError:
-            continue
-        if why_not_running(profile, running) is None:
-            return [profile.name]
-    return []
+    name = await profile_in_force(host, transport)
+    return [name] if name is not None else []
 
 
 async def _not_running(host: HostConfig, transport: Transport, store: ProfileStore, name: str) -> str | None:

@@ -506,11 +506,44 @@ def keep_report(
         record_profile(report, report.profile, store)
 
 
-async def audit_probe(
-    transport: Transport, host: HostConfig, report: ProbeReport, took_s: float, *, me: Identity | None = None
+async def profile_in_force(
+    host: HostConfig, transport: Transport, store: ProfileStore | None = None
 ) -> str | None:
-    """Put the run into the host's audit trail (who probed, at which depths, how fast). Returns the
-    sentence to show when the trail could not be written: the measurement stands either way."""
+    """The saved profile the host's unit runs as `apply` writes it, or None (none does, or the unit's
+    ExecStart cannot be read)."""
+    from console.core.apply import why_not_running
+    from console.core.profiles import ProfileError
+    from console.sources.service import ServiceController, ServiceError
+
+    try:
+        running = await ServiceController(host, transport).running_argv()
+    except (ServiceError, TransportError):
+        return None
+    store = store or ProfileStore()
+    for entry in store.entries():
+        try:
+            profile = store.load(entry.name)
+        except ProfileError:
+            continue
+        if why_not_running(profile, running) is None:
+            return profile.name
+    return None
+
+
+async def audit_probe(
+    transport: Transport,
+    host: HostConfig,
+    report: ProbeReport,
+    took_s: float,
+    *,
+    me: Identity | None = None,
+    store: ProfileStore | None = None,
+) -> str | None:
+    """Put the run into the host's audit trail (who probed, at which depths, how fast, and the profile
+    the host ran: the one the results went into, else the saved profile its unit runs). Returns the
+    sentence to show when the trail could not be written: the measurement stands either way. The
+    command line's probes said profile `-` where the console's named the profile (it was given
+    --profile): both now name what ran."""
     from console.sources.hoststate import HostStateDir, HostStateError
 
     speeds = ", ".join(
@@ -521,9 +554,10 @@ async def audit_probe(
     )
     state = HostStateDir(transport, host, me)
     try:
+        ran = report.profile or await profile_in_force(host, transport, store)
         entry = state.audit_entry(
             "probe",
-            profile=report.profile,
+            profile=ran,
             outcome="ok" if report.ok else "failed",
             summary=f"{speeds}; {report.summary().rstrip('.')}",
             total_s=round(took_s, 3),

@@ -504,7 +504,12 @@ class ProbeScreen(Screen[None]):
                 )
                 if prober.transport is not None:
                     trouble = await audit_probe(
-                        prober.transport, self.host, report, time.monotonic() - started, me=self.me
+                        prober.transport,
+                        self.host,
+                        report,
+                        time.monotonic() - started,
+                        me=self.me,
+                        store=self.store,
                     )
                     if trouble:
                         self.notify(trouble, severity="warning")
