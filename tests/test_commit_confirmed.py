@@ -288,8 +288,9 @@ def _entries(audit_json: str) -> list[dict[str, object]]:
 
 @pytest.mark.parametrize("twin", ONE_MODE, indirect=True)
 def test_a_cut_connection_is_rolled_back_by_the_host(twin: TwinHost, tmp_path: Path) -> None:
-    """The console lives on but loses the host (the network is cut): the host rolls itself back at the
-    deadline; when the connection comes back, the console says the rollback has fired."""
+    """The console lives on but loses the host (the network is cut): it waits for the link until just
+    before the deadline, then ends saying what the host will do (issue 36: it used to hang until the link
+    came back); the host rolls itself back at the deadline."""
     before = _argv(twin)
     proc = _apply_until_restart(twin, tmp_path, _hot(tmp_path), "hot", confirm_within=8)
     try:
@@ -307,6 +308,8 @@ def test_a_cut_connection_is_rolled_back_by_the_host(twin: TwinHost, tmp_path: P
             twin.restore_ssh()
         out, err = proc.communicate(timeout=180)
         assert proc.returncode == 1, (out, err)
-        assert "The host-side rollback has fired" in out, out
+        assert "link to twin lost since" in out, out
+        assert "The host-side rollback armed fires at" in out, out
+        assert "unless `k26-console confirm twin` reaches the host first" in out, out
     finally:
         _reap(proc)

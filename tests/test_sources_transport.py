@@ -32,6 +32,7 @@ from console.sources.transport import (
     TransportError,
 )
 from console.twin.ssh_server import TwinSSHServer
+from tests.support.blackhole import BlackHole
 
 FAST = Backoff(initial_s=0.05, max_s=0.2, stable_s=0)
 
@@ -422,3 +423,44 @@ def test_the_error_line_is_the_error_not_systemctls_warning_before_it() -> None:
     assert on_stdout.first_error_line() == "# /etc/systemd/system/sglang.service"
     silent = failed.model_copy(update={"stderr": "", "stdout": "\n"})
     assert silent.first_error_line() == "exit status 1"
+
+
+async def test_a_black_holed_link_ends_every_channel_within_the_keepalive_bound(
+    endpoint: Endpoint, tmp_path: Path
+) -> None:
+    """A partition (the traffic black-holed by a proxy, nothing closed): the keepalives the ssh config
+    asks for (ServerAliveInterval 1, ServerAliveCountMax 1) end the connection within interval × (count
+    + 1), and with it a command waiting for its answer (a TransportError to retry, not a result with no
+    exit status) and a stream that says nothing; once the link is back the transport reconnects."""
+    with BlackHole(("127.0.0.1", endpoint.host.port or 22)) as hole:
+        key = endpoint.host_key.export_public_key().decode().strip()
+        (tmp_path / "known_hosts_hole").write_text(f"[127.0.0.1]:{hole.port} {key}\n")
+        (tmp_path / "ssh_config").write_text("Host *\n  ServerAliveInterval 1\n  ServerAliveCountMax 1\n")
+        host = endpoint.host.model_copy(
+            update={"port": hole.port, "known_hosts": tmp_path / "known_hosts_hole"}
+        )
+        t = Transport(host, ssh_config=[tmp_path / "ssh_config"], backoff=FAST, connect_timeout=1)
+        try:
+            await t.wait_up(5)
+            assert (await t.run(["true"], timeout=5)).ok
+            async with t.stream(["sh", "-c", "sleep 60"]) as quiet:
+                running = asyncio.ensure_future(t.run(["sleep", "60"], timeout=60))
+                await asyncio.sleep(0.2)  # both channels open, then the link goes silent
+                hole.cut()
+                cut = time.monotonic()
+                with pytest.raises(TransportError, match=r"lost the connection|cannot start"):
+                    async with asyncio.timeout(6):
+                        await running
+                ended = time.monotonic() - cut
+                with pytest.raises(TransportError, match="not responding to keepalive"):
+                    async with asyncio.timeout(2):
+                        await quiet.readline()
+            assert ended <= 3.5, ended  # 1 s × (1 + 1), with room for a busy machine
+            assert t.connection is None and t.status.state is not ConnState.UP
+            assert "keepalive" in (t.status.reason or "") or t.status.drops == 1
+            hole.restore()
+            await t.wait_up(10)
+            assert (await t.run(["echo", "back"], timeout=5)).stdout == "back\n"
+        finally:
+            hole.restore()
+            await t.close()

@@ -208,6 +208,7 @@ class RestartMachine:
         self.expected = median_durations(history)
         self._seen: set[str] = set()
         self._verified_ok = False
+        self._paused_s = 0.0  # of the current phase: seconds its deadline did not count (a lost link)
 
     # ---- state ---------------------------------------------------------------------------------
 
@@ -230,6 +231,7 @@ class RestartMachine:
         now = max(now, last.start)  # a clock that steps back must not make a negative duration
         self.spans[-1] = last.model_copy(update={"end": now})
         self.spans.append(PhaseSpan(phase=phase, start=now))
+        self._paused_s = 0.0
 
     def _finish(self, outcome: Outcome, now: float, reason: str | None = None) -> None:
         self._enter(Phase.DONE, now)
@@ -423,6 +425,11 @@ class RestartMachine:
             return self.default_limits_s[phase]
         return max(expected * self.phase_factor, expected + self.phase_margin_s)
 
+    def pause(self, seconds: float) -> None:
+        """The current phase's deadline does not count these seconds: the controller could not see the
+        host meanwhile (a lost link), so the boot's silence then says nothing about the boot."""
+        self._paused_s += max(0.0, seconds)
+
     def overdue(self, now: float) -> str | None:
         """When the current phase has run past its deadline: why, in words (the caller fails the restart
         with `timed_out`); None while it is on time. Several entries of one phase (a draft model
@@ -430,7 +437,7 @@ class RestartMachine:
         limit = self.phase_limit()
         if limit is None:
             return None
-        spent = now - self.spans[-1].start
+        spent = now - self.spans[-1].start - self._paused_s
         if spent <= limit:
             return None
         label = PHASE_LABELS[self.phase]

@@ -371,6 +371,27 @@ def exec_start_lines(unit_text: str) -> list[str]:
     return values
 
 
+# What systemctl says when it cannot reach the service manager at all: PID 1 gone (a container whose
+# init died, or no systemd), its private socket or the bus closed under it. Not a unit's failure: every
+# unit command on the host fails alike, and nothing there is restarted, stopped or timed any more.
+_MANAGER_GONE = (
+    "Failed to connect to bus",
+    "System has not been booted with systemd",
+    "Transport endpoint is not connected",
+    "Failed to get D-Bus connection",
+    "Connection reset by peer",
+)
+
+
+def manager_gone(output: str) -> str | None:
+    """The line of systemctl's output saying the service manager cannot be reached, else None."""
+    for line in output.split("\n"):
+        line = line.strip()
+        if line and any(words in line for words in _MANAGER_GONE):
+            return line
+    return None
+
+
 __all__ = [
     "ARG_MAX",
     "COMMAND_LINE_MAX_BYTES",
@@ -383,6 +404,7 @@ __all__ = [
     "argv_size_problems",
     "dropin_path",
     "exec_start_lines",
+    "manager_gone",
     "quote_word",
     "render_dropin",
     "render_exec_start",

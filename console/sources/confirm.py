@@ -26,6 +26,7 @@ from console.core.confirm import (
 )
 from console.core.systemd import DROPIN_NAME
 from console.sources.hoststate import HostStateDir, HostStateError
+from console.sources.transport import TransportError
 
 if TYPE_CHECKING:
     from console.sources.service import ServiceController
@@ -203,7 +204,7 @@ class HostRollback:
                 mode="700",
             )
             await self.state.put_file(PENDING_FILE, record.model_dump_json(), mode="644")
-        except HostStateError as exc:
+        except (HostStateError, TransportError) as exc:
             raise RollbackTimerError(f"the host-side rollback could not be prepared: {exc}") from None
         description = f"k26-console commit-confirmed rollback of {self.ctl.unit} ({armed_by}" + (
             f", profile {profile})" if profile else ")"

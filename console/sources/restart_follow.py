@@ -1,6 +1,14 @@
 """The restart itself: issue it, follow the new invocation's journal through the boot phases of a
 `RestartMachine` (core/restart), verify the boot and turn it into an `ApplyOutcome`. Phase durations of
 earlier restarts (per host, in the platform state dir) give the ETA of the next.
+
+While it follows, two things that are not the boot's fault are told apart from a boot that is stuck:
+- the SSH link going silent (console.core.link): the phase deadlines pause, the operator is told since
+  when the link is lost, and the restart waits for it only as long as the change allows;
+- the host's service manager going away (systemctl answers "Failed to connect to bus", "System has not
+  been booted with systemd", ...): asked every `MANAGER_CHECK_S` while the journal says nothing, and
+  named at once, instead of a phase deadline saying "stuck" minutes later.
+A restart that saw its link lost does not go into the ETA history: its phases timed the partition.
 """
 
 from __future__ import annotations
@@ -10,7 +18,7 @@ import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import ValidationError
@@ -31,6 +39,9 @@ __all__ = ["HISTORY_KEEP", "ProgressReporter", "RestartFollower", "history_path"
 
 HISTORY_KEEP = 20
 """Earlier restarts whose phase durations make the ETA (the median of each phase)."""
+MANAGER_CHECK_S = 2.0
+"""While the boot is followed, how often the host's service manager is asked whether it is still there
+(one `systemctl show` over SSH): a dead manager is named within this and one round trip."""
 
 
 def history_path(host: str, state_dir: Path | None = None) -> Path:
@@ -42,6 +53,9 @@ def history_path(host: str, state_dir: Path | None = None) -> Path:
 
 class RestartFollower(DropinWriter):
     """Restarts the unit and follows, verifies and records the boot; the history makes the ETA."""
+
+    manager_lost: str | None = None
+    """Set when the last restart found the host's service manager gone: the sentence naming it."""
 
     def _machine(self, name: str, purpose: Literal["apply", "rollback"] = "apply") -> RestartMachine:
         return RestartMachine(
@@ -71,6 +85,8 @@ class RestartFollower(DropinWriter):
         return out[-HISTORY_KEEP:]
 
     def _remember(self, record: RestartRecord) -> None:
+        if self.link.ever_lost:
+            return  # its phases timed the partition, not the boot
         path = history_path(self.host.name, self.state_dir)
         with contextlib.suppress(OSError):
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,6 +113,7 @@ class RestartFollower(DropinWriter):
     async def _restart_and_follow(self, m: RestartMachine, report: ProgressReporter) -> list[Event]:
         """Issue the restart and follow the journal from just before it until ready or failed. The
         follower resumes from its cursor after a dropped connection, so the verdict sees every line."""
+        self.manager_lost = None
         info = await self.unit_info()
         m.replaced_invocation = info.invocation_id or None
         cursor = await self._journal_cursor()
@@ -116,7 +133,21 @@ class RestartFollower(DropinWriter):
             m.step_done(Phase.RESTART, self.clock())
             report.emit()
             deadline = self.clock() + self.boot_timeout_s
+            next_check = self.clock() + MANAGER_CHECK_S
             while m.phase not in (Phase.READY, Phase.FAILED):
+                if self._link_seen() == "back":
+                    # The boot went on unseen: its silence meanwhile says nothing about it.
+                    m.pause(self.link.last_loss_s)
+                    deadline += self.link.last_loss_s
+                if self.link.lost:
+                    if self.link.expired(self.clock()):
+                        m.timed_out(self.clock(), self._give_up_link())
+                        report.emit()
+                        break
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(1.0):
+                            self._feed(m, report, self._parse(parser, await follower.next_batch()), events)
+                    continue
                 if follower.status.state is FollowState.FAILED:
                     m.timed_out(
                         self.clock(), f"the journal can no longer be followed: {follower.status.detail}"
@@ -136,6 +167,14 @@ class RestartFollower(DropinWriter):
                     m.timed_out(self.clock(), overdue)
                     report.emit()
                     break
+                if self.clock() >= next_check:
+                    gone = await self.probe_manager()
+                    next_check = self.clock() + MANAGER_CHECK_S
+                    if gone is not None:
+                        m.timed_out(self.clock(), gone)
+                        self.manager_lost = gone
+                        report.emit()
+                        break
                 try:
                     async with asyncio.timeout(1.0):
                         batch = await follower.next_batch()
@@ -143,13 +182,13 @@ class RestartFollower(DropinWriter):
                     # Quiet: release a traceback the parser holds (the OOM's last lines).
                     self._feed(m, report, parser.flush(), events)
                     continue
-                fresh: list[Event] = []
-                for entry in batch:
-                    fresh.extend(parser.feed(entry))
-                self._feed(m, report, fresh, events)
+                self._feed(m, report, self._parse(parser, batch), events)
             if m.phase == Phase.FAILED:
-                # The lines right after the failure (the rest of a traceback, the unit's own end).
+                # The lines right after the failure (the rest of a traceback, the unit's own end); none
+                # come over a link given up on, nor from a manager that is gone.
                 with contextlib.suppress(TimeoutError):
+                    if self.link.gave_up or self.manager_lost:
+                        raise TimeoutError
                     while True:
                         async with asyncio.timeout(1.0):
                             batch = await follower.next_batch()
@@ -159,6 +198,13 @@ class RestartFollower(DropinWriter):
         finally:
             await follower.close()
         return events
+
+    @staticmethod
+    def _parse(parser: JournalParser, batch: list[dict[str, Any]]) -> list[Event]:
+        fresh: list[Event] = []
+        for entry in batch:
+            fresh.extend(parser.feed(entry))
+        return fresh
 
     def _feed(
         self, m: RestartMachine, report: ProgressReporter, fresh: list[Event], events: list[Event]

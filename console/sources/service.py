@@ -43,6 +43,7 @@ from console.core.audit import AuditEntry
 from console.core.confirm import PendingRollback
 from console.core.flagdrift import version_drift
 from console.core.flags import FlagList, UnknownVersion, load_flag_list, split_command
+from console.core.link import CONFIRM_MARGIN_S, utc_clock
 from console.core.profiles import (
     Profile,
     diff_against_argv,
@@ -64,7 +65,7 @@ from console.sources.hoststate import HostStateDir, HostStateError
 from console.sources.profile_store import ProfileStore
 from console.sources.restart_follow import ProgressReporter, RestartFollower, history_path
 from console.sources.transport import TransportError
-from console.sources.unit_commands import ServiceError, UnitInfo
+from console.sources.unit_commands import LinkLost, ServiceError, UnitInfo
 
 __all__ = [
     "ApplyOutcome",
@@ -225,6 +226,7 @@ class ServiceController(RestartFollower):
         `before_change` runs right before the drop-in is written (not at all when nothing changes)."""
         m = self._machine(profile.name)
         report = ProgressReporter(m, self.clock, progress)
+        self._watch_link(report.emit)
         report.emit()
         pv = preview or await self.preview(profile)
         if not pv.valid:
@@ -277,7 +279,12 @@ class ServiceController(RestartFollower):
             ) from None
         guard = HostRollback(self, state) if confirm_within_s else None
         if guard is not None:
-            armed_before = await guard.pending()
+            try:
+                armed_before = await guard.pending()
+            except (TransportError, HostStateError) as exc:
+                raise ServiceError(
+                    f"{str(exc).rstrip('.')}; nothing was written and the service was not restarted"
+                ) from None
             if armed_before is not None and armed_before.active:
                 raise ServiceError(
                     f"{armed_before.describe(datetime.now(UTC))}; confirm or roll back that change first "
@@ -291,6 +298,7 @@ class ServiceController(RestartFollower):
         if guard is not None and confirm_within_s:
             # Before the write, holding the drop-in in force now: from here on the host converges by
             # itself, whenever this console stops (a timer that fires before the write restarts nothing).
+            armed_at = self.clock()
             try:
                 armed = await guard.arm(
                     confirm_within_s,
@@ -309,6 +317,9 @@ class ServiceController(RestartFollower):
                 ) from None
             if on_armed is not None:
                 on_armed(armed)
+            # A lost link is waited for until just before the timer fires: back by then, the boot is
+            # still verified and confirmed here rather than rolled back by a timer that cannot know.
+            self.link.give_up_at = armed_at + confirm_within_s - CONFIRM_MARGIN_S
             report.emit(armed.describe(datetime.now(UTC)))
         try:
             await self.write_dropin(text)
@@ -343,7 +354,11 @@ class ServiceController(RestartFollower):
         )
         if guard is not None and armed is not None:
             await self._settle_rollback(guard, armed, outcome, report, rollback_on_failure)
-        if not outcome.ok and rollback_on_failure:
+        else:
+            self._unreached(outcome, "the new drop-in is in force and")
+        if not outcome.ok and rollback_on_failure and (self.link.gave_up or self.manager_lost):
+            outcome.summary += " It could not be rolled back from here."
+        elif not outcome.ok and rollback_on_failure:
             # The intent written above covers the rollback too: its outcome is this apply's outcome.
             outcome.rollback = await self.rollback(progress=progress, expect_pool=before_pool)
             outcome.rolled_back = True
@@ -378,11 +393,27 @@ class ServiceController(RestartFollower):
         rollback_on_failure: bool,
     ) -> None:
         """A verified boot confirms the change (the timer is stopped); a failed one is left to the timer,
-        unless the console rolls back itself (then the timer is stopped first, the console takes over)."""
+        unless the console rolls back itself (then the timer is stopped first, the console takes over).
+        A lost link is waited for (as the link watch allows) before either; a link given up on, or a
+        service manager gone, leaves the host to what it will do by itself, said in one sentence."""
+        if self.manager_lost is not None:
+            outcome.pending_rollback = armed
+            outcome.summary += (
+                " The host-side rollback armed is a timer of that service manager: it fires at "
+                f"{utc_clock(armed.deadline)} only if the manager is back by then; check the unit and settle "
+                f"it with `k26-console confirm {self.host.name}` once it is."
+            )
+            return
+        if not await self._await_link():
+            self._left_to_the_timer(armed, outcome, report)
+            return
         if not outcome.ok and not rollback_on_failure:
             try:
                 waiting = await guard.timer_waiting()
             except (ServiceError, TransportError):
+                if self.link.gave_up:
+                    self._left_to_the_timer(armed, outcome, report)
+                    return
                 waiting = True  # unknown: say what was armed
             if not waiting:
                 outcome.summary += (
@@ -397,7 +428,7 @@ class ServiceController(RestartFollower):
             report.emit(sentence)
             return
         try:
-            settled = await guard.disarm(armed.op_id)
+            settled = await self._disarm(guard, armed)
         except (ServiceError, TransportError, HostStateError) as exc:
             outcome.ok = False
             outcome.pending_rollback = armed
@@ -405,6 +436,9 @@ class ServiceController(RestartFollower):
                 f" The host-side rollback could NOT be disarmed ({str(exc).rstrip('.')}): it fires at "
                 f"{armed.deadline.strftime('%H:%M:%S')} UTC unless stopped."
             )
+            return
+        if settled is None:
+            self._left_to_the_timer(armed, outcome, report)
             return
         if settled is not Settled.DISARMED:
             outcome.ok = False
@@ -414,6 +448,38 @@ class ServiceController(RestartFollower):
             )
         elif outcome.ok:
             report.emit("confirmed: the host-side rollback is disarmed")
+
+    async def _disarm(self, guard: HostRollback, armed: PendingRollback) -> Settled | None:
+        """Disarm, through a link that may go and come back meanwhile (a disarm is safe to repeat: the
+        record it claimed stays its own); None when the change gives up on the link first."""
+        tries = 0
+        while True:
+            try:
+                return await guard.disarm(armed.op_id)
+            except LinkLost:
+                return None
+            except TransportError:
+                tries += 1
+                if not await self._await_link():
+                    return None
+                if tries > 5:
+                    raise
+
+    def _left_to_the_timer(
+        self, armed: PendingRollback, outcome: ApplyOutcome, report: ProgressReporter
+    ) -> None:
+        """The link was given up on with the rollback armed: what the host does next, in one sentence."""
+        outcome.ok = False
+        outcome.pending_rollback = armed
+        if self.link.reason and self.link.reason not in outcome.summary:
+            outcome.summary += f" The {self.link.reason}."
+        sentence = (
+            f"The host-side rollback armed fires at {utc_clock(armed.deadline)} unless `k26-console confirm "
+            f"{self.host.name}` reaches the host first: the drop-in from before this apply comes back and "
+            f"{self.unit} restarts."
+        )
+        outcome.summary += f" {sentence}"
+        report.emit(sentence)
 
     # ---- plain restart -------------------------------------------------------------------------
 
@@ -430,6 +496,7 @@ class ServiceController(RestartFollower):
         unit, so an audit line reads "alice restarted sglang.service"."""
         m = self._machine(self.unit)
         report = ProgressReporter(m, self.clock, progress)
+        self._watch_link(report.emit)
         report.emit()
         argv = await self.running_argv()  # the unit exists and has an ExecStart to restart
         m.step_done(Phase.VALIDATE, self.clock())
@@ -446,9 +513,20 @@ class ServiceController(RestartFollower):
         if before_change is not None:
             await before_change()
         events = await self._restart_guarded(m, report)
-        return await self._finish(
+        out = await self._finish(
             m, report, None, None, events, target=expect_pool, store=None, name=self.unit
         )
+        self._unreached(out, "the restart was issued:")
+        return out
+
+    def _unreached(self, outcome: ApplyOutcome, issued: str) -> None:
+        """What the host does by itself after a change that lost its link for good, when no host-side
+        rollback is armed: one sentence."""
+        if self.link.gave_up and self.manager_lost is None:
+            outcome.summary += (
+                f" Nothing is armed to undo it: {issued} the host boots by itself; `k26-console verify "
+                f"{self.host.name}` says how it went once the link is back."
+            )
 
     # ---- rollback ------------------------------------------------------------------------------
 
@@ -501,6 +579,7 @@ class ServiceController(RestartFollower):
         pool it had before."""
         m = self._machine("rollback", "rollback")
         report = ProgressReporter(m, self.clock, progress)
+        self._watch_link(report.emit)
         report.emit()
         state = await self._dropin_state()
         if "dropin" not in state and "previous" not in state:
@@ -539,6 +618,7 @@ class ServiceController(RestartFollower):
         events = await self._restart_guarded(m, report)
         out = await self._finish(m, report, None, None, events, target=expect_pool, store=None)
         out.diff = argv_word_diff(before, after)
+        self._unreached(out, "the previous drop-in is back and")
         return out
 
 

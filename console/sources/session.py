@@ -50,7 +50,7 @@ class HostSession:
         ssh_config: Sequence[str | Path] | None = None,
         backoff: Backoff | None = None,
         connect_timeout: float = 10.0,
-        keepalive_interval: float = 5.0,
+        keepalive_interval: float | None = None,
         follow_journal: bool = True,
         journal_cursor: str | None = None,
         journal_backlog: int = 5000,

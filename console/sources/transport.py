@@ -13,6 +13,14 @@
   waits on "connecting" forever.
 - After a drop or a failed attempt the supervisor reconnects with exponential backoff and jitter; its
   state (connecting / up / retrying in Ns / failed: reason) is a `ConnectionStatus` anyone can watch.
+- SSH keepalives bound the silence of the connection, and so of every channel on it: a host that stops
+  answering (a partition black-holes the traffic, nothing is closed) is a drop after `interval × (count
+  + 1)` seconds, 5 × 4 by default; the ssh config's `ServerAliveInterval`/`ServerAliveCountMax` set them
+  as they do for ssh(1). Without them a command's channel would wait out its own timeout and a
+  `journalctl -f` would wait forever.
+- A caller that has given up on a lost link (`give_up_on_link`) makes every bounded wait for it fail at
+  once until the connection is up again: what it still tries on its way out (an audit line, the lock)
+  says so at once instead of waiting 15 s each.
 - Every remote command is an argument list joined with `shlex.join`: nothing from a host name, a unit
   name or a cursor is ever read by the remote shell as syntax.
 - `LocalForward` listens on 127.0.0.1 with a port that stays the same across reconnects, and opens a
@@ -66,6 +74,11 @@ _log = logging.getLogger(__name__)
 # Expanded at each connect (HOME decides), like ssh(1).
 _DEFAULT_SSH_CONFIG = Path("~", ".ssh", "config")
 
+KEEPALIVE_INTERVAL_S = 5.0
+"""Seconds of silence from the host before a keepalive is sent (ssh's ServerAliveInterval)."""
+KEEPALIVE_COUNT_MAX = 3
+"""Keepalives left unanswered before the connection counts as lost (ssh's ServerAliveCountMax)."""
+
 
 @dataclass(frozen=True)
 class _Plan:
@@ -106,16 +119,18 @@ class Transport:
         *,
         backoff: Backoff | None = None,
         connect_timeout: float = 10.0,
-        keepalive_interval: float = 5.0,
-        keepalive_count_max: int = 3,
+        keepalive_interval: float | None = None,
+        keepalive_count_max: int | None = None,
         ssh_config: Sequence[str | Path] | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.host = host
         self.backoff = backoff or Backoff()
         self.connect_timeout = connect_timeout
+        # None: the ssh config's ServerAlive* where it sets them, else KEEPALIVE_* (see `_plan`).
         self.keepalive_interval = keepalive_interval
         self.keepalive_count_max = keepalive_count_max
+        self._given_up = False
         # None: the user's ~/.ssh/config; tests pass [] so the runner's own config stays out.
         self._ssh_config = ssh_config
         self._rng = rng or random.Random()
@@ -140,7 +155,12 @@ class Transport:
 
     @property
     def connection(self) -> asyncssh.SSHClientConnection | None:
-        return self._conn if self._status.state is ConnState.UP else None
+        """The live connection; None while there is none, including the moment between a connection
+        closing (a keepalive unanswered) and the supervisor noticing it."""
+        conn = self._conn
+        if self._status.state is not ConnState.UP or conn is None or conn.is_closed():
+            return None
+        return conn
 
     def _set(self, state: ConnState, **fields: Any) -> None:
         self._status = ConnectionStatus(
@@ -182,6 +202,8 @@ class Transport:
                 raise TransportError(status.reason or f"cannot connect to {self.host.name}")
             if status.state is ConnState.CLOSED:
                 raise TransportError(f"the connection to {self.host.name} is closed")
+            if self._given_up and timeout is not None:
+                raise TransportError(f"{self.host.name} is not reachable ({status.describe()})")
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 raise TransportError(f"{self.host.name} is not reachable ({status.describe()})")
@@ -228,9 +250,11 @@ class Transport:
             "config": config,
             "connect_timeout": self.connect_timeout,
             "login_timeout": self.connect_timeout,
-            "keepalive_interval": self.keepalive_interval,
-            "keepalive_count_max": self.keepalive_count_max,
         }
+        if self.keepalive_interval is not None:
+            kwargs["keepalive_interval"] = self.keepalive_interval
+        if self.keepalive_count_max is not None:
+            kwargs["keepalive_count_max"] = self.keepalive_count_max
         if host.port is not None:
             kwargs["port"] = host.port
         if host.ssh_user is not None:
@@ -243,10 +267,16 @@ class Transport:
         try:
             options = asyncssh.SSHClientConnectionOptions(**kwargs)
             trust = trusted_keys(self.host, options.config)
+            # Keepalives always (asyncssh sends none by default): the ssh config's where it sets them.
+            alive: dict[str, Any] = {}
+            if "keepalive_interval" not in kwargs and options.config.get("ServerAliveInterval") is None:
+                alive["keepalive_interval"] = KEEPALIVE_INTERVAL_S
+            if "keepalive_count_max" not in kwargs and options.config.get("ServerAliveCountMax") is None:
+                alive["keepalive_count_max"] = KEEPALIVE_COUNT_MAX
             # An explicit known_hosts wins over anything the ssh config says, here and when connect()
             # rebuilds the options. The SSHKnownHosts object is always truthy: asyncssh would swap an
             # empty value for ~/.ssh/known_hosts; None (the insecure setting only) turns checking off.
-            options = asyncssh.SSHClientConnectionOptions(options, known_hosts=trust.known)
+            options = asyncssh.SSHClientConnectionOptions(options, known_hosts=trust.known, **alive)
         except (OSError, ValueError, asyncssh.Error) as exc:
             raise SetupError(f"the SSH settings for {host.name} cannot be used: {exc}") from None
         return _Plan(options=options, config=config, trust=trust)
@@ -324,6 +354,7 @@ class Transport:
                 await asyncio.sleep(delay)
                 continue
             self._conn = conn
+            self._given_up = False
             self._set(ConnState.UP, connect_s=time.monotonic() - started)
             up_at = time.monotonic()
             await conn.wait_closed()
@@ -340,6 +371,16 @@ class Transport:
             self._set(ConnState.RETRYING, reason=reason, attempt=failures, retry_in_s=delay)
             await asyncio.sleep(delay)
         self._set(ConnState.CLOSED)
+
+    def give_up_on_link(self) -> None:
+        """The caller waited for a lost connection as long as it would: until the connection is up again,
+        every wait with a timeout (`run`, `wait_up(timeout)`) fails at once; waits without one (a journal
+        follower's) go on waiting, and the supervisor goes on reconnecting."""
+        if self.connection is None:
+            self._given_up = True
+            # Waits already under way see it now, not at their own timeout (a heartbeat's, 15 s).
+            changed, self._changed = self._changed, asyncio.Event()
+            changed.set()
 
     def drop(self) -> None:
         """Abort the current connection as a network failure would; the supervisor reconnects."""
@@ -397,6 +438,10 @@ class Transport:
             ) from None
         finally:
             process.close()
+        if completed.exit_status is None and completed.exit_signal is None and conn.is_closed():
+            # The channel ended with the connection, the command's fate unknown: a lost link (a
+            # keepalive that went unanswered), to wait out and retry like any other, not a result.
+            raise TransportError(f"{self.host.name}: lost the connection while running {argv[0]}")
         return CommandResult(
             argv=tuple(argv),
             exit_status=completed.exit_status,

@@ -10,12 +10,15 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel
 
 from console.core.apply import DEFAULT_MIN_FREE_GIB
 from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
+from console.core.link import LINK_WAIT_S, LinkWatch
 from console.core.parser import parse_lines
 from console.core.restart import PHASE_FACTOR, PHASE_MARGIN_S
 from console.core.state import Boot, fold_boots
@@ -23,6 +26,7 @@ from console.core.systemd import (
     DROPIN_NAME,
     ExecStartError,
     exec_start_lines,
+    manager_gone,
     split_exec_start,
     validate_unit_name,
 )
@@ -31,7 +35,7 @@ from console.sources.hosts import HostConfig
 from console.sources.journal import read_unit_journal
 from console.sources.transport import CommandResult, Transport, TransportError
 
-__all__ = ["ServiceError", "UnitCommands", "UnitInfo"]
+__all__ = ["LinkLost", "ServiceError", "UnitCommands", "UnitInfo"]
 
 
 class ServiceError(Exception):
@@ -41,6 +45,10 @@ class ServiceError(Exception):
     def __init__(self, sentence: str, *, bad_input: bool = False) -> None:
         super().__init__(sentence)
         self.bad_input = bad_input
+
+
+class LinkLost(ServiceError):
+    """The SSH link to the host was lost and did not come back while the change could wait for it."""
 
 
 class UnitInfo(BaseModel, defer_build=True):
@@ -77,9 +85,12 @@ class UnitCommands:
         command_timeout_s: float = 120.0,
         phase_factor: float = PHASE_FACTOR,
         phase_margin_s: float = PHASE_MARGIN_S,
+        link_wait_s: float = LINK_WAIT_S,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         """`phase_factor` and `phase_margin_s` set each boot phase's deadline from this host's history
-        (see `RestartMachine.phase_limit`); `boot_timeout_s` caps the whole boot."""
+        (see `RestartMachine.phase_limit`); `boot_timeout_s` caps the whole boot. `link_wait_s`: how long
+        a change with no host-side rollback armed waits for a lost SSH link (console.core.link)."""
         self.host = host
         self.transport = transport
         self.clock = clock
@@ -90,6 +101,10 @@ class UnitCommands:
         self.command_timeout_s = command_timeout_s
         self.phase_factor = phase_factor
         self.phase_margin_s = phase_margin_s
+        self.link_wait_s = link_wait_s
+        self.wall_clock = wall_clock
+        self.link = LinkWatch(host.name, wait_s=link_wait_s)
+        self._say: Callable[[str], None] | None = None
         try:
             self.unit = validate_unit_name(host.unit)
         except ExecStartError as exc:
@@ -103,6 +118,51 @@ class UnitCommands:
     def _privileged(self, argv: Sequence[str]) -> list[str]:
         return ["sudo", "-n", *argv] if self.host.sudo else list(argv)
 
+    # ---- the link ------------------------------------------------------------------------------
+
+    def _watch_link(self, say: Callable[[str], None] | None) -> None:
+        """A change starts: a fresh watch of its link, and where to say what becomes of it."""
+        self.link = LinkWatch(self.host.name, wait_s=self.link_wait_s)
+        self._say = say
+
+    def _link_seen(self) -> Literal["lost", "back"] | None:
+        """Read the transport's state into the link watch; say when the link went or came back."""
+        now = self.clock()
+        change = self.link.update(self.transport.connection is not None, now, self.wall_clock())
+        if change is not None and self._say is not None:
+            self._say(
+                self.link.lost_sentence(now)
+                if change == "lost"
+                else self.link.back_sentence(now, self.wall_clock())
+            )
+        return change
+
+    def _give_up_link(self) -> str:
+        """The link stayed lost as long as the change could wait: why it ends. Whatever the change still
+        tries on its way out (its audit line, its lock) fails at once rather than waiting again."""
+        reason = self.link.give_up(self.clock())
+        self.transport.give_up_on_link()
+        return reason
+
+    async def _await_link(self) -> bool:
+        """True once the link is up (at once when it is); False when the change gives up on it."""
+        self._link_seen()
+        if not self.link.lost:
+            return True
+        if self.link.gave_up:
+            return False
+        deadline = self.link.deadline()
+        assert deadline is not None
+        remaining = deadline - self.clock()
+        if remaining > 0:
+            with contextlib.suppress(TransportError, TimeoutError):
+                await self.transport.wait_up(remaining)
+        self._link_seen()
+        if self.link.lost:
+            self._give_up_link()
+            return False
+        return True
+
     async def _run(
         self,
         argv: Sequence[str],
@@ -112,17 +172,28 @@ class UnitCommands:
         retries: int = 3,
     ) -> CommandResult:
         """Run a command; a dropped connection is waited out and the command retried (every command
-        run through here is safe to repeat). sudo's refusals become one sentence."""
+        run through here is safe to repeat): `retries` times for a connection that is up again at
+        once, and for as long as the link watch lets the change wait for a lost one (`LinkLost` when it
+        gives up). sudo's refusals become one sentence."""
         full = self._privileged(argv) if privileged else list(argv)
-        for attempt in range(retries + 1):
+        attempt = 0
+        while True:
             try:
                 result = await self.transport.run(full, timeout=self.command_timeout_s, input=input)
                 break
             except TransportError as exc:
-                if attempt >= retries:
-                    raise ServiceError(_sentence(str(exc))) from None
-                with contextlib.suppress(TransportError, TimeoutError):
-                    await self.transport.wait_up(self.command_timeout_s)
+                if self.link.gave_up:
+                    raise LinkLost(_sentence(self.link.give_up(self.clock()))) from None
+                self._link_seen()
+                if not self.link.lost:
+                    attempt += 1
+                    if attempt > retries:
+                        raise ServiceError(_sentence(str(exc))) from None
+                    with contextlib.suppress(TransportError, TimeoutError):
+                        await self.transport.wait_up(self.command_timeout_s)
+                    continue
+                if not await self._await_link():
+                    raise LinkLost(_sentence(self.link.give_up(self.clock()))) from None
         if privileged and self.host.sudo and not result.ok:
             err = result.stderr.lower()
             if "password is required" in err or "a terminal is required" in err:
@@ -146,6 +217,7 @@ class UnitCommands:
         )
         result = await self._run(["systemctl", "show", "-p", props, self.unit])
         if not result.ok:
+            self._raise_if_manager_gone(result)
             raise ServiceError(
                 f"systemctl show {self.unit} failed on {self.host.name}: {result.first_error_line()}."
             )
@@ -217,6 +289,36 @@ class UnitCommands:
                     return cursor
         return None
 
+    def _raise_if_manager_gone(self, result: CommandResult) -> None:
+        """systemctl could not reach the service manager: one sentence naming that, not the command."""
+        gone = manager_gone(result.stderr + "\n" + result.stdout)
+        if gone is not None:
+            raise ServiceError(
+                f"the service manager on {self.host.name} is gone (systemctl: {gone.rstrip('.')})."
+            )
+
+    async def probe_manager(self) -> str | None:
+        """Whether the host's service manager still answers, asked once with a short timeout: the
+        sentence naming it gone, else None (an answer, or no answer at all: the link is another
+        matter)."""
+        if self.transport.connection is None:
+            return None  # no link now: not a question for the manager, and no waiting for the link here
+        try:
+            result = await self.transport.run(
+                ["systemctl", "show", "-p", "ActiveState", self.unit],
+                timeout=min(5.0, self.command_timeout_s),
+            )
+        except TransportError:
+            return None
+        if result.ok:
+            return None
+        gone = manager_gone(result.stderr + "\n" + result.stdout)
+        return (
+            None
+            if gone is None
+            else f"the service manager on {self.host.name} is gone (systemctl: {gone.rstrip('.')})"
+        )
+
     async def _restart(self, before: str) -> None:
         """`systemctl restart --no-block`; after a dropped connection, only again if it did not happen."""
         argv = self._privileged(["systemctl", "restart", "--no-block", self.unit])
@@ -224,8 +326,8 @@ class UnitCommands:
             try:
                 result = await self.transport.run(argv, timeout=self.command_timeout_s)
             except TransportError as exc:
-                with contextlib.suppress(TransportError, TimeoutError):
-                    await self.transport.wait_up(self.command_timeout_s)
+                if not await self._await_link():
+                    raise LinkLost(_sentence(self.link.give_up(self.clock()))) from None
                 info = await self.unit_info()
                 if info.invocation_id != before or info.active_state in (
                     "activating",
@@ -237,6 +339,7 @@ class UnitCommands:
                     raise ServiceError(_sentence(str(exc))) from None
                 continue
             if not result.ok:
+                self._raise_if_manager_gone(result)
                 raise ServiceError(
                     f"systemctl restart {self.unit} failed on {self.host.name}: {result.first_error_line()}."
                 )

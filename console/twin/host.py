@@ -396,6 +396,12 @@ class TwinHost:
             return self._manager.host_pid(pid)
         return pid
 
+    def manager_pid(self) -> int | None:
+        """The PID, as this machine numbers it, of the real systemd manager this twin started (its
+        namespace's PID 1); None under the simulated manager or once it is gone. A test that kills the
+        host's service manager kills this one, by this PID, and nothing else."""
+        return self._manager.init_pid() if self._manager is not None else None
+
     def systemctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run the twin's systemctl locally (what a session would run)."""
         res = subprocess.run(
