@@ -242,3 +242,37 @@ def test_a_recording_keeps_each_gpu_s_health() -> None:
     again = record.payload
     assert again == sample and again.gpus[1].xids[0].xid == 79
     assert gpuhealth.thermal_slowdown(again.gpus[1]) is True
+
+
+def test_export_serves_each_gpu_s_health_and_faults() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from console.core.export import host_figures
+    from console.sources.exporter import ExportCollector
+    from tests.test_export import Named, promtool_check, samples
+
+    xid = H200_BUSY | {"xids": [{"xid": 79, "age_s": 3.0}], "clock_event_reasons": 0x4, "power_w": 700.0}
+    bare = {"memory_used_mib": 10.0, "memory_total_mib": 24_564.0, "utilization_pct": 0.0}  # no health read
+    figures = host_figures(snapshot([], _sample(H200_IDLE, xid, bare)), None, unit="sglang.service")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ExportCollector([Named("h200", figures)]))
+    text = generate_latest(registry).decode()
+    promtool_check(text)
+    got = samples(text)
+
+    def by_gpu(name: str) -> dict[str, float]:
+        return {labels["gpu"]: value for labels, value in got.get(name, [])}
+
+    assert by_gpu("k26_gpu_memory_reserved_bytes") == {"0": 615.0625 * 2**20, "1": 615.0625 * 2**20}
+    assert by_gpu("k26_gpu_temperature_celsius") == {"0": 33.0, "1": 33.0}
+    assert by_gpu("k26_gpu_power_watts") == {"0": 79.399, "1": 700.0}
+    assert by_gpu("k26_gpu_clock_event_reasons") == {"0": 1.0, "1": 4.0}
+    assert by_gpu("k26_gpu_xid_events") == {"0": 0.0, "1": 1.0, "2": 0.0}  # the agent watches every GPU
+    faults = {(lab["gpu"], lab["kind"]): v for lab, v in got["k26_gpu_fault"]}
+    assert faults[("1", "xid")] == faults[("1", "power")] == 1.0
+    assert faults[("0", "xid")] == faults[("0", "thermal")] == faults[("1", "ecc")] == 0.0
+    # a reading without health judges nothing but XIDs (the agent watched): no series of the others
+    assert [kind for gpu, kind in faults if gpu == "2"] == ["xid"]
+    smi = host_figures(snapshot([], _sample(H200_IDLE, backend="nvidia-smi")), None, unit="sglang.service")
+    assert "k26_gpu_xid_events" not in smi.gpu_health["0"] and "xid" not in smi.gpu_faults["0"]
+    assert smi.gpu_faults["0"]["thermal"] is False

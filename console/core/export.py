@@ -16,6 +16,7 @@ from typing import get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from console.core import gpuhealth
 from console.core.apply import judge
 from console.core.events import (
     CudaGraph,
@@ -28,6 +29,7 @@ from console.core.events import (
     WeightsBegin,
     WeightsLoaded,
 )
+from console.core.gpus import GpuSample
 from console.core.snapshot import ConnState, HostSnapshot
 from console.core.state import Boot, BootPhase
 
@@ -106,6 +108,10 @@ class HostFigures(BaseModel, defer_build=True):
     """The latest boot's GPU memory by part (weights, kv_cache, cuda_graphs, free), GiB, per GPU rank min."""
     gpu_used_bytes: dict[str, float] = Field(default_factory=dict)
     gpu_total_bytes: dict[str, float] = Field(default_factory=dict)
+    gpu_health: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """GPU → `GPU_HEALTH_METRICS` name → value, from the last GPU sample (a figure not read: absent)."""
+    gpu_faults: dict[str, dict[str, bool]] = Field(default_factory=dict)
+    """GPU → fault kind (`FAULT_KINDS`) → whether it holds; a kind the sample cannot judge is absent."""
     server_healthy: bool | None = None
     probe: tuple[ProbePoint, ...] = ()
     probe_time: float | None = None
@@ -114,6 +120,44 @@ class HostFigures(BaseModel, defer_build=True):
     lock_intent: str = ""
     pending_deadline: float | None = None
     pending_active: bool | None = None
+
+
+GPU_HEALTH_METRICS: dict[str, tuple[str, str]] = {
+    "k26_gpu_memory_reserved_bytes": ("memory_reserved_mib", "the driver's own reservation (NVML v2)"),
+    "k26_gpu_temperature_celsius": ("temperature_c", "GPU temperature"),
+    "k26_gpu_temperature_slowdown_celsius": ("temperature_slowdown_c", "where the GPU slows itself down"),
+    "k26_gpu_power_watts": ("power_w", "power draw"),
+    "k26_gpu_power_limit_watts": ("power_limit_w", "the enforced power limit"),
+    "k26_gpu_sm_clock_mhz": ("clock_sm_mhz", "SM clock"),
+    "k26_gpu_sm_clock_max_mhz": ("clock_sm_max_mhz", "the SM clock's maximum"),
+    "k26_gpu_clock_event_reasons": ("clock_event_reasons", "NVML's clock-event (throttle) reasons bitmask"),
+    "k26_gpu_ecc_uncorrected_volatile": ("ecc_uncorrected_volatile", "uncorrectable ECC errors since load"),
+    "k26_gpu_pcie_link_gen": ("pcie_gen", "PCIe link generation now"),
+    "k26_gpu_pcie_link_width": ("pcie_width", "PCIe link width now (lanes)"),
+}
+"""The GPU sample's health figures the exporter serves: metric name → (GpuSample field, help)."""
+FAULT_KINDS: tuple[str, ...] = ("thermal", "power", "pcie", "ecc", "remap_pending", "remap_failed", "xid")
+
+
+def _gpu_health(gpu: GpuSample, watches_xids: bool) -> tuple[dict[str, float], dict[str, bool]]:
+    figures: dict[str, float] = {}
+    for metric, (field, _) in GPU_HEALTH_METRICS.items():
+        value = getattr(gpu, field)
+        if value is not None:
+            figures[metric] = float(value) * (1024 * 1024 if field == "memory_reserved_mib" else 1)
+    if watches_xids:  # NVML's back-ends; nvidia-smi hears of no XID
+        figures["k26_gpu_xid_events"] = float(len(gpu.xids))
+    active = {f.kind for f in gpuhealth.faults(gpu)}
+    known = {
+        "thermal": gpuhealth.thermal_slowdown(gpu),
+        "power": gpuhealth.power_capped(gpu),
+        "pcie": gpuhealth.pcie_degraded(gpu),
+        "ecc": gpu.ecc_uncorrected_volatile is not None or None,
+        "remap_pending": gpu.remap_pending,
+        "remap_failed": gpu.remap_failed,
+        "xid": "k26_gpu_xid_events" in figures or None,
+    }
+    return figures, {kind: kind in active for kind in FAULT_KINDS if known[kind] is not None}
 
 
 def epoch(event: Event) -> float | None:
@@ -233,6 +277,8 @@ def host_figures(
             errors[err.category] = errors.get(err.category, 0) + 1
     used: dict[str, float] = {}
     total: dict[str, float] = {}
+    health: dict[str, dict[str, float]] = {}
+    gpu_faults: dict[str, dict[str, bool]] = {}
     if snap.gpus is not None:
         for i, gpu in enumerate(snap.gpus.gpus):
             key = str(gpu.index if gpu.index is not None else i)
@@ -240,6 +286,7 @@ def host_figures(
                 used[key] = gpu.memory_used_mib * 1024 * 1024
             if gpu.memory_total_mib is not None:
                 total[key] = gpu.memory_total_mib * 1024 * 1024
+            health[key], gpu_faults[key] = _gpu_health(gpu, snap.gpus.backend in ("nvml", "agent"))
     start = None
     if latest is not None:
         marks = phase_marks(latest)
@@ -264,6 +311,8 @@ def host_figures(
         memory_gib=memory_split(latest) if latest is not None else {},
         gpu_used_bytes=used,
         gpu_total_bytes=total,
+        gpu_health=health,
+        gpu_faults=gpu_faults,
         server_healthy=(server.health.value == "ok") if server is not None else None,
         probe=extras.probe,
         probe_time=extras.probe_time,

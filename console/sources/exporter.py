@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 from console.core.capacity import CapacityError
 from console.core.export import (
     BOOT_PHASES,
+    GPU_HEALTH_METRICS,
     PHASE_BUCKETS_S,
     HostExtras,
     HostFigures,
@@ -310,6 +311,18 @@ def families(all_figures: Sequence[HostFigures]) -> list[Metric]:
     memory = gauge("k26_boot_memory_gib", "the latest boot's GPU memory by part (GiB per GPU)", ["part"])
     gpu_used = gauge("k26_gpu_memory_used_bytes", "GPU memory in use, from the last GPU sample", ["gpu"])
     gpu_total = gauge("k26_gpu_memory_total_bytes", "GPU memory in all, from the last GPU sample", ["gpu"])
+    gpu_health = {
+        name: gauge(name, f"{words}, from the last GPU sample", ["gpu"])
+        for name, (_, words) in GPU_HEALTH_METRICS.items()
+    }
+    gpu_health["k26_gpu_xid_events"] = gauge(
+        "k26_gpu_xid_events", "XID critical-error events of the last hour (NVML back-ends)", ["gpu"]
+    )
+    gpu_fault = gauge(
+        "k26_gpu_fault",
+        "1 while a GPU shows the fault (thermal, power, pcie, ecc, remap_pending, remap_failed, xid)",
+        ["gpu", "kind"],
+    )
     probe_tok = gauge(
         "k26_probe_decode_tokens_per_second", "the last probe's decode tok/s by depth", ["depth"]
     )
@@ -362,6 +375,12 @@ def families(all_figures: Sequence[HostFigures]) -> list[Metric]:
             gpu_used.add_metric([*base, gpu], value)
         for gpu, value in sorted(f.gpu_total_bytes.items()):
             gpu_total.add_metric([*base, gpu], value)
+        for gpu, figures in sorted(f.gpu_health.items()):
+            for name, value in figures.items():
+                gpu_health[name].add_metric([*base, gpu], value)
+        for gpu, kinds in sorted(f.gpu_faults.items()):
+            for kind, holds in kinds.items():
+                gpu_fault.add_metric([*base, gpu, kind], 1.0 if holds else 0.0)
         for point in f.probe:
             if point.decode_tok_s is not None:
                 probe_tok.add_metric([*base, str(point.depth)], point.decode_tok_s)
@@ -385,6 +404,8 @@ def families(all_figures: Sequence[HostFigures]) -> list[Metric]:
         memory,
         gpu_used,
         gpu_total,
+        *gpu_health.values(),
+        gpu_fault,
         probe_tok,
         probe_bw,
         probe_time,
