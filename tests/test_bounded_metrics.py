@@ -181,3 +181,41 @@ def snapshot_argv(twin: TwinHost, server_url: str, home: Path) -> list[str]:
     hosts = home / f"hosts-{os.getpid()}.toml"
     hosts.write_text("\n".join(lines))
     return [*CLI, "snapshot", name, "--hosts", str(hosts), "--json", "--timeout", "20"]
+
+
+async def test_the_console_says_why_a_hostile_servers_figures_are_missing(tmp_path: Path) -> None:
+    """The console (headless) against the twin whose server is the hostile one: the header names the
+    refused answer in its sentence (it said "http ok" and nothing more), and a refused value is never
+    drawn."""
+    from console.sources.hosts import load_hosts
+    from console.tui.app import ConsoleApp, HostEntry
+    from tests.tui_support import plain
+
+    async def seen(server_url: str, where: str, words: str) -> str:
+        argv = snapshot_argv(twin, server_url, tmp_path)
+        config = load_hosts(Path(argv[argv.index("--hosts") + 1])).get(twin.name)
+        assert config is not None
+        entry = HostEntry(
+            twin.name, config=config, simulated=True, session_options={"server_interval_s": 0.5}
+        )
+        app = ConsoleApp([entry], target=200_000, target_source="test")
+        async with app.run_test(size=(160, 48)) as pilot:
+            dash = app.dashboards[twin.name]
+            widget = dash.header if where == "header" else dash.serving
+            deadline = time.monotonic() + 30
+            text = ""
+            while words not in text:
+                assert time.monotonic() < deadline, (words, text)
+                await pilot.pause(0.2)
+                text = plain(widget.render())
+            return text
+
+    with started_twin(tmp_path / "twin", time_scale=0.002) as twin:
+        with Hostile("huge", size=64 << 20) as server:
+            header = await seen(server.url, "header", "bytes for /metrics")
+        assert "over the 8,388,608-byte limit" in header
+        # Values out of range: never drawn (the journal's decode lines stand in for the refused figures).
+        text = _twin_scrape(token_usage="+Inf", num_running_reqs="-3")
+        with Hostile("text", text=text) as server:
+            panel = await seen(server.url, "serving", "KV used")
+        assert "inf" not in panel.lower() and "-3" not in panel

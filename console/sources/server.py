@@ -16,7 +16,6 @@ never tripped it). Past either, one sentence says what was cut and where.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -268,9 +267,13 @@ class ServerClient:
         """Health, and metrics when the server is up (a failed scrape leaves them None)."""
         sample = await self.health()
         if with_metrics and sample.health is HealthState.OK:
-            # A failed scrape (metrics off, a hiccup) must not hide a healthy server.
-            with contextlib.suppress(ServerError):
+            # A failed scrape (metrics off, a hiccup, an answer refused) must not hide a healthy server;
+            # its sentence goes with the sample, for the screen to say why there are no figures.
+            try:
                 scrape = self._reader.read(await self.metrics_text())
+            except ServerError as exc:
+                sample = sample.model_copy(update={"detail": str(exc)})
+            else:
                 sample = sample.model_copy(
                     update={"metrics": SglangMetrics.from_metrics(scrape), "scrape": scrape}
                 )

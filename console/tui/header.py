@@ -15,6 +15,7 @@ from console.core.alerts import Alert
 from console.core.hostfacts import HostFacts
 from console.core.snapshot import ConnState, HealthState, HostSnapshot
 from console.core.state import Boot
+from console.core.text import terminal_safe
 from console.tui.themes import BOLD, palette
 from console.tui.view import (
     boot_name,
@@ -79,7 +80,7 @@ class HeaderBar(Widget):
             boot.index if boot is not None else None,
             unit_state(snap, boot),
             snap.connection,
-            (server.health, server.version, server.model) if server is not None else None,
+            (server.health, server.version, server.model, server.detail) if server is not None else None,
             model_name(boot),
             freshest(snap) is None,
         )
@@ -160,6 +161,12 @@ class HeaderBar(Widget):
                 if health is HealthState.STARTING
                 else palette().bad,
             )
+            if snap.server.detail and (
+                health is HealthState.ERROR or (health is HealthState.OK and snap.server.metrics is None)
+            ):
+                # The sentence of an answer refused (too large, too slow, not what SGLang sends): the
+                # operator reads why there are no figures, here where the server's state is.
+                line1.append(f": {terminal_safe(snap.server.detail)[:160]}", palette().bad)
 
         server = snap.server if snap is not None else None
         facts = self.facts

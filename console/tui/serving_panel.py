@@ -51,6 +51,10 @@ def short_reason(reason: str) -> str:
         return "max unknown"
     if "no speculative" in reason:
         return "absent: no speculative decoding"
+    if ": refused (" in reason and reason.startswith("the server sent "):
+        # The value itself, so a hostile or broken server's +Inf is named, never drawn (issue 30).
+        value = reason.removeprefix("the server sent ").split(" for ", 1)[0]
+        return f"absent: refused {value[:12]}"
     return "absent: not exported"
 
 
