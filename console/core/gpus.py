@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from console.core.text import split_lines
 
-Backend = Literal["nvml", "agent", "nvidia-smi"]
+Backend = Literal["nvml", "agent", "nvidia-smi", "amd-smi", "rocm-smi"]
 
 
 class SamplerState(StrEnum):

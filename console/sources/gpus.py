@@ -27,6 +27,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal, Protocol
 
+from console.core.amd import (
+    AMD_SMI_METRIC_ARGV,
+    AMD_SMI_STATIC_ARGV,
+    ROCM_SMI_ARGV,
+    AmdFormatError,
+    parse_amd_smi,
+    parse_rocm_smi,
+)
 from console.core.gpus import (
     APPS_QUERY_FIELDS,
     SMI_QUERY_FIELDS,
@@ -54,7 +62,7 @@ LINE_MAX_BYTES = 1 << 20
 """The longest line read from a GPU stream (1 MiB): the agent's sample of 64 GPUs with their processes is a
 few tens of KB. A longer line is not read; its tick is an error sample saying so."""
 
-BackendChoice = Literal["auto", "nvml", "agent", "nvidia-smi"]
+BackendChoice = Literal["auto", "nvml", "agent", "nvidia-smi", "amd-smi"]
 
 
 # ---- samplers -----------------------------------------------------------------------------------------
@@ -63,7 +71,7 @@ BackendChoice = Literal["auto", "nvml", "agent", "nvidia-smi"]
 class GpuSampler(Protocol):
     # Read-only in the protocol: each sampler narrows it to its own literal.
     @property
-    def backend(self) -> Literal["nvml", "agent", "nvidia-smi"]: ...
+    def backend(self) -> Literal["nvml", "agent", "nvidia-smi", "amd-smi", "rocm-smi"]: ...
     @property
     def self_paced(self) -> bool:
         """True when the host keeps the schedule (a stream): waiting for its next sample is the tick."""
@@ -228,6 +236,64 @@ def nvidia_smi_sample(
     if not parsed:
         return sample(SamplerState.NO_GPUS, "nvidia-smi lists no GPUs.")
     return sample(SamplerState.OK, gpus=tuple(parsed))
+
+
+class AmdSmiSampler:
+    """An AMD host's GPUs, per tick: `amd-smi metric … --json` (the names from `amd-smi static --asic
+    --json`, read once), or `rocm-smi … --json` where amd-smi is not installed (ROCm before 6). A command
+    per tick, locally or over SSH (one channel a tick; NVIDIA's nvidia-smi loop streams instead)."""
+
+    self_paced = False
+
+    def __init__(self, runner: Runner, *, host: str | None = None, timeout_s: float = 10.0) -> None:
+        self._runner = runner
+        self._host = host
+        self.timeout_s = timeout_s
+        self.backend: Literal["amd-smi", "rocm-smi"] = "amd-smi"
+        self._names: str | None = None
+        """`amd-smi static --asic --json`'s answer, once read."""
+
+    def _sample(self, state: SamplerState, detail: str | None = None, **fields: Any) -> HostGpuSample:
+        return HostGpuSample(
+            state=state, backend=self.backend, detail=detail, host=self._host, ts=time.time(), **fields
+        )
+
+    @staticmethod
+    def _missing(result: CommandResult) -> bool:
+        return result.exit_status == 127 or "not found" in result.first_error_line().lower()
+
+    async def sample(self) -> HostGpuSample:
+        try:
+            if self.backend == "amd-smi":
+                result = await self._runner.run(AMD_SMI_METRIC_ARGV, timeout=self.timeout_s)
+                if self._missing(result):
+                    self.backend = "rocm-smi"  # an older ROCm: from now on
+                elif result.ok and self._names is None:
+                    names = await self._runner.run(AMD_SMI_STATIC_ARGV, timeout=self.timeout_s)
+                    self._names = names.stdout if names.ok else ""
+            if self.backend == "rocm-smi":
+                result = await self._runner.run(ROCM_SMI_ARGV, timeout=self.timeout_s)
+                if self._missing(result):
+                    return self._sample(
+                        SamplerState.NVML_MISSING, "neither amd-smi nor rocm-smi is installed on the host."
+                    )
+        except TransportError as exc:
+            return self._sample(SamplerState.ERROR, f"{exc}.")
+        if not result.ok:
+            return self._sample(SamplerState.ERROR, f"{self.backend} failed: {result.first_error_line()}.")
+        try:
+            if self.backend == "amd-smi":
+                gpus = parse_amd_smi(result.stdout, self._names or "")
+            else:
+                gpus = parse_rocm_smi(result.stdout)
+        except AmdFormatError as exc:
+            return self._sample(SamplerState.ERROR, str(exc))
+        if not gpus:
+            return self._sample(SamplerState.NO_GPUS, f"{self.backend} lists no GPUs.")
+        return self._sample(SamplerState.OK, gpus=tuple(gpus))
+
+    async def close(self) -> None:
+        return None
 
 
 SMI_MARK = "@@k26-nvidia-smi"
@@ -492,9 +558,15 @@ async def open_sampler(
 
     `transport=None` means this machine: local NVML, then local nvidia-smi. Over SSH: the NVML agent,
     then nvidia-smi. A back-end is kept when its first sample is `ok` or `no_gpus`; when none works
-    the last one tried is kept, and its first sample says why.
+    the last one tried is kept, and its first sample says why. A host with no NVIDIA driver at all
+    (`nvml_missing`) is asked for AMD GPUs (amd-smi, else rocm-smi), kept when it has some: its
+    failure would say less than nvidia-smi's.
     """
     name = host or (transport.host.name if transport is not None else None)
+    runner: Runner = transport if transport is not None else LocalRunner()
+    if backend == "amd-smi":
+        amd = AmdSmiSampler(runner, host=name)
+        return amd, await amd.sample()
     candidates: list[GpuSampler] = []
     if transport is None:
         if backend in ("auto", "nvml"):
@@ -518,6 +590,12 @@ async def open_sampler(
             for other in candidates:
                 if other is not sampler:
                     await other.close()
+            if backend == "auto" and first.state is SamplerState.NVML_MISSING:
+                amd = AmdSmiSampler(runner, host=name)
+                said = await amd.sample()
+                if said.state in (SamplerState.OK, SamplerState.NO_GPUS):
+                    await sampler.close()
+                    return amd, said
             return sampler, first
         await sampler.close()
     raise AssertionError("unreachable: the loop returns on its last candidate")

@@ -366,12 +366,12 @@ class _Learner:
         checked against each other. An unknown card is named as unknown."""
         sampler, sample = await open_sampler(self.transport, interval_s=1.0, host=self.host.name)
         await sampler.close()
-        if not sample.gpus and sampler.backend != "nvidia-smi":
+        if not sample.gpus and sampler.backend in ("agent", "nvml"):
             # the agent answered but without GPUs: what nvidia-smi says is the clearer sentence
             sample = await NvidiaSmiSampler(
                 self.transport, host=self.host.name, timeout_s=self.timeout_s
             ).sample()
-        via = {"agent": "NVML (the GPU agent)", "nvml": "NVML", "nvidia-smi": "nvidia-smi"}
+        via = {"agent": "NVML (the GPU agent)", "nvml": "NVML", "amd-smi": "amd-smi", "rocm-smi": "rocm-smi"}
         backend = via.get(sample.backend or "", "nvidia-smi")
         source = (
             f"{backend} on {self.host.name}" if sample.gpus else (sample.detail or f"{backend} gave no GPUs")
