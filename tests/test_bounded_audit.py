@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -202,3 +203,37 @@ def test_audit_against_the_issues_trails_returns_in_time_in_bounded_memory(
     print(
         f"\naudit: /dev/zero {zero.seconds:.2f} s {zero.peak_rss >> 20} MiB; 200 MB {big.seconds:.2f} s {big.peak_rss >> 20} MiB"
     )
+
+
+@pytest.mark.parametrize("trail", ["dev-zero", "long"])
+async def test_the_console_says_what_it_did_not_read_of_the_trail(
+    twin: TwinHost, config: HostConfig, tmp_path: Path, trail: str
+) -> None:
+    """The console (headless) on the twin: a trail linked to /dev/zero is refused in one toast (it showed
+    nothing and said nothing), and a trail longer than the tail read says that its older entries were left
+    out (it showed the tail as if it were the whole trail)."""
+    from console.tui.app import ConsoleApp, HostEntry
+
+    path = _trail(twin, config)
+    if trail == "dev-zero":
+        path.symlink_to("/dev/zero")
+        words = "not a regular file"
+    else:
+        write_trail(path, 2 * AUDIT_TAIL_BYTES)
+        words = "the older ones left out"
+    entry = HostEntry(twin.name, config=config, simulated=True)
+    app = ConsoleApp([entry], target=200_000, target_source="test")
+    told: list[str] = []
+    shown = app.notify
+
+    def notify(message: str, *args: object, **kw: object) -> None:
+        told.append(str(message))
+        shown(message, *args, **kw)  # type: ignore[arg-type]
+
+    app.notify = notify  # type: ignore[method-assign]
+    async with app.run_test(size=(160, 48)) as pilot:
+        deadline = time.monotonic() + 30
+        while not any(words in m for m in told):
+            assert time.monotonic() < deadline, told
+            await pilot.pause(0.2)
+    assert sum(words in m for m in told) == 1, told  # said once, not at every poll

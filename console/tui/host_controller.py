@@ -235,7 +235,12 @@ class HostController(HostChanges):
         state = HostStateDir(session.transport, session.host, self.me, **options)  # type: ignore[arg-type]
         state.looking_at = self.ui.looking_at(self.name)
         self.link = PairingLink(
-            state, on_view=self._on_view, on_audit=self._on_audit, on_error=self._on_error, poll_s=poll_s
+            state,
+            on_view=self._on_view,
+            on_audit=self._on_audit,
+            on_error=self._on_error,
+            on_note=self._on_note,
+            poll_s=poll_s,
         )
         await self.link.run()
 
@@ -260,6 +265,10 @@ class HostController(HostChanges):
             dash.bindings_lock_state = locked
             dash.refresh_bindings()
         self._show_note()
+
+    def _on_note(self, sentence: str) -> None:
+        if self.ui.is_running:
+            self.ui.notify(f"{self.name}: {sentence}", title="audit trail", severity="warning", timeout=20)
 
     def _on_error(self, sentence: str) -> None:
         if not self.ui.is_running:

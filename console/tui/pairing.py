@@ -177,13 +177,17 @@ class PairingLink:
         on_view: Callable[[PairingView], None],
         on_audit: Callable[[list[AuditEntry]], None],
         on_error: Callable[[str], None] | None = None,
+        on_note: Callable[[str], None] | None = None,
         poll_s: float = 2.0,
         backlog: int = AUDIT_BACKLOG,
     ) -> None:
+        """`on_error`: the link cannot read the host's state (shown until the next view); `on_note`: a
+        sentence about the audit trail the operator must read once (a trail refused, or read in part)."""
         self.state = state
         self.on_view = on_view
         self.on_audit = on_audit
         self.on_error = on_error
+        self.on_note = on_note or on_error
         self.poll_s = poll_s
         self.backlog = backlog
         self.view: PairingView | None = None
@@ -247,12 +251,22 @@ class PairingLink:
                     await self._wake.wait()
 
     async def _follow(self) -> None:
+        said: str | None = None
         while True:
             try:
                 log = await self.state.read_audit_log()
                 break
-            except (TransportError, HostStateError):
+            except TransportError:
                 await asyncio.sleep(self.poll_s)
+            except HostStateError as exc:
+                # A trail the host refuses to read (not a regular file, say): said once, then tried again.
+                if str(exc) != said and self.on_note is not None:
+                    said = str(exc)
+                    self.on_note(said)
+                await asyncio.sleep(self.poll_s)
+        cut = getattr(self.state, "audit_cut", None)
+        if cut and self.on_note is not None:
+            self.on_note(cut)  # only the trail's tail was read: the operator is told what was left out
         if log.entries and self.backlog:
             self.on_audit(log.entries[-self.backlog :])
         try:
