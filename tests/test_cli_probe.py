@@ -184,7 +184,7 @@ def test_human_output_is_a_table_and_a_diagnosis(twin: TwinHost, dirs: dict[str,
         (["probe", "twin", "--sweep", "8k,lots"], "'lots' is not a depth"),
         (["probe", "twin", "--depth", "8k", "--tokens", "9000"], "use at most 4096"),
         (["probe", "twin", "--depth", "8k", "--profile", "no-such-profile"], "no profile named"),
-        (["probe", "no-such-host.invalid", "--depth", "8k"], "cannot resolve the host name"),
+        (["probe", "no-such-host.invalid", "--depth", "8k"], "does not resolve as a host name"),
     ],
 )
 def test_bad_input_is_one_sentence_and_exit_2(

@@ -333,8 +333,10 @@ async def test_stale_lock_broken_only_after_confirming_then_restart_is_audited(t
             assert track.ok, track.summary
             timeline = plain(db.timeline.render())
             assert "restart verified" in timeline
-            for step in ("validate", "restart", "KV pool", "verify"):
+            # a plain restart lists the steps it takes: no drop-in written, nothing reloaded (issue 34)
+            for step in ("restart", "KV pool", "verify, record"):
                 assert f"✔ {step}" in timeline, (step, timeline)
+            assert "write drop-in" not in timeline and "daemon-reload" not in timeline
             await until(
                 pb,
                 "bob's restart on the feed",
