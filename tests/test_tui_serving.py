@@ -285,8 +285,6 @@ def test_the_header_says_how_much_of_the_window_the_figures_cover() -> None:
         "p50",
         "p90",
         "p99",
-        "so",
-        "far",
         "(of",
         "5",
         "min)",

@@ -203,12 +203,16 @@ def serving_body(
         covered = figures.covered_s if figures.covered_s is not None else figures.window_s
         span = f"{covered / 60:.0f} min" if covered >= 90 else f"{covered:.0f} s"
         window = f"{figures.window_s / 60:g} min" if figures.window_s >= 90 else f"{figures.window_s:g} s"
-        so_far = f" so far (of {window})" if covered < figures.window_s * 0.95 else ""
+        so_far = f" (of {window})" if covered < figures.window_s * 0.95 else ""
         # (a line's leading blanks are dropped: it starts with a word, the time the columns cover)
         head = Text(span.ljust(LABEL_W), palette().muted)
         for q in ("p50", "p90", "p99"):
             head.append(q.rjust(CELL_W), palette().muted)
-        head.append(f"{so_far} · p50 trend"[: max(0, spark_w + 1)], palette().muted)
+        said = ""
+        for unit in (so_far, " · p50 trend"):  # whole, or not at all: "p50 tren" read as a typo
+            if unit and len(said + unit) <= spark_w + 1:
+                said += unit
+        head.append(said, palette().muted)
         lines.append(head)
     for figure, label in LATENCIES:
         line = Text(label.ljust(LABEL_W), palette().muted)
