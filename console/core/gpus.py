@@ -93,6 +93,9 @@ HEALTH_INT_RANGES: dict[str, tuple[int, int]] = {
     "memory_bus_width_bits": (1, 65_536),
 }
 HEALTH_FLAGS: tuple[str, ...] = ("ecc_enabled", "remap_pending", "remap_failed")
+_HEALTH_KEYS = frozenset(
+    (*HEALTH_RANGES, *HEALTH_INT_RANGES, *HEALTH_FLAGS, "memory_reserved_mib", "memory_info", "xids")
+)
 
 
 def _in_range(value: Any, low: float, high: float) -> float | None:
@@ -215,6 +218,32 @@ class XidEvent(BaseModel, defer_build=True):
         return data
 
 
+def _check_health(data: dict[str, Any], total: object, refused: list[str]) -> None:
+    """The driver's reservation and every health figure held to its range (`GpuSample`'s validator)."""
+    _held(data, "memory_reserved_mib", 0, MEMORY_MAX_MIB, refused)
+    reserved = data.get("memory_reserved_mib")
+    if isinstance(reserved, int | float) and isinstance(total, int | float) and reserved > total:
+        refused.append(f"memory_reserved_mib {reserved:g} over memory_total_mib {total:g}")
+        data["memory_reserved_mib"] = None
+    if data.get("memory_info") not in (None, "v1", "v2"):
+        refused.append(f"memory_info {str(data['memory_info'])[:24]}")
+        data["memory_info"] = None
+    for name, (low, high) in HEALTH_RANGES.items():
+        _held(data, name, low, high, refused)
+    for name, (ilow, ihigh) in HEALTH_INT_RANGES.items():
+        _held_int(data, name, ilow, ihigh, refused)
+    for name in HEALTH_FLAGS:
+        _flag(data, name, refused)
+    xids = data.get("xids")
+    if isinstance(xids, list | tuple):
+        # the well-formed ones of the newest few, then the newest MAX_XIDS of those
+        ok = [x for x in xids[-4 * MAX_XIDS :] if isinstance(x, XidEvent) or _xid_ok(x)]
+        data["xids"] = tuple(ok[-MAX_XIDS:])
+    elif xids is not None:
+        refused.append(f"xids {str(xids)[:24]}")
+        data["xids"] = ()
+
+
 class GpuSample(BaseModel, defer_build=True):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -283,32 +312,12 @@ class GpuSample(BaseModel, defer_build=True):
         _held(data, "utilization_pct", 0, 100, refused)
         _held(data, "memory_used_mib", 0, MEMORY_MAX_MIB, refused)
         _held(data, "memory_total_mib", 0, MEMORY_MAX_MIB, refused)
-        _held(data, "memory_reserved_mib", 0, MEMORY_MAX_MIB, refused)
         used, total = data.get("memory_used_mib"), data.get("memory_total_mib")
         if isinstance(used, int | float) and isinstance(total, int | float) and used > total:
             refused.append(f"memory_used_mib {used:g} over memory_total_mib {total:g}")
             data["memory_used_mib"] = None
-        reserved = data.get("memory_reserved_mib")
-        if isinstance(reserved, int | float) and isinstance(total, int | float) and reserved > total:
-            refused.append(f"memory_reserved_mib {reserved:g} over memory_total_mib {total:g}")
-            data["memory_reserved_mib"] = None
-        if data.get("memory_info") not in (None, "v1", "v2"):
-            refused.append(f"memory_info {str(data['memory_info'])[:24]}")
-            data["memory_info"] = None
-        for name, (low, high) in HEALTH_RANGES.items():
-            _held(data, name, low, high, refused)
-        for name, (ilow, ihigh) in HEALTH_INT_RANGES.items():
-            _held_int(data, name, ilow, ihigh, refused)
-        for name in HEALTH_FLAGS:
-            _flag(data, name, refused)
-        xids = data.get("xids")
-        if isinstance(xids, list | tuple):
-            # the well-formed ones of the newest few, then the newest MAX_XIDS of those
-            ok = [x for x in xids[-4 * MAX_XIDS :] if isinstance(x, XidEvent) or _xid_ok(x)]
-            data["xids"] = tuple(ok[-MAX_XIDS:])
-        elif xids is not None:
-            refused.append(f"xids {str(xids)[:24]}")
-            data["xids"] = ()
+        if not _HEALTH_KEYS.isdisjoint(data):  # a reading with health (not nvidia-smi's bare six fields)
+            _check_health(data, total, refused)
         _text_field(data, "name")
         _text_field(data, "uuid")
         processes = data.get("processes")
