@@ -232,6 +232,10 @@ def serving_body(
     lines.append(kv_line(figures, compact))
     if figures.kv_ranks:
         lines.append(rank_line(figures))
+    if figures.refused:
+        # Values out of range the server sent (NaN, +Inf, negative): named, never drawn (issue 30).
+        said = ", ".join(f"{family.removeprefix('sglang:')} {value}" for family, value in figures.refused.items())
+        lines.append(Text(f"refused from /metrics: {said}", palette().bad))
     if stale is not None:
         for part in lines:
             if isinstance(part, Text):
