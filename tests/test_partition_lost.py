@@ -30,7 +30,7 @@ LOST = re.compile(r"link to twin lost since (\d\d:\d\d:\d\d) UTC")
 def test_a_link_that_stays_lost_ends_the_apply_before_the_deadline_and_the_host_rolls_back(
     twin: TwinHost, hole: BlackHole, tmp_path: Path, phase: str
 ) -> None:
-    confirm_within = 24
+    confirm_within = 18
     assert wait_until(lambda: settled(twin), 120)
     before = argv_of(twin)
     hosts, env = operator(twin, hole, tmp_path)
@@ -61,14 +61,12 @@ def test_a_link_that_stays_lost_ends_the_apply_before_the_deadline_and_the_host_
         summary,
     )
     assert fires, summary
-    pending = (
-        json.loads((state_dir(twin) / PENDING_FILE).read_text())
-        if (state_dir(twin) / PENDING_FILE).exists()
-        else None
-    )
-    if pending is not None:
-        deadline = datetime.fromisoformat(str(pending["deadline"])).astimezone(UTC)
-        assert fires.group(1) == deadline.strftime("%H:%M:%S")
+    # Before T the rollback is still armed, at the time the sentence names, and the apply's lock still
+    # held: the console had no link to release it by.
+    pending = json.loads((state_dir(twin) / PENDING_FILE).read_text())
+    deadline = datetime.fromisoformat(str(pending["deadline"])).astimezone(UTC)
+    assert fires.group(1) == deadline.strftime("%H:%M:%S")
+    assert (state_dir(twin) / "lock").exists()
     # The host rolls back by itself, and frees the dead apply's lock.
     assert wait_until(lambda: settled(twin) and argv_of(twin) == before, confirm_within + 90), argv_of(twin)
     audit = run_cli(tmp_path, "audit", "twin", "--json", "--hosts", str(twin.hosts_toml))
