@@ -270,7 +270,8 @@ async def test_absurd_dates_on_the_host_do_not_stop_the_console(
             await pilot.press("ctrl+p")
             await pilot.press("escape")
             await pilot.press("r")
-            await pilot.pause(0.3)
+            await pilot.pause()  # the key's handling and what it posted, drawn
+            await pilot.pause()
             assert app.is_running
             await pilot.press("q")
         res = run_cli(tmp_path, "audit", "twin", "--hosts", str(twin.hosts_toml))

@@ -444,8 +444,15 @@ async def test_a_black_holed_link_ends_every_channel_within_the_keepalive_bound(
             await t.wait_up(5)
             assert (await t.run(["true"], timeout=5)).ok
             async with t.stream(["sh", "-c", "sleep 60"]) as quiet:
-                running = asyncio.ensure_future(t.run(["sleep", "60"], timeout=60))
-                await asyncio.sleep(0.2)  # both channels open, then the link goes silent
+                started = tmp_path / "running-started"
+                running = asyncio.ensure_future(
+                    t.run(["sh", "-c", 'touch "$1"; exec sleep 60', "sh", str(started)], timeout=60)
+                )
+                # Both channels open (the host on loopback shares this file system), then the link goes silent.
+                deadline = time.monotonic() + 10
+                while not started.exists():
+                    assert time.monotonic() < deadline, "the command never started on the host"
+                    await asyncio.sleep(0.02)
                 hole.cut()
                 cut = time.monotonic()
                 with pytest.raises(TransportError, match=r"lost the connection|cannot start"):
