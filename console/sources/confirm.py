@@ -29,7 +29,7 @@ from console.sources.hoststate import HostStateDir, HostStateError
 from console.sources.transport import TransportError
 
 if TYPE_CHECKING:
-    from console.sources.service import ServiceController
+    from console.sources.unit_commands import UnitCommands
 
 
 class RollbackTimerError(Exception):
@@ -97,7 +97,7 @@ async def read_pending(state: HostStateDir, unit: str, *, sudo: bool = False) ->
 
 
 class HostRollback:
-    def __init__(self, controller: ServiceController, state: HostStateDir | None = None) -> None:
+    def __init__(self, controller: UnitCommands, state: HostStateDir | None = None) -> None:
         self.ctl = controller
         self.state = state or HostStateDir(controller.transport, controller.host)
         self.name = rollback_unit(controller.unit)

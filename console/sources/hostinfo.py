@@ -80,8 +80,8 @@ from console.sources.flagcache import (
 from console.sources.gpus import NvidiaSmiSampler, open_sampler
 from console.sources.hosts import HostConfig
 from console.sources.modelconfig import config_argv, read_config_answer
-from console.sources.service import ServiceController, ServiceError
 from console.sources.transport import CommandResult, Transport, TransportError
+from console.sources.unit_commands import ServiceError, UnitCommands
 
 _HERE = Path(__file__).resolve().parent
 PROBE_SCRIPT = _HERE / "remote_sglang.py"
@@ -139,7 +139,7 @@ class _Learner:
     # ---- the unit ----------------------------------------------------------------------------
 
     async def unit(self) -> _Unit:
-        controller = ServiceController(self.host, self.transport, command_timeout_s=self.timeout_s)
+        controller = UnitCommands(self.host, self.transport, command_timeout_s=self.timeout_s)
         try:
             argv = await controller.running_argv()
         except ServiceError as exc:

@@ -6,14 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import asyncssh
 
 from console.sources.remote_command import TransportError
-
-if TYPE_CHECKING:
-    from console.sources.transport import Transport
 
 __all__ = ["LocalForward", "RemoteStream"]
 
@@ -73,6 +70,13 @@ class RemoteStream:
         self._process.stdin.write(data)
 
 
+class LiveConnection(Protocol):
+    """What a forward needs of the transport: its live connection. A protocol, so that this module does not
+    import the transport that builds its streams on it."""
+
+    async def wait_up(self, timeout: float | None = None) -> asyncssh.SSHClientConnection: ...
+
+
 class LocalForward:
     """127.0.0.1:PORT here → DEST_HOST:DEST_PORT as seen from the remote host, through the transport.
 
@@ -82,7 +86,7 @@ class LocalForward:
     """
 
     def __init__(
-        self, transport: Transport, dest_host: str, dest_port: int, *, open_timeout: float = 10.0
+        self, transport: LiveConnection, dest_host: str, dest_port: int, *, open_timeout: float = 10.0
     ) -> None:
         self.transport = transport
         self.dest_host = dest_host
