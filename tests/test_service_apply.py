@@ -199,7 +199,12 @@ async def test_no_headroom_is_refused_then_forced_into_oom_and_rolled_back(
         assert forced.rolled_back and forced.rollback is not None
         assert forced.rollback.ok, forced.rollback.summary
         assert forced.rollback.outcome == "verified"
-        assert "Rolled back to the previous drop-in: verified." in forced.summary
+        # Named after where it went, and verified against the target in force after it: ctx-200k's,
+        # not the pool against itself ("pool 218,484 ≥ 218,484"; "rolled back to rollback").
+        assert forced.rollback.profile == "ctx-200k"
+        assert "Rolled back to ctx-200k: verified." in forced.summary
+        assert forced.rollback.summary.startswith("verified: pool "), forced.rollback.summary
+        assert "tokens ≥ 200,000 (ctx-200k's target), ready" in forced.rollback.summary
         # Back to exactly what ran before: the same argv and the same drop-in text.
         assert await ctl.running_argv() == before_argv
         files, _ = _host_state(twin)
@@ -250,6 +255,11 @@ async def test_ssh_dropped_mid_restart_still_sees_the_oom(twin: TwinHost, work: 
         assert not outcome.ok and outcome.outcome == "failed"
         assert outcome.rollback is not None and outcome.rollback.ok
         assert await ctl.running_argv() == before_argv
+        # No drop-in was kept: the rollback removed the console's, and says so; with no target in force
+        # it is held to the pool the apply started from.
+        assert outcome.rollback.profile == "the unit's own ExecStart"
+        assert "Rolled back to the unit's own ExecStart: verified." in outcome.summary
+        assert ", as before the apply, ready" in outcome.rollback.summary, outcome.rollback.summary
 
 
 async def test_sudo_needs_a_password_is_one_sentence_and_changes_nothing(twin: TwinHost, work: Path) -> None:

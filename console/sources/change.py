@@ -276,14 +276,9 @@ class HostChanger:
             action=change.action,
             started=change.intent,
         )
-        # A rollback's outcome is named "rollback" by the controller: the trail says "rolled back" alone.
-        entry = entry.model_copy(
-            update={
-                "forced": forced,
-                "op_id": change.op_id,
-                **({"profile": change.profile} if change.action == "rollback" else {}),
-            }
-        )
+        # A rollback's outcome is named after where it went (the profile put back, the previous drop-in or
+        # the unit's own ExecStart): the trail says "rolled back to ctx-200k".
+        entry = entry.model_copy(update={"forced": forced, "op_id": change.op_id})
         try:
             await self.state.append_audit(entry)
             change.finished = True

@@ -28,6 +28,7 @@ from console.core.events import Event
 from console.core.parser import JournalParser
 from console.core.profiles import Profile, ProfileError, Verified
 from console.core.restart import PHASE_LABELS, Phase, RestartMachine, RestartRecord, median_durations
+from console.core.rollback_target import pool_verdict
 from console.core.snapshot import FollowState
 from console.core.state import fold_boots
 from console.sources.dropin import DropinWriter
@@ -227,7 +228,11 @@ class RestartFollower(DropinWriter):
         target: int | None,
         store: ProfileStore | None,
         name: str | None = None,
+        whose: str | None = None,
+        pool_before: int | None = None,
     ) -> ApplyOutcome:
+        """`target`: the pool the boot must reach, the target in force after the change (`whose`: the
+        profile it is the target of); without one, `pool_before` (a rollback's pool before the apply)."""
         name = name or (profile.name if profile else "rollback")
         boots = fold_boots(events)
         if m.finished or m.phase == Phase.FAILED or not boots:
@@ -250,7 +255,7 @@ class RestartFollower(DropinWriter):
             )
         m.begin_verify(self.clock())
         report.emit()
-        verdict = judge(boots, target or 1)
+        verdict = judge(boots, target or pool_before or 1)
         reasons = list(verdict.reasons)
         free = verdict.available_gpu_mem_gb
         if free is not None and free < self.min_free_gib:
@@ -283,10 +288,8 @@ class RestartFollower(DropinWriter):
         report.emit()
         self._remember(m.record())
         tokens = verdict.max_total_num_tokens
-        if ok:
-            parts = [f"verified: pool {tokens:,} tokens"]
-            if target and target > 1:
-                parts[0] += f" ≥ {target:,}"
+        if ok and tokens is not None:
+            parts = ["verified: " + pool_verdict(tokens, target, whose=whose, before=pool_before)]
             parts += ["ready", "no errors since this boot"]
             if free is not None:
                 parts.append(f"{free:.2f} GiB free at ready")

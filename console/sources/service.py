@@ -52,6 +52,7 @@ from console.core.profiles import (
     validate_profile,
 )
 from console.core.restart import Phase
+from console.core.rollback_target import PREVIOUS_DROPIN, RollbackTarget, rollback_target
 from console.core.systemd import (
     DROPIN_NAME,
     ExecStartError,
@@ -77,6 +78,9 @@ __all__ = [
     "history_path",
 ]
 
+
+KEPT_HEAD_BYTES = 4096
+"""What is read of the drop-in a rollback puts back: its header, on top, names the profile."""
 
 BeforeChange = Callable[[], Awaitable[None]]
 """Called once, right before the first change to the host (the audit trail's intent is written there):
@@ -363,7 +367,7 @@ class ServiceController(RestartFollower):
             outcome.rollback = await self.rollback(progress=progress, expect_pool=before_pool)
             outcome.rolled_back = True
             tail = "verified" if outcome.rollback.ok else "NOT verified"
-            outcome.summary += f" Rolled back to the previous drop-in: {tail}."
+            outcome.summary += f" Rolled back to {outcome.rollback.profile}: {tail}."
         return outcome
 
     def _host_rollback_entry(
@@ -566,6 +570,14 @@ class ServiceController(RestartFollower):
             diff=argv_word_diff(running, after) if after else [],
         )
 
+    async def _kept_dropin(self) -> str | None:
+        """The head of the drop-in the last apply kept (its header names the profile), None when it
+        cannot be read: the rollback then names it "the previous drop-in"."""
+        result = await self._run(
+            ["head", "-c", str(KEPT_HEAD_BYTES), "--", f"{self.dropin_path}{BACKUP_SUFFIX}"], privileged=True
+        )
+        return result.stdout if result.ok else None
+
     async def rollback(
         self,
         *,
@@ -599,13 +611,16 @@ class ServiceController(RestartFollower):
         m.step_done(Phase.VALIDATE, self.clock())
         report.emit()  # the diff phase (reading the ExecStart in force) is timed, so it is shown live
         before = await self.running_argv()
+        restored = rollback_target(await self._kept_dropin() if "previous" in state else None)
+        # Named after where it goes: the audit line reads "alice rolled back to ctx-200k".
+        m.profile = restored.name
         m.step_done(Phase.DIFF, self.clock())
         report.emit()
         if before_change is not None:
             await before_change()
         what = await self._restore()
         report.emit(
-            f"the previous drop-in is back at {self.dropin_path}"
+            f"{_drop_in_named(restored)} is back at {self.dropin_path}"
             if what == "restored"
             else f"{self.dropin_path} removed (there was none before)"
         )
@@ -616,10 +631,27 @@ class ServiceController(RestartFollower):
         report.emit()
         after = await self.running_argv()
         events = await self._restart_guarded(m, report)
-        out = await self._finish(m, report, None, None, events, target=expect_pool, store=None)
+        # Verified against the target in force after it: that of the profile put back, else the pool
+        # the apply started from (`expect_pool`), never the pool against itself.
+        out = await self._finish(
+            m,
+            report,
+            None,
+            None,
+            events,
+            target=restored.target_context,
+            store=None,
+            name=restored.name,
+            whose=restored.profile,
+            pool_before=expect_pool if restored.target_context is None else None,
+        )
         out.diff = argv_word_diff(before, after)
         self._unreached(out, "the previous drop-in is back and")
         return out
+
+
+def _drop_in_named(restored: RollbackTarget) -> str:
+    return f"the drop-in of {restored.profile}" if restored.profile else PREVIOUS_DROPIN
 
 
 def _without_dropin(cat: str, path: str, replacement: str | None) -> str:
