@@ -98,7 +98,10 @@ def require_terminal(command: str) -> None:
 
 
 def resolve_target(args: argparse.Namespace) -> tuple[int | None, str | None]:
-    """The gauge's target context: --target-context, else the named profile's target."""
+    """The gauge's target context: --target-context, else the named profile's target, else (None, None):
+    each host's gauge then takes the target of the profile its audit trail says it was last applied with
+    (`HostDashboard.learn_applied_target`, fed as the trail is read), as `snapshot` (`applied_target_of`)
+    and `export` do. That needs the host's trail, so it is learned per host once connected, not here."""
     if args.target_context is not None:
         if not 0 < args.target_context <= MAX_TOKENS:
             raise UsageError(

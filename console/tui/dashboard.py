@@ -73,6 +73,8 @@ class HostDashboard(Vertical):
         )
         self.gpus = GpuPanel(id="gpus", classes="panel")
         self.kv = KvPanel(target=target, target_source=target_source, id="kv", classes="panel")
+        self.target_given = target is not None
+        """--target-context or --profile named the gauge's target: the host's trail does not change it."""
         self.timeline = TimelinePanel(id="timeline", classes="panel")
         self.serving = ServingPanel(clock=clock, id="serving", classes="panel")
         self.throughput = ThroughputChart(window_s=300.0, clock=clock, id="throughput")
@@ -172,6 +174,19 @@ class HostDashboard(Vertical):
             bars = max(self._gpu_rows_fitted, int(floor.value) if floor is not None else 0)
             self.throughput.styles.height = min(room, max(self.CHART_ROWS, side - bars))
         self.show_figure()
+
+    def learn_applied_target(self, profile: str, target: int | None) -> None:
+        """No target given: the gauge takes that of the profile the host's audit trail says it was last
+        applied with, as `snapshot` and `export` do (the console said "none" where `export` said 200,000).
+        `target` None: that profile is gone or broken here, and the gauge keeps what it had."""
+        if self.target_given or target is None:
+            return
+        source = f"profile {profile}, last applied"
+        if (self.kv.target, self.kv.target_source) == (target, source):
+            return
+        self.kv.target, self.kv.target_source = target, source
+        if self.snap is not None:
+            self.kv.show(self.snap)
 
     def show_figure(self) -> None:
         """Without room for the chart, its latest figure goes under the GPU bars."""

@@ -23,7 +23,7 @@ from console.core.profiles import ProfileError
 from console.core.recording import RecordSink
 from console.core.serving import ServingFigures
 from console.core.snapshot import FollowState, HostSnapshot
-from console.sources.profile_store import ProfileStore
+from console.sources.profile_store import ProfileStore, applied_target
 from console.tui.dashboard import HostDashboard
 from console.tui.host_changes import ConsoleUi, HostChanges
 from console.tui.host_entry import HostEntry
@@ -290,6 +290,9 @@ class HostController(HostChanges):
             self.pending = None
             self.dashboard.show(current())
         self.dashboard.feed.add_external([e.to_event() for e in entries])
+        applied, target = applied_target(entries, self.store)
+        if applied is not None:
+            self.dashboard.learn_applied_target(applied, target)
         for entry in entries:
             if entry.action in TIMELINE_ACTIONS:
                 self.last_audit = entry
