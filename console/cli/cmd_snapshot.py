@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from console.cli.cmd_plan import human_int
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from console.core.alerts import Alert, alert_inputs, evaluate
-from console.core.events import DecodeBatch, PrefillBatch
+from console.core.events import DecodeBatch, GpuXid, PrefillBatch
 from console.core.metrics import parse_prometheus
 from console.core.pools import pool_readings
 from console.core.serving import DEFAULT_WINDOW_S, Scrape, ServingFigures, serving_figures
@@ -142,6 +142,8 @@ class SnapshotReport(BaseModel, defer_build=True):
     boot: BootReading | None = None
     gpus: list[dict[str, Any]] = []
     gpu_state: str | None = None
+    gpu_events: list[dict[str, Any]] = []
+    """The XID events the reading saw happen (`gpu_xid`, console/core/events.py), oldest first."""
     pool: dict[str, Any] | None = None
     pools: list[dict[str, Any]] = []
     """Each pool of the boot against its use (full, sliding-window, mamba slots, draft, DeepSeek-V4's):
@@ -341,6 +343,7 @@ def report_of(
         boot=boot_reading,
         gpus=[dataclasses.asdict(row) | {"free_gib": row.free_gib} for row in gpu_rows(snap, boot)],
         gpu_state=str(snap.gpus.state) if snap.gpus else None,
+        gpu_events=[e.model_dump(mode="json") for e in snap.recent if isinstance(e, GpuXid)],
         pool={k: v for k, v in dataclasses.asdict(gauge).items()},
         pools=[r.model_dump(mode="json") for r in pool_readings(boot, snap.recent)],
         server_health=str(snap.server.health) if snap.server else None,

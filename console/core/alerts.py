@@ -162,6 +162,12 @@ def _gpu_sum(
     return read
 
 
+def _gpu_lost(_: ServingFigures | None, snap: HostSnapshot | None) -> float | None:
+    """GPUs that no longer answer (`gpuhealth.lost`); None without a sample of GPUs."""
+    gpus = _gpus(snap)
+    return float(sum(gpuhealth.lost(g) for g in gpus)) if gpus is not None else None
+
+
 def _gpu_temp_c(_: ServingFigures | None, snap: HostSnapshot | None) -> float | None:
     """The hottest GPU's temperature (°C)."""
     temps = [g.temperature_c for g in _gpus(snap) or () if g.temperature_c is not None]
@@ -264,6 +270,13 @@ def _metrics() -> dict[str, MetricDef]:
         Severity.CRITICAL,
         _explain(("remap_failed",)),
     )
+    table["gpu_lost"] = MetricDef(
+        "GPUs that no longer answer their driver (fallen off the bus: NVML's GPU is lost, nvidia-smi's "
+        "'Unable to determine the device handle', XID 79)",
+        _gpu_lost,
+        Severity.CRITICAL,
+        _explain(("lost",)),
+    )
     table["gpu_xid"] = MetricDef(
         "XID critical-error events in the last hour, all GPUs (NVML back-ends: local and the agent)",
         _gpu_xid,
@@ -354,6 +367,7 @@ DEFAULT_RULES: tuple[str, ...] = (
     "queue > 16",
     "kv_used_pct > 95",
     "gpu_mem_free_gib < 1",
+    "gpu_lost > 0",
     "gpu_xid > 0",
     "gpu_ecc_uncorrected > 0",
     "gpu_remap_failed > 0",

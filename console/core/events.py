@@ -397,6 +397,27 @@ class Audit(EventBase):
     message: str = ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class GpuXid(EventBase):
+    """An XID critical error the host's GPU driver reported (NVML's event set, read by the GPU agent or
+    local NVML), on the feed. It comes from the GPU sampler, not the journal: it belongs to no boot.
+
+    `ts` is when the driver reported it (on the console's clock); `message` (and `raw`) the feed's line,
+    `GPU3 XID 79: GPU has fallen off the bus (…)`, in the words of `console.core.gpuhealth.XID_MEANINGS`."""
+
+    kind: Literal["gpu_xid"] = "gpu_xid"
+    gpu: Annotated[int, Field(ge=0, le=1024)] | None = None
+    """The GPU's index on its host."""
+    uuid: str | None = None
+    xid: Annotated[int, Field(ge=0, le=65_535)]
+    meaning: str | None = None
+    """What the XID means, for the common ones; None for an XID the table does not hold."""
+    severity: Literal["critical", "warning"] = "critical"
+    """`warning` for the XIDs that are most often the application's (13, 31, 43, 45) or a recorded,
+    contained memory event (63, 92); `critical` where the GPU itself needs attention."""
+    message: str = ""
+
+
 Event = Annotated[
     ServerArgs
     | DistInit
@@ -420,7 +441,8 @@ Event = Annotated[
     | Error
     | Unit
     | Log
-    | Audit,
+    | Audit
+    | GpuXid,
     Field(discriminator="kind"),
 ]
 
@@ -458,6 +480,7 @@ EVENT_TYPES: dict[str, type[EventBase]] = {
         Unit,
         Log,
         Audit,
+        GpuXid,
     )
 }
 """Each kind's event class."""
@@ -486,6 +509,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "unit",
     "log",
     "audit",
+    "gpu_xid",
 )
 
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
-from console.core.gpus import GpuSample
+from console.core.events import GpuXid
+from console.core.gpus import XID_KEEP_S, GpuSample, HostGpuSample
 
 # NVML's nvmlClocksEventReason* bits (nvml.h; nvidia-smi -q "Clocks Event Reasons"), in its order.
 IDLE = 0x1
@@ -37,6 +39,8 @@ REASONS: tuple[tuple[int, str], ...] = (
 )
 """Each reason's words, as nvidia-smi -q names them (shortened)."""
 
+Severity = Literal["warning", "critical"]
+
 THERMAL = SW_THERMAL | HW_THERMAL
 POWER = SW_POWER_CAP | HW_POWER_BRAKE
 
@@ -59,10 +63,37 @@ XID_MEANINGS: dict[int, str] = {
 }
 
 
+XID_WARNINGS: frozenset[int] = frozenset({13, 31, 43, 45, 63, 92})
+"""XIDs that are most often the application's own fault (13, 31, 43, 45) or a memory event the driver
+contained and recorded (63, 92): a warning. Every other XID, the table's and the unknown ones, is critical:
+the GPU itself needs attention (48, 64, 74, 79, 94, 95, 119)."""
+
+LOST_XID = 79
+"""`GPU has fallen off the bus`: the GPU is gone until a reset or a reboot."""
+
+
 def xid_words(xid: int) -> str:
     """`XID 79: GPU has fallen off the bus (…)`; an XID outside the table is named by its number only."""
     meaning = XID_MEANINGS.get(xid)
     return f"XID {xid}: {meaning}" if meaning else f"XID {xid} (see NVIDIA's XID catalogue)"
+
+
+def xid_severity(xid: int) -> Severity:
+    return "warning" if xid in XID_WARNINGS else "critical"
+
+
+def lost(gpu: GpuSample) -> bool:
+    """The GPU no longer answers: its driver says so (`GpuSample.lost`), or it reported XID 79 (fallen off
+    the bus) and gave no memory figure since. An XID 79 on a GPU that still answers names its row as
+    `XID 79` until its next reading fails."""
+    if gpu.lost:
+        return True
+    return gpu.memory_used_mib is None and any(x.xid == LOST_XID for x in gpu.xids)
+
+
+def lost_words(gpu: GpuSample) -> str:
+    said = gpu.lost_reason or ("XID 79: fallen off the bus" if gpu.xids else "no answer")
+    return f"lost: it no longer answers its driver ({said}); reset the GPU or reboot the host"
 
 
 def reasons(mask: int | None) -> tuple[str, ...] | None:
@@ -124,17 +155,14 @@ def peak_bandwidth_gbs(gpu: GpuSample) -> float | None:
     return 2 * clock * 1e6 * bits / 8 / 1e9
 
 
-Severity = Literal["warning", "critical"]
-
-
 @dataclass(frozen=True)
 class Fault:
     """One thing wrong with one GPU, as the panel shows it (`tag`) and as a sentence (`words`)."""
 
     kind: str
-    """`thermal`, `power`, `pcie`, `ecc`, `remap_pending`, `remap_failed`, `xid`."""
+    """`lost`, `thermal`, `power`, `pcie`, `ecc`, `remap_pending`, `remap_failed`, `xid`."""
     tag: str
-    """A few characters for the GPU's row: `THERMAL`, `PWR CAP`, `XID 79`, `PCIe x8`."""
+    """A few characters for the GPU's row: `LOST`, `THERMAL`, `PWR CAP`, `XID 79`, `PCIe x8`."""
     words: str
     severity: Severity
 
@@ -150,8 +178,10 @@ def _slowed(gpu: GpuSample, mask: int) -> str:
 def faults(gpu: GpuSample) -> tuple[Fault, ...]:
     """The faults of one GPU, the most serious first."""
     out: list[Fault] = []
+    if lost(gpu):
+        out.append(Fault("lost", "LOST", lost_words(gpu), "critical"))
     for event in reversed(gpu.xids):
-        out.append(Fault("xid", f"XID {event.xid}", xid_words(event.xid), "critical"))
+        out.append(Fault("xid", f"XID {event.xid}", xid_words(event.xid), xid_severity(event.xid)))
         break  # the newest names the row; the count is the alert's
     if gpu.ecc_uncorrected_volatile:
         out.append(
@@ -238,6 +268,9 @@ def health_json(gpu: GpuSample) -> dict[str, object]:
         )
         if getattr(gpu, name) is not None
     }
+    if lost(gpu):
+        figures["lost"] = True
+        figures["lost_reason"] = gpu.lost_reason
     said = reasons(gpu.clock_event_reasons)
     if said is not None:
         figures["clock_event_reasons_words"] = list(said)
@@ -246,24 +279,108 @@ def health_json(gpu: GpuSample) -> dict[str, object]:
         figures["peak_bandwidth_gbs"] = round(peak, 1)
     if gpu.xids:
         figures["xids"] = [
-            {"xid": x.xid, "age_s": x.age_s, "meaning": XID_MEANINGS.get(x.xid)} for x in gpu.xids
+            {
+                "xid": x.xid,
+                "age_s": x.age_s,
+                "meaning": XID_MEANINGS.get(x.xid),
+                "severity": xid_severity(x.xid),
+            }
+            for x in gpu.xids
         ]
     figures["faults"] = [{"kind": f.kind, "severity": f.severity, "words": f.words} for f in faults(gpu)]
     return figures
 
 
+XID_SAME_S = 2.0
+"""Two readings of one XID event without the driver's own time (`XidEvent.at`: samples recorded before
+it was read) are the same event when their times, the sample's less the event's age, are this close."""
+_XID_MEMORY = 64
+"""Times kept per (GPU, XID): an event storm does not grow the watch."""
+
+
+def xid_event(
+    gpu: int | None, xid: int, when: float | None, host: str | None, uuid: str | None = None
+) -> GpuXid:
+    """The feed's typed event of one XID: the GPU, the XID, its meaning and severity, its line."""
+    where = f"GPU{gpu}" if gpu is not None else "a GPU"
+    text = f"{where} {xid_words(xid)}"
+    return GpuXid(
+        ts=datetime.fromtimestamp(when, UTC).isoformat() if when is not None else None,
+        host=host,
+        gpu=gpu,
+        uuid=uuid,
+        xid=xid,
+        meaning=XID_MEANINGS.get(xid),
+        severity=xid_severity(xid),
+        message=text,
+        raw=text,
+    )
+
+
+class XidWatch:
+    """Which XID events of one host's GPU samples are already on its feed: a sample carries every XID of
+    the last hour, and each becomes one `GpuXid` event, the first time a sample carries it. An event is
+    known by its GPU, its XID and its time (`XidEvent.at`, the host's clock; else the sample's time less
+    the event's age, within `XID_SAME_S`). Pure: a host's fold holds one, and a replay makes the same
+    events from the same samples."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[int, int], list[float]] = {}
+        self.untimed: dict[tuple[int, int], int] = {}
+        """Events no time identifies (no `at`, no age): how many a sample carried at most."""
+
+    def new_events(self, sample: HostGpuSample) -> list[GpuXid]:
+        out: list[GpuXid] = []
+        newest: float | None = None
+        for pos, gpu in enumerate(sample.gpus):
+            index = gpu.index if gpu.index is not None else pos
+            untimed: dict[int, int] = {}
+            for x in gpu.xids:
+                key = (index, x.xid)
+                console_time = sample.ts - x.age_s if sample.ts is not None and x.age_s is not None else None
+                when, close = (x.at, 0.001) if x.at is not None else (console_time, XID_SAME_S)
+                if when is None:
+                    untimed[x.xid] = untimed.get(x.xid, 0) + 1
+                    if untimed[x.xid] > self.untimed.get(key, 0):
+                        self.untimed[key] = untimed[x.xid]
+                        out.append(xid_event(index, x.xid, None, sample.host, gpu.uuid))
+                    continue
+                newest = when if newest is None else max(newest, when)
+                times = self.seen.setdefault(key, [])
+                if any(abs(when - t) <= close for t in times):
+                    continue
+                times.append(when)
+                del times[:-_XID_MEMORY]
+                out.append(xid_event(index, x.xid, console_time if console_time is not None else when,
+                                     sample.host, gpu.uuid))  # fmt: skip
+        if newest is not None:
+            # An event older than the samples keep is not carried again: forget it.
+            for key, times in list(self.seen.items()):
+                times[:] = [t for t in times if t >= newest - XID_KEEP_S - 60.0]
+                if not times:
+                    del self.seen[key]
+        return out
+
+
 __all__ = [
+    "LOST_XID",
     "REASONS",
     "XID_MEANINGS",
+    "XID_WARNINGS",
     "Fault",
+    "XidWatch",
     "busy",
     "count",
     "faults",
     "health_json",
+    "lost",
+    "lost_words",
     "pcie_degraded",
     "peak_bandwidth_gbs",
     "power_capped",
     "reasons",
     "thermal_slowdown",
+    "xid_event",
+    "xid_severity",
     "xid_words",
 ]

@@ -92,9 +92,17 @@ HEALTH_INT_RANGES: dict[str, tuple[int, int]] = {
     "pcie_width_max": (1, 64),
     "memory_bus_width_bits": (1, 65_536),
 }
-HEALTH_FLAGS: tuple[str, ...] = ("ecc_enabled", "remap_pending", "remap_failed")
+HEALTH_FLAGS: tuple[str, ...] = ("ecc_enabled", "remap_pending", "remap_failed", "lost")
 _HEALTH_KEYS = frozenset(
-    (*HEALTH_RANGES, *HEALTH_INT_RANGES, *HEALTH_FLAGS, "memory_reserved_mib", "memory_info", "xids")
+    (
+        *HEALTH_RANGES,
+        *HEALTH_INT_RANGES,
+        *HEALTH_FLAGS,
+        "memory_reserved_mib",
+        "memory_info",
+        "xids",
+        "lost_reason",
+    )
 )
 
 
@@ -205,6 +213,10 @@ class XidEvent(BaseModel, defer_build=True):
     xid: int
     age_s: float | None = None
     """Seconds between the event and the sample that carries it (the host's clock for both)."""
+    at: float | None = None
+    """When the driver reported it, Unix time on the host's clock: the event's identity from one sample
+    to the next (the console turns each new one into a `gpu_xid` event once). None in samples recorded
+    before it was read."""
 
     @model_validator(mode="before")
     @classmethod
@@ -215,6 +227,9 @@ class XidEvent(BaseModel, defer_build=True):
         age = data.get("age_s")
         if age is not None and _in_range(age, 0, 10 * XID_KEEP_S) is None:
             data["age_s"] = None
+        at = data.get("at")
+        if at is not None and _in_range(at, 0, TS_MAX) is None:
+            data["at"] = None
         return data
 
 
@@ -293,6 +308,11 @@ class GpuSample(BaseModel, defer_build=True):
     """With `clock_mem_max_mhz`, the card's peak memory bandwidth (`gpuhealth.peak_bandwidth_gbs`)."""
     xids: tuple[XidEvent, ...] = ()
     """XID critical-error events seen within the last `XID_KEEP_S` (NVML back-ends only), oldest first."""
+    lost: bool | None = None
+    """The GPU no longer answers its driver: NVML's GPU_IS_LOST (or its Unknown Error) for the device, or
+    nvidia-smi's `Unable to determine the device handle for GPU…`. Its figures are then missing, never 0."""
+    lost_reason: str | None = None
+    """What the driver said of it, in its words (`GPU is lost`, `Unknown Error`)."""
     refused: tuple[str, ...] = ()
     """The values out of range this GPU's reading held (`memory_used_mib -5`), each now missing."""
 
@@ -320,6 +340,7 @@ class GpuSample(BaseModel, defer_build=True):
             _check_health(data, total, refused)
         _text_field(data, "name")
         _text_field(data, "uuid")
+        _text_field(data, "lost_reason")
         processes = data.get("processes")
         if isinstance(processes, list | tuple) and len(processes) > MAX_PROCESSES:
             refused.append(f"{len(processes):,} processes, the first {MAX_PROCESSES} kept")
@@ -505,10 +526,19 @@ def _csv_rows(text: str, width: int, free_column: int) -> list[list[str]]:
     return rows
 
 
+_LOST_LINE = re.compile(
+    r"Unable to determine the device handle for GPU\s*([0-9A-Fa-f:.]{1,32}):\s*(.{1,200})"
+)
+"""What nvidia-smi prints, in place of a row, for a GPU that no longer answers (it fell off the bus):
+`Unable to determine the device handle for GPU0000:0B:00.0: Unknown Error`, or `…: GPU is lost. Reboot
+the system to recover this GPU` (public reports: NVIDIA/open-gpu-kernel-modules#387, JosephKJ/OWOD#81)."""
+
+
 def parse_nvidia_smi_apps(text: str) -> dict[str, list[GpuProcess]]:
     """`nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits`
     → processes by GPU UUID."""
     by_uuid: dict[str, list[GpuProcess]] = {}
+    text = "".join(line + "\n" for line in split_lines(text) if _LOST_LINE.search(line) is None)
     for uuid, pid, name, used in _csv_rows(text, len(APPS_QUERY_FIELDS), 2):
         key = _text(uuid)
         if key is None:
@@ -526,17 +556,51 @@ def _pstate(value: str) -> int | None:
     return int(text[1:])
 
 
+def nvidia_smi_lost(text: str) -> list[tuple[str, str]]:
+    """The (bus ID, the driver's words) of each GPU nvidia-smi could not reach, in its order."""
+    return [
+        (m.group(1), m.group(2).strip().rstrip("."))
+        for line in split_lines(text)
+        if (m := _LOST_LINE.search(line)) is not None
+    ]
+
+
+def _lost_samples(lost: list[tuple[str, str]], listed: list[GpuSample]) -> list[GpuSample]:
+    """A sample for each GPU nvidia-smi could not reach. It names it by bus ID only; nvidia-smi numbers the
+    GPUs in bus order, so the indices missing from the rows are theirs, in the same order."""
+    count = len(listed) + len(lost)
+    missing = sorted(set(range(count)) - {g.index for g in listed if g.index is not None})
+    out = []
+    for n, (bus, words) in enumerate(lost):
+        out.append(
+            GpuSample(
+                index=missing[n] if n < len(missing) else None,
+                name=f"GPU {bus}",
+                lost=True,
+                lost_reason=f"nvidia-smi: unable to determine the device handle: {words}",
+            )
+        )
+    return out
+
+
 def parse_nvidia_smi_gpus(
     text: str, apps_text: str = "", fields: tuple[str, ...] = GPU_QUERY_FIELDS
 ) -> list[GpuSample]:
     """`nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits` (+ the compute-apps query) → one
     sample per GPU. `fields` are the query's, in its order: `GPU_QUERY_FIELDS` first, then any of
-    `SMI_FIELD_OF`."""
+    `SMI_FIELD_OF`. A GPU that no longer answers is one lost sample (`nvidia_smi_lost`), in its place."""
     apps = parse_nvidia_smi_apps(apps_text) if apps_text else {}
+    lost = nvidia_smi_lost(text)
+    if lost:
+        text = "".join(line + "\n" for line in split_lines(text) if _LOST_LINE.search(line) is None)
     gpus = []
     for row in _csv_rows(text, len(fields), SMI_NAME_COLUMN):
         value = dict(zip(fields, row, strict=True))
         key = _text(value["uuid"])
+        if any("gpu is lost" in v.lower() or v.strip().lower() == "[gpu lost]" for v in row):
+            health_lost: dict[str, Any] = {"lost": True, "lost_reason": "nvidia-smi: GPU is lost"}
+        else:
+            health_lost = {}
         health: dict[str, Any] = {}
         for field, raw in value.items():
             name = SMI_FIELD_OF.get(field)
@@ -564,8 +628,11 @@ def parse_nvidia_smi_gpus(
                 memory_total_mib=_number(value["memory.total"]),
                 processes=tuple(apps.get(key, ())) if key else (),
                 **health,
+                **health_lost,
             )
         )
+    if lost:
+        gpus = sorted([*gpus, *_lost_samples(lost, gpus)], key=lambda g: (g.index is None, g.index or 0))
     return gpus
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from console.core.events import DecodeBatch, Event, PrefillBatch
+from console.core.gpuhealth import XidWatch
 from console.core.gpus import HostGpuSample
 from console.core.parser import JournalParser
 from console.core.serving import DEFAULT_WINDOW_S, Scrape, ServingFigures, TrendPoint
@@ -54,6 +55,7 @@ class HostFold:
         self.recent: deque[Event] = deque(maxlen=keep_events)
         self.events_total = 0
         self.gpus: HostGpuSample | None = None
+        self.xids = XidWatch()
         self.server: ServerSample | None = None
         # The window's scrapes at the server interval (5 min at 2 s: 151), never more than MAX_SCRAPES.
         self.history = ServingHistory(
@@ -93,8 +95,15 @@ class HostFold:
         self.recent.extend(recent)
         self.events_total = events_total
 
-    def gpu(self, sample: HostGpuSample) -> None:
+    def gpu(self, sample: HostGpuSample) -> list[Event]:
+        """The newest GPU sample; each XID it carries for the first time joins the event tail (the feed)
+        as a `gpu_xid` event, which belongs to no boot. The events it made."""
         self.gpus = sample
+        events: list[Event] = list(self.xids.new_events(sample))
+        if events:
+            self.recent.extend(events)
+            self.events_total += len(events)
+        return events
 
     def server_reading(self, sample: ServerSample, max_running: float | None) -> None:
         """Once per server reading (never per repaint): the scrape joins the window, and the window's
@@ -153,6 +162,7 @@ class HostFold:
         twin.parser = copy.deepcopy(self.parser)
         twin.recent = deque(self.recent, maxlen=self.recent.maxlen)
         twin.history = _copied(self.history)
+        twin.xids = _copied(self.xids)
         return twin
 
 

@@ -43,6 +43,7 @@ from console.core.events import (
     Dsv4Pool,
     Error,
     Event,
+    GpuXid,
     HttpAccess,
     KvCacheDtype,
     KvPoolAllocated,
@@ -274,8 +275,8 @@ class HostState(BaseModel, defer_build=True):
         return self.boots[-1] if self.boots else None
 
     def apply(self, event: Event) -> HostState:
-        if isinstance(event, Audit):
-            # from the host's state directory, not the journal: it belongs to no boot
+        if isinstance(event, Audit | GpuXid):
+            # from the host's state directory or its GPU sampler, not the journal: it belongs to no boot
             return self
         cur = self.latest
         if cur is not None and len(self.boots) >= 2 and _straggler(self.boots[-2], cur, event):

@@ -68,6 +68,19 @@ def _nvml_sample(nvml: Any, xids: list[list[Any]] | None = None) -> dict[str, An
         memory = call(nvml.nvmlDeviceGetMemoryInfo, handle)
         return memory, ("v1" if memory is not None else None)
 
+    def xids_of(index: int) -> list[dict[str, Any]]:
+        return [
+            {"xid": xid, "age_s": round(max(0.0, now - at), 3), "at": round(at, 3)}
+            for seen_index, xid, at in (xids or [])
+            if seen_index == index and now - at <= 3600.0
+        ][-16:]
+
+    def lost(index: int, exc: Exception) -> dict[str, Any]:
+        said = {"index": index, "lost": True, "lost_reason": "NVML: " + str(exc)}
+        if xids_of(index):
+            said["xids"] = xids_of(index)
+        return said
+
     mib = 1024.0 * 1024.0
     try:
         count = nvml.nvmlDeviceGetCount()
@@ -76,11 +89,24 @@ def _nvml_sample(nvml: Any, xids: list[list[Any]] | None = None) -> dict[str, An
     now = time.time()
     gpus: list[dict[str, Any]] = []
     for index in range(count):
-        handle = call(nvml.nvmlDeviceGetHandleByIndex, index)
-        if handle is None:
-            gpus.append({"index": index})
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception as exc:
+            # NVML_ERROR_GPU_IS_LOST (15), or its Unknown Error (999) for a GPU that fell off the bus:
+            # nvidia-smi says "Unable to determine the device handle" of the same two
+            if getattr(exc, "value", None) in (15, 999):
+                gpus.append(lost(index, exc))
+            else:
+                gpus.append({"index": index})
             continue
         memory, api = memory_info(handle)
+        if memory is None and getattr(nvml, "nvmlDeviceGetMemoryInfo", None) is not None:
+            try:
+                nvml.nvmlDeviceGetMemoryInfo(handle)
+            except Exception as exc:
+                if getattr(exc, "value", None) == 15:  # it answered for its handle, then fell off
+                    gpus.append(lost(index, exc))
+                    continue
         rates = call(nvml.nvmlDeviceGetUtilizationRates, handle)
         processes: list[dict[str, Any]] = []
         for proc in call(nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []:
@@ -143,11 +169,7 @@ def _nvml_sample(nvml: Any, xids: list[list[Any]] | None = None) -> dict[str, An
             "pcie_width": get("nvmlDeviceGetCurrPcieLinkWidth", handle),
             "pcie_width_max": get("nvmlDeviceGetMaxPcieLinkWidth", handle),
             "memory_bus_width_bits": get("nvmlDeviceGetMemoryBusWidth", handle),
-            "xids": [
-                {"xid": xid, "age_s": round(max(0.0, now - at), 3)}
-                for seen_index, xid, at in (xids or [])
-                if seen_index == index and now - at <= 3600.0
-            ][-16:],
+            "xids": xids_of(index),
         }
         # What NVML did not give is left out: the line stays short, and absent reads as absent.
         gpus.append({k: v for k, v in gpu.items() if v is not None and v != []})

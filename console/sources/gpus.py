@@ -40,6 +40,7 @@ from console.core.gpus import (
     SMI_QUERY_FIELDS,
     HostGpuSample,
     SamplerState,
+    nvidia_smi_lost,
     parse_nvidia_smi_gpus,
     sample_from_agent_line,
     smi_fields_without,
@@ -222,6 +223,12 @@ def nvidia_smi_sample(
             state=state, backend="nvidia-smi", detail=detail, host=host, ts=time.time(), **fields
         )
 
+    said_all = gpus.stdout + "\n" + gpus.stderr
+    if not gpus.ok and nvidia_smi_lost(said_all):
+        # A GPU fell off the bus: nvidia-smi fails, but names it, and still lists the others.
+        apps_text = apps.stdout if apps.ok else apps.stdout + "\n" + apps.stderr
+        parsed = parse_nvidia_smi_gpus(said_all, apps_text, fields)
+        return sample(SamplerState.OK, gpus=tuple(parsed))
     if not gpus.ok:
         said = gpus.first_error_line()
         lower = said.lower()

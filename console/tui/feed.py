@@ -22,7 +22,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Input, Static
 
-from console.core.events import Error, Event, HttpAccess
+from console.core.events import Error, Event, GpuXid, HttpAccess
 from console.core.snapshot import HostSnapshot
 from console.core.state import Boot
 from console.core.text import terminal_safe
@@ -404,11 +404,14 @@ class EventFeed(Vertical):
     def _pieces(event: Event) -> Pieces:
         """A feed row as (text, style) pieces: time, rank, kind, what the server said."""
         style = kind_style(event.kind)
+        if isinstance(event, GpuXid):
+            # the XID's own severity: an application's page fault warns, a GPU off the bus is an error
+            style = palette().style("bad" if event.severity == "critical" else "warn", bold=True)
         return [
             (clock_text(event), palette().faint),
             (f" {rank_label(event):4} ", palette().faint),
             (f"{event.kind:17} ", style),
-            (event_text(event), style if event.kind in ("error", "server_ready") else ""),
+            (event_text(event), style if event.kind in ("error", "server_ready", "gpu_xid") else ""),
         ]
 
     def _rebuild(self) -> None:

@@ -118,7 +118,8 @@ Right of each bar: used / total GiB, the utilization the sampler reported and, o
 temperature and power draw; then the GPU's faults: [b]THERMAL[/b] or [b]PWR CAP[/b] (clocks held down by
 heat or the power limit while it works), [b]PCIe x8[/b] (a link below its maximum), [b]ECC[/b],
 [b]REMAP[/b] (a row remap waits for a reset), [b]XID n[/b] (a critical error the driver reported).
-The alerts say each in words."""
+A GPU that fell off the bus (its driver cannot reach it: XID 79, NVML's GPU is lost) reads [b]LOST[/b]
+where its bar was. The alerts say each in words."""
 
     _rows: tuple[int, tuple[GpuRow, ...]] | None = None
 
@@ -198,7 +199,13 @@ The alerts say each in words."""
                 parts = [(r.used_gib or 0.0, palette().colour("used"))]
             if r.reserved_gib:
                 parts.insert(0, (r.reserved_gib, palette().colour(segment_role("reserved"))))
-            line.append_text(stacked_bar(parts, total, width))
+            lost = bool(r.health and r.health.get("lost"))
+            if lost:
+                # no bar: a GPU that does not answer holds nothing we know of (never "0 MiB")
+                said = " LOST: the driver cannot reach it"[:width].ljust(width)
+                line.append(said, palette().style("bad", bold=True))
+            else:
+                line.append_text(stacked_bar(parts, total, width))
             used = "—" if r.used_gib is None else f"{r.used_gib:5.1f}"
             tot = "—" if r.total_gib is None else f"{r.total_gib:.1f}"
             line.append(f" {used}/{tot} GiB ")
@@ -207,6 +214,8 @@ The alerts say each in words."""
             if cell:
                 line.append(f" {_health_cell(r):>10}", palette().muted)
             for tag, severity in r.faults:
+                if lost and tag == "LOST":
+                    continue  # said where the bar was
                 role, bold = FAULT_ROLES.get(severity, ("warn", True))
                 line.append(" ")
                 line.append(tag, palette().style(role, bold=bold))
