@@ -125,6 +125,12 @@ def test_demo_applies_and_verifies_in_its_sandbox_never_in_the_operators_dirs(tm
     try:
         screen = _wait_screen(sock, lambda s: "pool 101,134 tokens" in s, 60, "its first boot")
         assert "SIMULATED HOST" in screen and "SANDBOX" in screen.split("\n")[0], screen
+        # W records into the sandbox (it wrote into the operator's state dir), and what it recorded is
+        # kept when the demo ends, in a temporary directory of its own.
+        _tmux(sock, "send-keys", "W")
+        _wait_screen(sock, lambda s: "● REC" in s, 10, "the REC badge")
+        _tmux(sock, "send-keys", "W")
+        _wait_screen(sock, lambda s: "recording stopped" in s, 10, "the recording stopped")
         # The palette offers the shipped profiles, not the operator's own.
         _tmux(sock, "send-keys", "C-p")
         _wait_screen(sock, lambda s: "Search for commands" in s, 10, "the palette")
@@ -146,7 +152,13 @@ def test_demo_applies_and_verifies_in_its_sandbox_never_in_the_operators_dirs(tm
         _tmux(sock, "send-keys", "q")
         assert wait_until(rc.exists, 30), _tmux(sock, "capture-pane", "-p")
         assert rc.read_text().strip() == "0"
+        said = " ".join(_tmux(sock, "capture-pane", "-p").split())
     finally:
         _tmux(sock, "kill-server")
     assert _tree(home) == before, "the demo changed the operator's own config or history"
-    assert list(scratch.iterdir()) == [], "the demo left its sandbox behind"
+    # The sandbox is gone; the recording is kept where the demo said.
+    (kept,) = list(scratch.iterdir())
+    assert kept.name.startswith("k26-demo-recordings-"), kept
+    (recording,) = list(kept.iterdir())
+    assert recording.suffix == ".k26rec" and recording.stat().st_size > 0
+    assert f"the recording made with W is kept in {kept}" in said, said

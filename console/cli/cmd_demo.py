@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -83,7 +84,6 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.time_scale <= 100:
         raise UsageError(f"--time-scale must be a positive number up to 100, not {args.time_scale}.")
-    from console.tui.recording import recordings_dir
 
     if not 1 <= args.hosts <= MAX_DEMO_HOSTS:
         raise UsageError(f"--hosts must be a whole number from 1 to {MAX_DEMO_HOSTS}, not {args.hosts}.")
@@ -95,12 +95,12 @@ def run(args: argparse.Namespace) -> int:
     except HostsError as exc:
         raise UsageError(str(exc)) from None
     theme = resolve_theme(args.theme, configured)
-    # The operator's own recordings directory, read before the sandbox hides it: a recording started
-    # with W outlives the demo.
-    recordings = recordings_dir()
-    crashes = crash_log_dir()  # the operator's, as the recordings: the sandbox goes with the demo
+    crashes = crash_log_dir()  # the operator's: a crash's log must outlive the sandbox
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="k26-demo-")))
+        # W records into the sandbox, never the operator's state dir (the demo promises "never yours");
+        # what it recorded is kept when the demo ends (`keep_recordings`).
+        recordings = scratch / "recordings"
         stack.enter_context(sandbox(scratch / "operator"))
         # After the sandbox: --profile names a shipped profile, never one of the operator's own.
         target, source = resolve_target(args)
@@ -147,6 +147,14 @@ def run(args: argparse.Namespace) -> int:
                 what = "host" if len(twins) == 1 else f"{len(twins)} hosts"
                 sys.stderr.write(f"k26-console demo: stopping the simulated {what}.\n")
             stop_twin()
+            app.recording.stop()
+            kept = keep_recordings(recordings)
+            if kept is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    sys.stderr.write(
+                        f"k26-console demo: the recording made with W is kept in {kept} (a temporary "
+                        "directory: move it to keep it; the demo's sandbox is removed).\n"
+                    )
     if lifeline.fired:
         say_why_ended(lifeline.reason, "stopped the simulated host")
         end_now(lifeline.exit_code(code))
@@ -224,6 +232,21 @@ def sandbox(root: Path) -> Iterator[None]:
                 os.environ.pop(var, None)
             else:
                 os.environ[var] = value
+
+
+def keep_recordings(directory: Path) -> Path | None:
+    """The recordings W made in the sandbox, moved out of it before it is removed: into a new temporary
+    directory of their own (not the operator's state dir), which is returned; None when there are none."""
+    try:
+        made = sorted(p for p in directory.iterdir() if p.is_file() and not p.is_symlink())
+    except OSError:
+        return None
+    if not made:
+        return None
+    kept = Path(tempfile.mkdtemp(prefix="k26-demo-recordings-"))
+    for path in made:
+        shutil.move(path, kept / path.name)
+    return kept
 
 
 class _Once:
