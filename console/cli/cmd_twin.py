@@ -29,7 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--state-dir", metavar="DIR", help="where the twin keeps its files (default: the user state dir)"
     )
-    p.add_argument("--name", default="twin", help="host name in hosts.toml (default: twin)")
+    p.add_argument(
+        "--name",
+        default="twin",
+        help="host name in hosts.toml, and the default state dir's name (default: twin); a name another "
+        "running twin holds is refused, so two users of one account each pick their own",
+    )
     p.add_argument("--scenario", default=None, help="simulated deployment (default: kimi-k26-rtx6000)")
     p.add_argument(
         "--time-scale", type=float, default=None, help="startup time multiplier (1.0 is real time)"
@@ -140,6 +145,61 @@ def register_host(twin_hosts: Path, name: str, target: Path | None = None) -> Pa
     return path
 
 
+def name_taken(
+    name: str, state_dir: Path, *, default_dir: bool, register: bool, hosts_path: Path | None = None
+) -> str | None:
+    """Why this twin may not take `name`, in one sentence naming --name, or None: another running twin
+    is registered under it in the operator's hosts.toml (registering would point that entry at this
+    twin), or holds the state dir the name picks by default. Two users of one account each ran
+    `k26-console twin` and the second took over the first's "twin"."""
+    from console.sources.hosts import default_hosts_path
+    from console.twin.units import pid_alive
+
+    holders: list[tuple[Path, str]] = []
+    if default_dir:
+        holders.append((state_dir, "uses the state directory"))
+    if register:
+        path = hosts_path or default_hosts_path()
+        root = _registered_twin_root(path, name)
+        if root is not None:
+            holders.append(
+                (root, f"is registered under it in {terminal_safe(path)}, with the state directory")
+            )
+    for root, how in holders:
+        try:
+            owner = int((root / "owner.pid").read_text(encoding="ascii").strip())
+        except (OSError, ValueError):
+            continue
+        if owner != os.getpid() and pid_alive(owner):
+            return (
+                f"the host name {name!r} is taken: another running twin (pid {owner}) {how} "
+                f"{terminal_safe(root)}; pick a name of your own with --name NAME."
+            )
+    return None
+
+
+def _registered_twin_root(path: Path, name: str) -> Path | None:
+    """The state directory of the twin registered as `name` in the hosts file `path` (by its unit_dir,
+    ROOT/etc/systemd/system), None when the file has no such entry or it is not a twin's."""
+    import tomllib
+
+    try:
+        with path.open("rb") as f:
+            doc = tomllib.loads(f.read(MAX_HOSTS_BYTES).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None  # registering says what is wrong with the file
+    hosts = doc.get("hosts")
+    entry = hosts.get(name) if isinstance(hosts, dict) else None
+    unit_dir = entry.get("unit_dir") if isinstance(entry, dict) else None
+    if not isinstance(unit_dir, str) or not unit_dir.endswith("/etc/systemd/system"):
+        return None
+    return Path(unit_dir).parents[2]
+
+
+MAX_HOSTS_BYTES = 4 << 20
+"""More than any hosts file: what `name_taken` reads of one."""
+
+
 def run(args: argparse.Namespace) -> int:
     from console.twin.host import DEFAULT_SCENARIO, TwinError, TwinHost
 
@@ -157,9 +217,11 @@ def run(args: argparse.Namespace) -> int:
             f"--load must be a positive number of requests a second up to 1000, not {args.load}."
         )
     scenario = scenario_argument(args.scenario)
-    state_dir = state_dir_argument(args.state_dir) or (
-        Path(platformdirs.user_state_dir("k26-console")) / "twins" / name
-    )
+    chosen = state_dir_argument(args.state_dir)
+    state_dir = chosen or Path(platformdirs.user_state_dir("k26-console")) / "twins" / name
+    taken = name_taken(name, state_dir, default_dir=chosen is None, register=not args.no_register)
+    if taken is not None:
+        raise UsageError(taken)
     twin = TwinHost(
         state_dir,
         name=name,
@@ -207,8 +269,8 @@ def run(args: argparse.Namespace) -> int:
                     sys.stderr.write(f"k26 twin: not registered: {terminal_safe(reason)}\n")
                 else:
                     print(
-                        f"registered as host '{name}' in {registered_in} (--no-register to skip); "
-                        f"try: k26-console apply {name} ctx-200k --rollback-on-failure",
+                        f"registered as host '{name}' in {registered_in} (--name picks another, "
+                        f"--no-register skips it); try: k26-console apply {name} ctx-200k --rollback-on-failure",
                         flush=True,
                     )
             # Last, so the lines scripts read first (hosts.toml, ssh, registered) keep their places.
