@@ -166,9 +166,11 @@ where its bar was. The alerts say each in words."""
         if sample.state.value != "ok":
             return Text(f"GPUs: {sample.detail or sample.state.value}", palette().warn)
         rows = self._gpu_rows(snap)
-        # The faults always; the health cell where the bar keeps 24 cells beside it.
+        # The faults always; the health cell where the bar keeps 24 cells beside it. The bar takes what
+        # the row's words leave, measured (a fixed 34 left 9 blank cells beside a 9-cell bar at 80x24).
         tags = max((len(" ".join(t for t, _ in r.faults)) + 1 for r in rows if r.faults), default=0)
-        width = max(10, self.content_region.width - 34 - min(tags, 24))
+        words = max(len(_gpu_label(r)) + len(_used_total(r)) + 4 for r in rows)
+        width = max(10, self.content_region.width - words - min(tags, 24))
         cell = 11 if width - 11 >= 24 and any(_health_cell(r) for r in rows) else 0
         width -= cell
         legend = Text(" ")
@@ -190,8 +192,7 @@ where its bar was. The alerts say each in words."""
             lines.append(legend)
         for r in rows:
             line = Text()
-            line.append(f"GPU{r.index:<2}", "bold")
-            line.append(" ")
+            line.append(_gpu_label(r), "bold")
             total = r.total_gib or 0.0
             if r.detailed:
                 parts = [(v, palette().colour(n)) for n, v in r.parts]
@@ -206,9 +207,7 @@ where its bar was. The alerts say each in words."""
                 line.append(said, palette().style("bad", bold=True))
             else:
                 line.append_text(stacked_bar(parts, total, width))
-            used = "—" if r.used_gib is None else f"{r.used_gib:5.1f}"
-            tot = "—" if r.total_gib is None else f"{r.total_gib:.1f}"
-            line.append(f" {used}/{tot} GiB ")
+            line.append(_used_total(r))
             util = "  —" if r.util_pct is None else f"{r.util_pct:3.0f}%"
             line.append(util, "bold" if (r.util_pct or 0) >= 50 else palette().muted)
             if cell:
@@ -247,6 +246,17 @@ COMPACT_LABELS = {
     "other": "other",
     "procs": "procs",
 }
+
+
+def _gpu_label(row: GpuRow) -> str:
+    return f"GPU{row.index:<2} "
+
+
+def _used_total(row: GpuRow) -> str:
+    """` 60.0/80.0 GiB `: what the bar stands for, in figures."""
+    used = "—" if row.used_gib is None else f"{row.used_gib:5.1f}"
+    total = "—" if row.total_gib is None else f"{row.total_gib:.1f}"
+    return f" {used}/{total} GiB "
 
 
 def _health_cell(row: GpuRow) -> str:
@@ -316,7 +326,7 @@ longest request the server accepts now: a pool smaller than either cannot hold o
         head = Text()
         head.append("pool ", palette().muted)
         pool = f"{g.pool_tokens:,} tokens" if g.pool_tokens is not None else "not allocated yet"
-        if self.compact and len(pool) + len(f"  [{g.level}]") > self.content_region.width:
+        if self.compact and len(f"pool {pool}  [{g.level}]") > self.content_region.width:
             pool = pool.removesuffix(" tokens")  # the level must stay on the line in a narrow column
         head.append(pool, colour)
         if g.level != "unknown":
