@@ -21,6 +21,7 @@ import pytest
 
 from console.twin.scenarios import SCENARIOS, get_scenario
 from console.twin.server_argspec import build_parser, parse_argv, server_args_repr
+from console.twin.sglang_tree import WHEEL_VERSION, find_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 KIMI = ["--model-path", "moonshotai/Kimi-K2.6", "--tp-size", "8"]
@@ -724,3 +725,143 @@ async def test_health_is_503_while_starting() -> None:
     finally:
         await http.close()
     assert any('"GET /health_generate HTTP/1.1" 503 Service Unavailable' in line for line in logged)
+
+
+# ------------------------------------------------------------------------- the twin's formats are SGLang's
+# Checked against the cached SGLang wheel's own source (its f-strings, its metric names, the lines its
+# tracebacks quote), not by the console's parser: a parser and a twin written by the same hands could agree
+# on a format SGLang never printed.
+needs_wheel = pytest.mark.skipif(
+    find_wheel() is None,
+    reason=f"the SGLang {WHEEL_VERSION} wheel is not cached in .cache/sglang-wheel (run scripts/fetch-sglang-wheel)",
+)
+_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z]+\d+)*\] ")
+# Lines that are not SGLang's own text, by who prints them: uvicorn's server and access log, and tqdm's
+# default bar after a description SGLang gives (the description itself is checked).
+_UVICORN = re.compile(
+    r'INFO: {5}(?:Started server process \[\d+\]|Waiting for application (?:startup|shutdown)\.'
+    r"|Application (?:startup|shutdown) complete\.|Uvicorn running on http://[\d.]+:\d+ \(Press CTRL\+C to quit\)"
+    r'|Shutting down|Finished server process \[\d+\]|[\d.]+:\d+ - "[A-Z]+ /[\w/]* HTTP/1\.1" \d{3} [\w ]+)'
+)
+_TQDM_DEFAULT_BAR = re.compile(r": +\d+%\|[^|]*\| \d+/\d+ \[[\d:]+<[\d:?]+, +[\d.?]+(?:it/s|s/it)\]$")
+
+
+def _sglang_site() -> Path:
+    from console.twin.sglang_tree import extracted_tree
+
+    wheel = find_wheel()
+    assert wheel is not None
+    return extracted_tree(wheel)
+
+
+def _messages(lines: list[str]) -> dict[str, str]:
+    """The twin's SGLang messages, one per shape (numbers folded), uvicorn's lines left out."""
+    shapes: dict[str, str] = {}
+    for line in lines:
+        message = _PREFIX.sub("", line)
+        if not message.strip() or _UVICORN.fullmatch(message):
+            continue
+        message = _TQDM_DEFAULT_BAR.sub("", message)
+        shapes.setdefault(re.sub(r"\d+", "0", message), message)
+    return shapes
+
+
+@needs_wheel
+def test_every_line_the_twin_logs_is_one_sglang_prints(server: TwinProc) -> None:
+    from tests.support.sglang_templates import matching_template
+
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        client.post("/generate", json={"text": "hello " * 40, "sampling_params": {"max_new_tokens": 64, "ignore_eos": True}})
+    server.wait_for(r"Decode batch, ")
+    site = _sglang_site()
+    messages = _messages(list(server.lines))
+    # The kinds of line the console's parser reads off a boot and a request: each must be among them.
+    for head in ("Load weight end.", "KV Cache is allocated.", "Memory pool end.", "Capture cuda graph end.",
+                 "max_total_num_tokens=", "Prefill batch,", "Decode batch,", "The server is fired up"):
+        assert any(m.startswith(head) for m in messages.values()), head
+    unmatched = [m for m in messages.values() if matching_template(site, m) is None]
+    assert unmatched == []
+
+
+@needs_wheel
+def test_the_format_check_refuses_a_line_sglang_never_printed() -> None:
+    # The positive control of the check above: one word changed, one field renamed, a decimal too many.
+    # Its limit: a template that ends in a free placeholder (the Decode line's `{token_usage_msg}`) accepts
+    # any tail; the fields after it are held to real SGLang lines by the parser's corpus tests.
+    from tests.support.sglang_templates import matching_template
+
+    site = _sglang_site()
+    assert matching_template(site, "KV Cache is allocated. #tokens: 218484, KV size: 14.30 GB") is not None
+    for wrong in (
+        "KV Cache is allocated. #tokens: 218484, KV sizes: 14.30 GB",
+        "KV Cache is allocated. #token: 218484, KV size: 14.30 GB",
+        "Memory pool end. avail mem=5.071 GB",
+        "Decode batch, #running-reqs: 1, #token: 109, token usage: 0.00, gen throughput (token/s): 38.65",
+    ):
+        assert matching_template(site, wrong) is None, wrong
+
+
+@needs_wheel
+def test_the_twins_metric_names_are_sglangs(server: TwinProc) -> None:
+    site = _sglang_site()
+    declared: set[str] = set()
+    for path in (site / "sglang").rglob("*.py"):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if "sglang:" in text:
+            declared |= set(re.findall(r"[\"'](sglang:[a-z0-9_]+)[\"']", text))
+
+    def base(name: str) -> str:
+        return re.sub(r"_(?:total|bucket|count|sum|created)$", "", name)
+
+    metrics = httpx.get(f"{server.url}/metrics", timeout=30).text
+    served = {base(n) for n in re.findall(r"^(sglang:[a-z0-9_]+)", metrics, re.M)}
+    assert len(served) >= 10
+    assert served - {base(n) for n in declared} == set()
+
+
+def _enclosing_function(source: list[str], number: int) -> str | None:
+    """The innermost function whose body holds line `number` (1-based)."""
+    import ast
+
+    spans = [
+        (node.lineno, node.name)
+        for node in ast.walk(ast.parse("\n".join(source)))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.lineno <= number <= (node.end_lineno or node.lineno)
+    ]
+    return max(spans)[1] if spans else None
+
+
+@needs_wheel
+def test_the_frames_the_twins_tracebacks_quote_are_sglangs_lines() -> None:
+    from console.twin import server_logs
+
+    site = _sglang_site()
+    tracebacks = [
+        server_logs.not_enough_memory_traceback(),
+        server_logs.cuda_oom_traceback("oom", mla=True, draft=False),
+        server_logs.cuda_oom_traceback("oom", mla=False, draft=True),
+    ]
+    checked = 0
+    for lines in tracebacks:
+        for i, line in enumerate(lines):
+            m = re.fullmatch(r'  File "(.+?)", line (\d+), in (\w+)', line)
+            if not m or "/sglang/" not in m.group(1):
+                continue  # torch's frames: torch is not in the wheel
+            rel = m.group(1)[m.group(1).index("/sglang/") + 1 :]
+            source = (site / rel).read_text(encoding="utf-8").splitlines()
+            number, func = int(m.group(2)), m.group(3)
+            quoted = lines[i + 1].strip()
+            assert source[number - 1].strip() == quoted, f"{rel}:{number} is not {quoted!r}"
+            assert _enclosing_function(source, number) == func, f"{rel}:{number} is not in {func}"
+            checked += 1
+    assert checked >= 15
+    # The messages at their ends are SGLang's too.
+    from tests.support.sglang_templates import matching_template
+
+    assert matching_template(site, "Not enough memory. Please try to increase --mem-fraction-static.")
+    assert matching_template(site, server_logs.CUDA_GRAPH_CAPTURE_FAILED_MSG) is not None
+    failed = server_logs.cuda_oom_traceback("CUDA out of memory.", mla=True, draft=False)
+    head = failed.index("Exception: Capture cuda graph failed: CUDA out of memory.")
+    message = "\n".join(failed[head:]).removeprefix("Exception: ")
+    assert matching_template(site, message) is not None

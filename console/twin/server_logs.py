@@ -181,12 +181,12 @@ def cuda_oom_traceback(oom_message: str, mla: bool, draft: bool) -> list[str]:
             (f"{SRT}/models/kimi_k25.py", 732, "forward", "    hidden_states = general_mm_embed_routine("),
             (
                 f"{SRT}/managers/mm_utils.py",
-                1134,
+                1106,
                 "general_mm_embed_routine",
                 "    hidden_states = language_model(",
             ),
             (f"{SRT}/models/deepseek_v2.py", 2485, "forward", "    hidden_states = self.model("),
-            (f"{SRT}/models/deepseek_v2.py", 2230, "forward", "    hidden_states, residual = layer("),
+            (f"{SRT}/models/deepseek_v2.py", 2284, "forward", "    hidden_states, residual, topk_indices = layer("),
             (f"{SRT}/models/deepseek_v2.py", 1973, "forward", "    hidden_states = self.mlp("),
             (
                 f"{SRT}/models/deepseek_v2.py",
@@ -196,32 +196,39 @@ def cuda_oom_traceback(oom_message: str, mla: bool, draft: bool) -> list[str]:
             ),
             (
                 f"{SRT}/layers/moe/fused_moe_triton/layer.py",
-                1027,
+                1062,
                 "forward",
-                "    combine_input = self.run_moe_core(",
+                "    return self.forward_impl(hidden_states, topk_output)",
             ),
             (
-                f"{SRT}/layers/moe/moe_runner/triton.py",
-                143,
-                "run",
+                f"{SRT}/layers/moe/fused_moe_triton/layer.py",
+                1072,
+                "forward_impl",
+                "    combine_input = self.run_moe_core(",
+            ),
+            (f"{SRT}/layers/moe/moe_runner/triton.py", 93, "run", "    out = _fused_moe_kernel_sequence("),
+            (
+                f"{SRT}/layers/moe/moe_runner/triton_utils/fused_moe.py",
+                478,
+                "_fused_moe_kernel_sequence",
                 "    intermediate_cache1 = torch.empty(",
             ),
         ]
         if mla
         else [
-            (f"{SRT}/models/llama.py", 486, "forward", "    hidden_states = self.model("),
-            (f"{SRT}/models/llama.py", 350, "forward", "    hidden_states, residual = layer("),
-            (f"{SRT}/models/llama.py", 271, "forward", "    hidden_states = self.mlp(hidden_states)"),
-            (f"{SRT}/models/llama.py", 114, "forward", "    gate_up, _ = self.gate_up_proj(x)"),
+            (f"{SRT}/models/llama.py", 524, "forward", "    hidden_states = self.model("),
+            (f"{SRT}/models/llama.py", 397, "forward", "    hidden_states, residual = layer("),
+            (f"{SRT}/models/llama.py", 329, "forward", "    hidden_states = self.mlp(hidden_states)"),
+            (f"{SRT}/models/llama.py", 117, "forward", "    gate_up, _ = self.gate_up_proj(x)"),
             (
                 f"{SRT}/layers/linear.py",
-                427,
+                472,
                 "forward",
                 "    output_parallel = self.quant_method.apply(self, input_, bias)",
             ),
             (
                 f"{SRT}/layers/quantization/unquant.py",
-                132,
+                160,
                 "apply",
                 "    return F.linear(x, layer.weight, bias)",
             ),
@@ -278,18 +285,18 @@ def cuda_oom_traceback(oom_message: str, mla: bool, draft: bool) -> list[str]:
             (f"{SRT}/managers/scheduler.py", 719, "init_model_worker", "    self.maybe_init_draft_worker()"),
             (
                 f"{SRT}/managers/scheduler.py",
-                700,
+                703,
                 "maybe_init_draft_worker",
                 "    self.draft_worker = DraftWorkerClass(**draft_worker_kwargs)",
             ),
-            (f"{SRT}/speculative/eagle_worker.py", 162, "__init__", "    self.init_cuda_graphs()"),
+            (f"{SRT}/speculative/eagle_worker.py", 227, "__init__", "    self.init_cuda_graphs()"),
             (
                 f"{SRT}/speculative/eagle_worker.py",
-                301,
+                289,
                 "init_cuda_graphs",
-                "    self.cuda_graph_runner = EAGLEDraftCudaGraphRunner(self)",
+                "    self.cuda_graph_runner = Device2DraftCudaGraphRunner[",
             ),
-            (f"{SRT}/speculative/eagle_draft_cuda_graph_runner.py", 160, "__init__", "    raise Exception("),
+            (f"{SRT}/speculative/eagle_draft_cuda_graph_runner.py", 185, "__init__", "    raise Exception("),
         ]
     else:
         outer += [
