@@ -497,25 +497,39 @@ async def test_a_session_that_comes_up_after_the_console_left_writes_no_presence
     the session that comes up in the moment before the exit must not start beating."""
     config = load_hosts(twin.hosts_toml).get(twin.name)
     assert config is not None
-    config = config.model_copy(update={"state_dir": "~/.k26-left-early"})
-    presence = twin.layout.home_dir / ".k26-left-early" / "presence"
     me = Identity(user="erin", jump_host="jump5", pid=8181, console_id="erin5")
-    entry = HostEntry(
-        twin.name,
-        config=config,
-        session_options={"gpu_interval_s": 0.5, "server_interval_s": 0.5},
-        controller_options={"state_dir": tmp_path},
-        pairing_options={"heartbeat_s": 0.5, "poll_s": 0.5},
+
+    def console_app(state_dir: str, who: Identity) -> ConsoleApp:
+        entry = HostEntry(
+            twin.name,
+            config=config.model_copy(update={"state_dir": f"~/{state_dir}"}),
+            session_options={"gpu_interval_s": 0.5, "server_interval_s": 0.5},
+            controller_options={"state_dir": tmp_path / who.console_id},
+            pairing_options={"heartbeat_s": 0.5, "poll_s": 0.5},
+        )
+        return ConsoleApp([entry], identity=who)
+
+    async def presence_after_first_snapshot(app: ConsoleApp, presence: Path) -> list[Path]:
+        """The presence files on the host 1.5 s (three heartbeat intervals) after the console's first
+        snapshot: a console that pairs has beaten by then."""
+        async with app.run_test(size=(120, 40)) as pilot:
+            deadline = time.monotonic() + 60
+            while app.dashboards[twin.name].snap is None:  # the session is up and delivering
+                assert time.monotonic() < deadline, "the session never came up"
+                await pilot.pause(0.05)
+            await pilot.pause(1.5)
+            found = list(presence.glob("*.json")) if presence.exists() else []
+            link = app.hosts[twin.name].link
+        return found if link is None else [*found, Path("paired")]
+
+    # The control: a console that has not left beats within that window (else the check below proves nothing).
+    control = Identity(user="erin", jump_host="jump5", pid=8182, console_id="erin5-control")
+    seen = await presence_after_first_snapshot(
+        console_app(".k26-left-early-control", control), twin.layout.home_dir / ".k26-left-early-control" / "presence"
     )
-    app = ConsoleApp([entry], identity=me)
+    assert seen, "a console that had not left wrote no presence within 1.5 s of its first snapshot"
+
+    app = console_app(".k26-left-early", me)
     # As the lifeline does when the signal comes first: leave, with no session up yet to leave.
     await app.leave_hosts(1.0)
-    async with app.run_test(size=(120, 40)) as pilot:
-        deadline = time.monotonic() + 60
-        while app.dashboards[twin.name].snap is None:  # the session is up and delivering
-            assert time.monotonic() < deadline, "the session never came up"
-            await pilot.pause(0.05)
-        # Three heartbeat intervals: a console that pairs has beaten by now.
-        await pilot.pause(1.5)
-        assert not presence.exists() or not list(presence.glob("*.json"))
-        assert app.hosts[twin.name].link is None  # never paired
+    assert await presence_after_first_snapshot(app, twin.layout.home_dir / ".k26-left-early" / "presence") == []

@@ -213,11 +213,24 @@ async def test_read_only_console_refuses_apply_on_a_live_host(twin, store, tmp_p
             lambda: dash.snap and dash.snap.connection and dash.snap.connection.state == "up",
         )
         invocation = twin.systemctl("show", "-p", "InvocationID", twin.unit).stdout
+        told: list[str] = []
+        notify = app.notify
+
+        def noted(message: str, **kw: object) -> None:
+            told.append(str(message))
+            notify(message, **kw)  # type: ignore[arg-type]
+
+        app.notify = noted  # type: ignore[method-assign,assignment]
         app.post_message(ApplyRequested(twin.name, "ctx-200k"))
         app.post_message(RollbackRequested(twin.name))
-        await pilot.press("R", "r")
-        await pilot.pause(0.5)
-        assert len(app.screen_stack) == 1 and dash.track is None and app.hosts[twin.name].busy is None
+        # The requests are answered (a refusal, in words), not dropped unseen.
+        await until(pilot, "the two refusals", lambda: len([t for t in told if t.startswith("read-only:")]) == 2)
+        # R and r do nothing; the key after them (p, the profiles) does: the keys were read, in order.
+        await pilot.press("R", "r", "p")
+        await until(pilot, "the profiles screen", lambda: isinstance(app.screen, ProfilesScreen))
+        assert len(app.screen_stack) == 2 and dash.track is None and app.hosts[twin.name].busy is None
+        await pilot.press("escape")
+        await until(pilot, "the dashboard again", lambda: len(app.screen_stack) == 1)
         enabled = {k for k, b in app.active_bindings.items() if b.enabled}
         assert not {"r", "R"} & enabled and "p" in enabled
         assert twin.systemctl("show", "-p", "InvocationID", twin.unit).stdout == invocation
