@@ -173,7 +173,7 @@ where its bar was. The alerts say each in words."""
         width = max(10, self.content_region.width - words - min(tags, 24))
         cell = 11 if width - 11 >= 24 and any(_health_cell(r) for r in rows) else 0
         width -= cell
-        legend = Text(" ")
+        legend = Text(" ", no_wrap=True, overflow="ellipsis")
         shown = {name for r in rows for name, v in r.parts if v > 0} or {"used"}
         if any(r.reserved_gib for r in rows):
             shown.add("reserved")
@@ -191,7 +191,7 @@ where its bar was. The alerts say each in words."""
             self.border_title = "GPUs"
             lines.append(legend)
         for r in rows:
-            line = Text()
+            line = Text(no_wrap=True, overflow="ellipsis")  # one row, whatever the width measured
             line.append(_gpu_label(r), "bold")
             total = r.total_gib or 0.0
             if r.detailed:
@@ -323,7 +323,7 @@ longest request the server accepts now: a pool smaller than either cannot hold o
         colour = level_style(g.level)
         width = max(10, self.content_region.width - 2)
         lines: list[RenderableType] = []
-        head = Text()
+        head = Text(no_wrap=True, overflow="ellipsis")
         head.append("pool ", palette().muted)
         pool = f"{g.pool_tokens:,} tokens" if g.pool_tokens is not None else "not allocated yet"
         if self.compact and len(f"pool {pool}  [{g.level}]") > self.content_region.width:
@@ -346,8 +346,10 @@ longest request the server accepts now: a pool smaller than either cannot hold o
                     marks = marks[:pos] + Text(ch, "bold") + marks[pos + 1 :]
                     if self.compact:  # on the bar itself: one row fewer
                         bar = bar[:pos] + Text(ch, palette().badge("mark")) + bar[pos + 1 :]
+            bar.no_wrap = True  # one row, whatever the width measured (see GpuPanel)
             lines.append(bar)
             if not self.compact:
+                marks.no_wrap = True
                 lines.append(marks)
         if self.compact:
             lines.append(compact_targets(g))
