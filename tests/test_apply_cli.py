@@ -23,18 +23,12 @@ import pytest
 
 from console.twin.host import TwinHost
 from tests.support.cli import CLI, CTX200K, operator_env, wait_until
+from tests.support.twins import module_twin
 
 TIME_SCALE = 0.002
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("cli-twin") / "state", time_scale=TIME_SCALE)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("cli-twin", time_scale=TIME_SCALE)
 
 
 def _apply(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

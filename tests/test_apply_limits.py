@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from console.sources.service import ServiceController, history_path
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
 from tests.support.cli import CLI, CTX200K, operator_env, wait_until
+from tests.support.twins import module_twin
 
 TIME_SCALE = 0.002
 
@@ -92,14 +92,7 @@ def test_a_phase_past_its_deadline_is_overdue() -> None:
 # ---- against a twin ------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("limits-twin") / "state", time_scale=TIME_SCALE)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("limits-twin", time_scale=TIME_SCALE)
 
 
 def _host(twin: TwinHost) -> HostConfig:

@@ -14,27 +14,18 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-
-import pytest
 
 from console.core.pairing import LockInfo, Presence
 from console.twin.host import TwinHost
 from tests.support.cli import CLI, REPO, operator_env
+from tests.support.twins import module_twin
 
 TIME_SCALE = 0.004
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("pair-twin") / "state", time_scale=TIME_SCALE)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("pair-twin", time_scale=TIME_SCALE)
 
 
 def _profile(tmp: Path, name: str, fraction: float) -> Path:

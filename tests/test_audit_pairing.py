@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from console.sources.hoststate import HostStateDir
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
 from tests.support.cli import CLI, REPO
+from tests.support.twins import module_twin
 
 T0 = datetime(2026, 6, 1, 9, 0, 0, tzinfo=UTC)
 ALICE = Identity(user="alice", jump_host="jump1", pid=4242, console_id="alice1")
@@ -131,14 +131,7 @@ def test_a_field_from_a_newer_console_does_not_break_pairing() -> None:
 # ---- over SSH ------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("audit-pair-twin") / "state", start_service=False)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("audit-pair-twin", start_service=False)
 
 
 def _hosts(twin: TwinHost, tmp: Path, state_dir: str) -> Path:

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,18 +26,12 @@ from console.sources.transport import Transport
 from console.twin.host import TwinHost
 from tests.support.cli import CLI, REPO, operator_env
 from tests.support.measured import run_measured
+from tests.support.twins import module_twin
 
 ALICE = Identity(user="alice", jump_host="jump1", pid=4242, console_id="alice1")
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("audit-twin") / "state", start_service=False)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("audit-twin", start_service=False)
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,20 +38,14 @@ from console.sources.transport import Transport
 from console.twin.host import TwinHost
 from console.twin.realsd import why_unavailable
 from tests.support.cli import CLI, REPO, operator_env, profile_variant, run_cli, wait_until
+from tests.support.twins import module_twin
 
 TIME_SCALE = 0.002
 MODE = "real" if why_unavailable() is None else "simulated"
 CONFIRM_S = 6
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("change-twin") / "state", time_scale=TIME_SCALE, systemd=MODE)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("change-twin", time_scale=TIME_SCALE, systemd=MODE)
 
 
 def _dropin(twin: TwinHost) -> str | None:

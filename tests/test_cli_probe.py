@@ -14,13 +14,13 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from console.core.profiles import parse_profile
 from console.twin.host import TwinHost
+from tests.support.twins import module_twin
 from tests.test_probe_twin import TIME_SCALE, set_flags
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,14 +38,7 @@ CONTRACT = {
 }
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("cli-probe") / "state", time_scale=TIME_SCALE)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("cli-probe", time_scale=TIME_SCALE)
 
 
 @pytest.fixture

@@ -7,11 +7,8 @@ import asyncio
 import json
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from console.core.pairing import Identity
 from console.sources.hosts import load_hosts
@@ -19,14 +16,12 @@ from console.sources.hoststate import HostStateDir
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
 from tests.support.cli import one_sentence, profile_variant, run_cli, started_twin
+from tests.support.twins import module_twin
 
 TIME_SCALE = 0.002
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    with started_twin(tmp_path_factory.mktemp("restart-twin") / "state", time_scale=TIME_SCALE) as host:
-        yield host
+twin = module_twin("restart-twin", time_scale=TIME_SCALE)
 
 
 def _cli(twin: TwinHost, home: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:

@@ -3,21 +3,18 @@ drop-in path of the unit hosts.toml names rather than a default one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from console.twin.host import TwinHost
-from tests.support.cli import one_sentence, run_cli, run_main, started_twin
+from tests.support.cli import one_sentence, run_cli, run_main
+from tests.support.twins import module_twin
 
 TIME_SCALE = 0.002
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    with started_twin(tmp_path_factory.mktemp("said-twin") / "state", time_scale=TIME_SCALE) as host:
-        yield host
+twin = module_twin("said-twin", time_scale=TIME_SCALE)
 
 
 def test_a_probe_without_profile_says_where_its_results_went(twin: TwinHost, tmp_path: Path) -> None:

@@ -39,7 +39,8 @@ from console.sources.hosts import load_hosts
 from console.sources.hoststate import HostStateDir
 from console.sources.transport import Transport
 from console.twin.host import TwinHost, free_port
-from tests.support.cli import CLI, REPO, operator_env, run_cli, started_twin, wait_until
+from tests.support.cli import CLI, REPO, operator_env, run_cli, wait_until
+from tests.support.twins import module_twin
 
 SHARED = REPO.parent / "shared"
 PROMTOOL = shutil.which("promtool")
@@ -216,10 +217,7 @@ def _value(text: str | None, name: str, host: str = "twin") -> float | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    with started_twin(tmp_path_factory.mktemp("export") / "state") as host:
-        yield host
+twin = module_twin("export")
 
 
 def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:

@@ -5,7 +5,6 @@ of that SGLang, saying which of its flags differ when it was written for another
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from console.tui.profile_check import check_profile_text
 from console.twin.host import TwinHost
 from console.twin.sglang_tree import WHEEL_VERSION, find_wheel
 from tests.support.cli import CTX200K
+from tests.support.twins import module_twin
 from tests.tui_support import plain
 
 needs_wheel = pytest.mark.skipif(
@@ -52,14 +52,7 @@ def test_a_profile_naming_an_unknown_version_is_checked_against_the_hosts_list()
     )
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("host-console") / "state", time_scale=0.002)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("host-console", time_scale=0.002)
 
 
 @needs_wheel

@@ -12,7 +12,6 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from console.core.models import get_model, parse_hf_config
 from console.twin.host import TwinHost
 from console.twin.sglang_tree import MODEL_ID, WHEEL_VERSION, find_wheel
 from tests.support.cli import CTX200K, run_main, wait_until
+from tests.support.twins import module_twin
 
 TIME_SCALE = 0.002
 needs_wheel = pytest.mark.skipif(
@@ -31,14 +31,7 @@ needs_wheel = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("host-twin") / "state", time_scale=TIME_SCALE)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("host-twin", time_scale=TIME_SCALE)
 
 
 @pytest.fixture

@@ -31,7 +31,8 @@ from console.tui.app import ConsoleApp, HostEntry
 from console.tui.messages import BreakRequested
 from console.tui.screens import ConfirmScreen
 from console.twin.host import TwinHost
-from tests.support.cli import one_sentence, run_cli, started_twin, wait_until
+from tests.support.cli import one_sentence, run_cli, wait_until
+from tests.support.twins import module_twin
 
 TIME_SCALE = 0.004
 BOB = Identity(user="bob", jump_host="jump2", pid=5151, console_id="bob2")
@@ -47,10 +48,7 @@ def unsafe(text: str) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    with started_twin(tmp_path_factory.mktemp("hostile-text") / "state", time_scale=TIME_SCALE) as host:
-        yield host
+twin = module_twin("hostile-text", time_scale=TIME_SCALE)
 
 
 def _state_dir(twin: TwinHost) -> Path:

@@ -25,6 +25,7 @@ from console.sources.hosts import HostConfig, load_hosts
 from console.sources.hoststate import PRUNE_PER_READ, HostStateDir, Lock
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
+from tests.support.twins import module_twin
 
 REPO = Path(__file__).resolve().parent.parent
 BEAT = 0.5  # heartbeat interval: a console is stale 3 × 0.5 = 1.5 s after its last beat
@@ -33,14 +34,7 @@ ALICE = Identity(user="alice", jump_host="jump1", pid=4242, console_id="alice1")
 BOB = Identity(user="bob", jump_host="jump2", pid=5151, console_id="bob2")
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("hoststate-twin") / "state", start_service=False)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("hoststate-twin", start_service=False)
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ from console.sources.hosts import HostConfig, load_hosts
 from console.sources.hoststate import HostStateDir, HostStateError
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
+from tests.support.twins import module_twin
 
 BEAT = 0.5
 ALICE = Identity(user="alice", jump_host="jump1", pid=4242, console_id="alice1")
@@ -39,14 +40,7 @@ REMOVE_BY_HAND = "nothing was taken — remove it by hand once nobody is changin
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("lock-protocol-twin") / "state", start_service=False)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("lock-protocol-twin", start_service=False)
 
 
 @pytest.fixture

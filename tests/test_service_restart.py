@@ -4,7 +4,6 @@ like an apply, with nothing written to the host and no profile recorded (issue 9
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,19 +18,13 @@ from console.sources.journal import read_unit_journal
 from console.sources.service import ApplyProgress, ServiceController, ServiceError, history_path
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
+from tests.support.twins import module_twin
 
 TIME_SCALE = 0.002
 ME = Identity(user="alice", jump_host="jump1", pid=1, console_id="alice1")
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("restart-twin") / "state", time_scale=TIME_SCALE)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("restart-twin", time_scale=TIME_SCALE)
 
 
 def _host(twin: TwinHost, **changes: object) -> HostConfig:

@@ -8,25 +8,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from console.twin.host import TwinHost
+from tests.support.twins import module_twin
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "console.cli.main"]
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("cli-twin") / "state", time_scale=0.002)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("cli-twin", time_scale=0.002)
 
 
 def _saved(twin: TwinHost, tmp_path: Path) -> Path:

@@ -38,6 +38,7 @@ from console.tui.app import ConsoleApp, HostEntry
 from console.twin.host import TwinHost
 from tests.support.cli import CLI, operator_env, started_twin, wait_until
 from tests.support.procs import processes_of
+from tests.support.twins import module_twin
 
 REPO = Path(__file__).resolve().parent.parent
 GONE_S = 2.0
@@ -55,10 +56,7 @@ SEED = int(os.environ.get("K26_TEST_SEED", str(random.randrange(1 << 30))))
 """The random points in start-up and quitting; set K26_TEST_SEED to replay a failed run."""
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    with started_twin(tmp_path_factory.mktemp("lifeline-twin") / "state", time_scale=TIME_SCALE) as host:
-        yield host
+twin = module_twin("lifeline-twin", time_scale=TIME_SCALE)
 
 
 @pytest.fixture

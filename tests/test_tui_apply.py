@@ -26,20 +26,14 @@ from console.tui.screens import ApplyConfirmScreen, ConfirmScreen
 from console.tui.view import display_boot
 from console.twin.host import TwinHost
 from tests.support.cli import run_cli
+from tests.support.twins import module_twin
 from tests.tui_support import plain
 
 TIME_SCALE = 0.002
 SIZE = (160, 48)
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("tui-apply-twin") / "state", time_scale=TIME_SCALE)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("tui-apply-twin", time_scale=TIME_SCALE)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from console.tui.screens import ApplyConfirmScreen, ConfirmScreen
 from console.tui.view import display_boot, restart_timeline
 from console.twin.host import TwinHost
 from tests.support.cli import slow_boots
+from tests.support.twins import module_twin
 from tests.tui_support import plain
 
 TIME_SCALE = 0.004
@@ -54,14 +55,7 @@ CAROL = Identity(user="carol", jump_host="jump3", pid=6161, console_id="carol3")
 READER = Identity(user="dave", jump_host="jump4", pid=7171, console_id="dave4")
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("tui-pairing-twin") / "state", time_scale=TIME_SCALE)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("tui-pairing-twin", time_scale=TIME_SCALE)
 
 
 @pytest.fixture(scope="module")

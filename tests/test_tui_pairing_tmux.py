@@ -14,13 +14,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from console.twin.host import TwinHost
 from tests.support.cli import slow_boots
+from tests.support.twins import module_twin
 
 REPO = Path(__file__).resolve().parent.parent
 TIME_SCALE = 0.002  # the module's first boot; alice's restart runs at SLOW_SCALE
@@ -32,14 +33,7 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("pair-tmux-twin") / "state", time_scale=TIME_SCALE)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("pair-tmux-twin", time_scale=TIME_SCALE)
 
 
 def _tmux(sock: str, *args: str) -> str:
