@@ -2,13 +2,15 @@
 python3, nvidia-smi's loop, and local NVML through the twin's pynvml) agree on memory as nvidia-smi counts
 it, for a v2 driver and a v1-only one; each health fault the twin plays (thermal slowdown, power cap, a
 degraded PCIe link, ECC errors and row remaps) raises its alert in `snapshot --json` (exit 1) and on the
-GPU panel; an XID 79 raised while a console watches reaches it as a critical alert."""
+GPU panel; an XID 79 raised while a console watches reaches it as a critical alert, and the GPU is lost
+from then on. The faults `k26-console twin --gpu-fault` plays (thermal, power, xid79, pcie) each raise
+their alert in `snapshot --json` and on the dashboard of a console watching (one console for the four)."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,9 +24,9 @@ from console.tui.view import gpu_rows
 from console.twin import gpuhealth
 from console.twin.gpuhealth import GpuConditions, write_conditions
 from console.twin.host import TwinHost
-from console.twin.layout import ROOT_ENV
-from tests.support.cli import run_cli, started_twin
-from tests.tui_support import snapshot
+from console.twin.layout import ROOT_ENV, TwinLayout
+from tests.support.cli import run_cli, started_twin, wait_until
+from tests.tui_support import plain, snapshot
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +180,9 @@ async def test_an_xid_raised_while_a_console_watches_reaches_it_as_a_critical_al
     firing = evaluate(default_rules(), alert_inputs(snapshot([], sample)), host="twin", ts=1.0).firing
     alert = firing["gpu_xid > 0"]
     assert alert.severity == "critical" and "GPU3 XID 79: GPU has fallen off the bus" in alert.message
-    assert gpu_rows(snapshot([], sample))[3].faults[0] == ("XID 79", "critical")
+    # XID 79: the GPU fell off the bus, and its driver answers for it no more
+    assert gpu_rows(snapshot([], sample))[3].faults[:2] == (("LOST", "critical"), ("XID 79", "critical"))
+    assert later.gpus[3].lost is True and later.gpus[3].memory_used_mib is None
     assert heard < 5, heard
     print(f"\nXID 79 raised on the twin reached the console in {heard:.2f} s")
 
@@ -216,3 +220,124 @@ def test_host_names_the_peak_bandwidth_s_source_nvml_else_the_table(
         "RTX PRO 6000 Blackwell",
     )
     assert facts["gpus_source"] == "nvidia-smi on twin"
+
+
+# ---- the faults `k26-console twin --gpu-fault` plays (issue 31 item 6, "Done when") ----------------------
+
+PLAYED: dict[str, tuple[set[str], dict[int, str]]] = {
+    # fault → (the alerts it raises, GPU → the fault kind its row shows)
+    "thermal": ({"gpu_thermal_slowdown > 0"}, {3: "thermal"}),
+    "power": ({"gpu_power_capped > 0"}, dict.fromkeys(range(8), "power")),
+    "pcie": ({"gpu_pcie_degraded > 0"}, {5: "pcie"}),
+    "xid79": ({"gpu_lost > 0"}, {3: "lost"}),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fault", gpuhealth.GPU_FAULTS)
+def test_each_fault_the_twin_command_plays_raises_its_alert_in_snapshot_json(
+    healthy: TwinHost, tmp_path: Path, fault: str
+) -> None:
+    alerts, rows = PLAYED[fault]
+    # XID 79 a second from now: mid-reading, or just before it (a one-shot reading hears the event only
+    # when its agent was already watching; the lost GPU it always sees)
+    write_conditions(healthy.layout, gpuhealth.fault_conditions(fault, after_s=1.0))
+    if fault == "xid79":
+        assert wait_until(lambda: time.time() > gpuhealth.read_conditions(healthy.layout).xids[0].at, 5)
+    code, report = _snapshot(healthy, tmp_path)
+    assert code == 1, report["problems"]
+    fired = {a["rule"] for a in report["alerts"]}  # type: ignore[union-attr]
+    assert alerts <= fired <= alerts | {"gpu_xid > 0"}, fired
+    shown = {g["index"]: [f["kind"] for f in g["health"]["faults"]] for g in report["gpus"]}  # type: ignore[union-attr]
+    assert {i: kinds[0] for i, kinds in shown.items() if kinds} == rows, shown
+    if fault == "xid79":
+        gpu3 = report["gpus"][3]  # type: ignore[index]
+        assert gpu3["health"]["lost"] is True and gpu3["used_gib"] is None  # not 0 MiB
+
+
+@pytest.mark.timeout(240)
+async def test_each_fault_the_twin_command_plays_raises_its_alert_on_the_dashboard(
+    healthy: TwinHost, tmp_path: Path
+) -> None:
+    """One console watches the twin while it plays each fault in turn: the GPU panel's row shows it, the
+    feed says the alert fired, and it clears when the fault ends. XID 79 comes mid-decode, while the
+    console's agent watches: a `gpu_xid` row on the feed, and GPU3 LOST where its bar was."""
+    from console.sources.alerts import default_alert_config
+    from console.sources.profile_store import ProfileStore, shipped_profile_dir
+    from console.tui.app import ConsoleApp, HostEntry
+
+    config = _config(healthy)
+    entry = HostEntry(
+        healthy.name,
+        config=config,
+        simulated=True,
+        session_options={"gpu_interval_s": 0.5, "server_interval_s": 0.5},
+        controller_options={"state_dir": tmp_path / "controller"},
+        pairing_options={"heartbeat_s": 0.5, "poll_s": 0.5},
+    )
+    shipped = shipped_profile_dir()
+    assert shipped is not None
+    app = ConsoleApp(
+        [entry],
+        store=ProfileStore([tmp_path / "profiles", shipped]),
+        target=200_000,
+        alerts=default_alert_config(),
+    )
+
+    async def until(pilot: object, what: str, predicate: Callable[[], object], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await pilot.pause(0.1)  # type: ignore[attr-defined]
+
+    async with app.run_test(size=(200, 60)) as pilot:
+        dash = app.dashboards[healthy.name]
+
+        def row(index: int) -> str:
+            panel = plain(dash.gpus.render(), width=200)
+            return next((ln for ln in panel.splitlines() if ln.lstrip().startswith(f"GPU{index} ")), "")
+
+        def fed(text: str) -> bool:
+            return any(text in line for line in dash.feed.visible_lines())
+
+        await until(pilot, "the GPUs", lambda: row(7) and "—" not in row(0).split("GiB")[0])
+        for fault in gpuhealth.GPU_FAULTS:
+            await play(pilot, healthy.layout, fault, row, fed, until)
+
+
+def _severity(rule: str) -> str:
+    return "critical" if rule.startswith("gpu_lost") else "warning"
+
+
+async def play(
+    pilot: object,
+    layout: TwinLayout,
+    fault: str,
+    row: Callable[[int], str],
+    fed: Callable[[str], bool],
+    until: Callable[..., Awaitable[None]],
+) -> None:
+    """One fault, start to end, on a console watching: its rows' tags and its alerts, then cleared."""
+    tags = {"thermal": "THERMAL", "power": "PWR CAP", "pcie": "PCIe x8", "lost": "LOST"}
+    alerts, rows = PLAYED[fault]
+    write_conditions(layout, gpuhealth.fault_conditions(fault, after_s=1.0))
+    for index, kind in rows.items():
+        await until(pilot, f"{fault}: GPU{index} {tags[kind]}", lambda i=index, k=kind: tags[k] in row(i))
+    for rule in alerts:
+        await until(pilot, f"{fault}: the alert {rule}", lambda r=rule: fed(f"ALERT ({_severity(r)}) {r}: "))
+    others = [i for i in range(8) if i not in rows]
+    assert not any(tag in row(i) for i in others for tag in tags.values()), fault
+    if fault == "xid79":
+        await until(pilot, "the gpu_xid row", lambda: fed("GPU3 XID 79: GPU has fallen off the bus"))
+        assert "LOST: the driver cannot reach it" in row(3) and "—/" in row(3), row(3)
+        await until(pilot, "the XID alert", lambda: fed("ALERT (critical) gpu_xid > 0"))
+    write_conditions(layout, GpuConditions())
+    for rule in alerts:
+        await until(
+            pilot, f"{fault}: {rule} cleared", lambda r=rule: fed(f"alert cleared ({_severity(r)}) {r}: ")
+        )
+    await until(
+        pilot,
+        f"{fault}: the rows clear",
+        lambda: not any(tags[k] in row(i) for i, k in rows.items()),
+    )

@@ -9,11 +9,15 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import platformdirs
 
 from console.cli.errors import UsageError
 from console.core.text import terminal_safe
+
+if TYPE_CHECKING:
+    from console.twin.host import TwinHost
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -45,6 +49,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default="auto",
         help="who runs the unit: a real systemd manager in namespaces (needs root, namespaces, cgroup2), "
         "the twin's simulated one, or auto (real where this machine allows it; default)",
+    )
+    p.add_argument(
+        "--gpu",
+        choices=("mi300x",),
+        default=None,
+        help="play the scenario's host with these GPUs instead: mi300x is an AMD Instinct MI300X host "
+        "(amd-smi answers; no nvidia-smi, no NVML), so the console reads it with its AMD back-end",
+    )
+    p.add_argument(
+        "--gpu-fault",
+        choices=("thermal", "power", "xid79", "pcie"),
+        default=None,
+        help="play a GPU health fault: thermal (GPU 3 in thermal slowdown), power (every GPU at its power "
+        "cap), pcie (GPU 5's link at gen 4 x8), xid79 (GPU 3 falls off the bus a minute after the twin is "
+        "up, mid-decode with --load, and is lost from then on; NVIDIA GPUs only)",
     )
     p.add_argument(
         "--no-nvml",
@@ -200,6 +219,26 @@ MAX_HOSTS_BYTES = 4 << 20
 """More than any hosts file: what `name_taken` reads of one."""
 
 
+def play_gpu_fault(twin: TwinHost, fault: str) -> str:
+    """Write the fault into the twin's GPU conditions (its nvidia-smi, NVML and amd-smi play it); what
+    the twin now plays, in one sentence."""
+    import datetime
+
+    from console.twin.gpuhealth import XID79_AFTER_S, fault_conditions, write_conditions
+
+    conditions = fault_conditions(fault)
+    write_conditions(twin.layout, conditions)
+    if fault == "xid79":
+        at = datetime.datetime.fromtimestamp(conditions.xids[0].at, datetime.UTC).strftime("%H:%M:%S")
+        return f"GPU fault: GPU3 falls off the bus (XID 79) at {at} UTC, {XID79_AFTER_S:.0f} s from now"
+    said = {
+        "thermal": "GPU3 is in thermal slowdown",
+        "power": "every GPU is held at its power cap",
+        "pcie": "GPU5's PCIe link runs at gen 4 x8",
+    }
+    return f"GPU fault: {said[fault]}"
+
+
 def run(args: argparse.Namespace) -> int:
     from console.twin.host import DEFAULT_SCENARIO, TwinError, TwinHost
 
@@ -217,6 +256,12 @@ def run(args: argparse.Namespace) -> int:
             f"--load must be a positive number of requests a second up to 1000, not {args.load}."
         )
     scenario = scenario_argument(args.scenario)
+    if args.gpu is not None:
+        if args.gpu_fault == "xid79":
+            raise UsageError("--gpu-fault xid79 is an NVIDIA driver's event; an AMD host has no XIDs.")
+        from console.twin.scenarios import CARD_SEP
+
+        scenario = f"{(scenario or DEFAULT_SCENARIO).partition(CARD_SEP)[0]}{CARD_SEP}{args.gpu}"
     chosen = state_dir_argument(args.state_dir)
     state_dir = chosen or Path(platformdirs.user_state_dir("k26-console")) / "twins" / name
     taken = name_taken(name, state_dir, default_dir=chosen is None, register=not args.no_register)
@@ -277,6 +322,8 @@ def run(args: argparse.Namespace) -> int:
             if twin.systemd_note:
                 sys.stderr.write(f"k26 twin: {twin.systemd_note}.\n")
             print(twin.systemd_description, flush=True)
+            if args.gpu_fault is not None:
+                print(play_gpu_fault(twin, args.gpu_fault), flush=True)
             if args.load is not None:
                 from console.twin.load import LoadGenerator
 

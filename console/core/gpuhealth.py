@@ -113,21 +113,44 @@ def busy(gpu: GpuSample) -> bool | None:
     return None
 
 
+POWER_AT_CAP = 0.97
+"""A GPU drawing this share of its power cap or more is at it (for a back-end whose throttle flag has no
+cause: amd-smi)."""
+
+
+def _hot(gpu: GpuSample) -> bool | None:
+    if gpu.temperature_c is None or gpu.temperature_slowdown_c is None:
+        return None
+    return gpu.temperature_c >= gpu.temperature_slowdown_c
+
+
+def _at_cap(gpu: GpuSample) -> bool | None:
+    if gpu.power_w is None or not gpu.power_limit_w:
+        return None
+    return gpu.power_w >= POWER_AT_CAP * gpu.power_limit_w
+
+
 def thermal_slowdown(gpu: GpuSample) -> bool | None:
     """A working GPU whose clocks are held down by heat: SW or HW thermal slowdown, or a HW slowdown that
-    is not the power brake's."""
+    is not the power brake's. A back-end with a bare throttle flag (amd-smi): throttled at or past the
+    slowdown temperature."""
     mask = gpu.clock_event_reasons
     if mask is None:
-        return None
+        if gpu.throttled is None or _hot(gpu) is None:
+            return None
+        return gpu.throttled and bool(_hot(gpu))  # an idle GPU is not past its slowdown point
     hot = bool(mask & THERMAL) or (bool(mask & HW_SLOWDOWN) and not mask & HW_POWER_BRAKE)
     return hot and busy(gpu) is not False
 
 
 def power_capped(gpu: GpuSample) -> bool | None:
-    """A working GPU whose clocks are held by its power limit (SW power cap) or the HW power brake."""
+    """A working GPU whose clocks are held by its power limit (SW power cap) or the HW power brake. A
+    back-end with a bare throttle flag (amd-smi): throttled while drawing its cap."""
     mask = gpu.clock_event_reasons
     if mask is None:
-        return None
+        if gpu.throttled is None or _at_cap(gpu) is None:
+            return None
+        return gpu.throttled and bool(_at_cap(gpu))  # nor does an idle one draw its cap
     return bool(mask & POWER) and busy(gpu) is not False
 
 
@@ -169,6 +192,8 @@ class Fault:
 
 def _slowed(gpu: GpuSample, mask: int) -> str:
     said = [w for bit, w in REASONS if mask & bit and bit != IDLE]
+    if gpu.clock_event_reasons is None and gpu.throttled:
+        said = ["throttled (the back-end names no cause)"]
     clock = ""
     if gpu.clock_sm_mhz is not None and gpu.clock_sm_max_mhz:
         clock = f", SM clock {gpu.clock_sm_mhz:.0f} of {gpu.clock_sm_max_mhz:.0f} MHz"
@@ -252,6 +277,7 @@ def health_json(gpu: GpuSample) -> dict[str, object]:
             "clock_mem_mhz",
             "clock_mem_max_mhz",
             "clock_event_reasons",
+            "throttled",
             "pstate",
             "ecc_enabled",
             "ecc_corrected_volatile",

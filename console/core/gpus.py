@@ -92,7 +92,7 @@ HEALTH_INT_RANGES: dict[str, tuple[int, int]] = {
     "pcie_width_max": (1, 64),
     "memory_bus_width_bits": (1, 65_536),
 }
-HEALTH_FLAGS: tuple[str, ...] = ("ecc_enabled", "remap_pending", "remap_failed", "lost")
+HEALTH_FLAGS: tuple[str, ...] = ("ecc_enabled", "remap_pending", "remap_failed", "lost", "throttled")
 _HEALTH_KEYS = frozenset(
     (
         *HEALTH_RANGES,
@@ -288,6 +288,9 @@ class GpuSample(BaseModel, defer_build=True):
     clock_mem_max_mhz: float | None = None
     clock_event_reasons: int | None = None
     """NVML's clocks-event (throttle) reasons bitmask: `console/core/gpuhealth.py` words it."""
+    throttled: bool | None = None
+    """A back-end's own "clocks held down" flag without its cause (amd-smi's `throttle_status`): the
+    cause is read from the figures (temperature at its slowdown point, power at its cap)."""
     pstate: int | None = None
     """Performance state, 0 (P0, the fastest) to 15."""
     ecc_enabled: bool | None = None

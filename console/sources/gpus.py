@@ -28,8 +28,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal, Protocol
 
 from console.core.amd import (
+    AMD_SMI_HEALTH_ARGV,
     AMD_SMI_METRIC_ARGV,
+    AMD_SMI_PROCESS_ARGV,
     AMD_SMI_STATIC_ARGV,
+    AMD_SMI_STATIC_HEALTH_ARGV,
     ROCM_SMI_ARGV,
     AmdFormatError,
     parse_amd_smi,
@@ -246,9 +249,12 @@ def nvidia_smi_sample(
 
 
 class AmdSmiSampler:
-    """An AMD host's GPUs, per tick: `amd-smi metric … --json` (the names from `amd-smi static --asic
-    --json`, read once), or `rocm-smi … --json` where amd-smi is not installed (ROCm before 6). A command
-    per tick, locally or over SSH (one channel a tick; NVIDIA's nvidia-smi loop streams instead)."""
+    """An AMD host's GPUs, per tick: `amd-smi metric … --json` with its health sections and `amd-smi
+    process --json` (the names, PCIe maxima, power cap and slowdown points from `amd-smi static --asic
+    --bus --limit --json`, read once), or `rocm-smi … --json` where amd-smi is not installed (ROCm
+    before 6). An amd-smi that refuses an option (argparse's exit status 2: an older one, or a platform
+    without it) is asked without it from then on. Commands per tick, locally or over SSH (NVIDIA's
+    nvidia-smi loop streams instead)."""
 
     self_paced = False
 
@@ -258,7 +264,10 @@ class AmdSmiSampler:
         self.timeout_s = timeout_s
         self.backend: Literal["amd-smi", "rocm-smi"] = "amd-smi"
         self._names: str | None = None
-        """`amd-smi static --asic --json`'s answer, once read."""
+        """`amd-smi static … --json`'s answer, once read."""
+        self.metric_argv: tuple[str, ...] = AMD_SMI_HEALTH_ARGV
+        self.processes = True
+        """False once `amd-smi process` refused: the samples then have no processes."""
 
     def _sample(self, state: SamplerState, detail: str | None = None, **fields: Any) -> HostGpuSample:
         return HostGpuSample(
@@ -269,17 +278,37 @@ class AmdSmiSampler:
     def _missing(result: CommandResult) -> bool:
         return result.exit_status == 127 or "not found" in result.first_error_line().lower()
 
+    async def _run(self, argv: Sequence[str]) -> CommandResult:
+        return await self._runner.run(argv, timeout=self.timeout_s)
+
+    async def _amd_smi(self) -> tuple[CommandResult, str]:
+        """The metric reading and the process list (empty when not read) of this tick."""
+        procs: CommandResult | None = None
+        if self.processes:
+            result, procs = await asyncio.gather(self._run(self.metric_argv), self._run(AMD_SMI_PROCESS_ARGV))
+        else:
+            result = await self._run(self.metric_argv)
+        if result.exit_status == 2 and self.metric_argv != AMD_SMI_METRIC_ARGV:
+            self.metric_argv = AMD_SMI_METRIC_ARGV  # an option it does not know: without them
+            result = await self._run(self.metric_argv)
+        if procs is not None and procs.exit_status == 2:
+            self.processes = False
+        if result.ok and self._names is None:
+            names = await self._run(AMD_SMI_STATIC_HEALTH_ARGV)
+            if names.exit_status == 2:
+                names = await self._run(AMD_SMI_STATIC_ARGV)
+            self._names = names.stdout if names.ok else ""
+        return result, procs.stdout if procs is not None and procs.ok else ""
+
     async def sample(self) -> HostGpuSample:
+        processes = ""
         try:
             if self.backend == "amd-smi":
-                result = await self._runner.run(AMD_SMI_METRIC_ARGV, timeout=self.timeout_s)
+                result, processes = await self._amd_smi()
                 if self._missing(result):
                     self.backend = "rocm-smi"  # an older ROCm: from now on
-                elif result.ok and self._names is None:
-                    names = await self._runner.run(AMD_SMI_STATIC_ARGV, timeout=self.timeout_s)
-                    self._names = names.stdout if names.ok else ""
             if self.backend == "rocm-smi":
-                result = await self._runner.run(ROCM_SMI_ARGV, timeout=self.timeout_s)
+                result = await self._run(ROCM_SMI_ARGV)
                 if self._missing(result):
                     return self._sample(
                         SamplerState.NVML_MISSING, "neither amd-smi nor rocm-smi is installed on the host."
@@ -290,7 +319,10 @@ class AmdSmiSampler:
             return self._sample(SamplerState.ERROR, f"{self.backend} failed: {result.first_error_line()}.")
         try:
             if self.backend == "amd-smi":
-                gpus = parse_amd_smi(result.stdout, self._names or "")
+                try:
+                    gpus = parse_amd_smi(result.stdout, self._names or "", processes)
+                except AmdFormatError:
+                    gpus = parse_amd_smi(result.stdout, self._names or "")  # a process list it cannot read
             else:
                 gpus = parse_rocm_smi(result.stdout)
         except AmdFormatError as exc:

@@ -45,6 +45,9 @@ CARDS: dict[str, Card] = {
     "H100": Card(1980, 2619, 5120, 700.0, 70.0),
     # the real H200's own figures: 2 × 3,201 × 6,016 / 8 = 4,814 GB/s
     "H200": Card(1980, 3201, 6016, 700.0, 79.0),
+    # the twin's own figures for an MI300X (750 W OAM, 2,100 MHz peak engine clock, PCIe gen 5 x16); the
+    # slowdown and shutdown points are the hotspot's, as amd-smi's limits give them
+    "MI300X": Card(2100, 1300, 8192, 750.0, 140.0, slowdown_c=100, shutdown_c=105),
 }
 DEFAULT_CARD = CARDS["H100"]
 
@@ -80,6 +83,8 @@ class GpuConditions(BaseModel):
     remap_pending: list[int] = []
     remap_failed: list[int] = []
     xids: list[XidFault] = []
+    lost: list[int] = []
+    """GPUs that no longer answer their driver; a GPU also does from its XID 79 on (`lost_gpus`)."""
 
 
 GPU_SCENARIOS: dict[str, GpuConditions] = {
@@ -92,9 +97,38 @@ GPU_SCENARIOS: dict[str, GpuConditions] = {
 """Named faults for tests and demos; an XID is `xid_now` (it must come after an event set exists)."""
 
 
-def xid_now(gpu: int = 3, xid: int = 79) -> GpuConditions:
-    """An XID raised now (79: the GPU fell off the bus), for consoles already watching."""
-    return GpuConditions(xids=[XidFault(gpu=gpu, xid=xid, at=time.time())])
+def xid_now(gpu: int = 3, xid: int = 79, at: float | None = None) -> GpuConditions:
+    """An XID raised now (79: the GPU fell off the bus), for consoles already watching; or at `at`."""
+    return GpuConditions(xids=[XidFault(gpu=gpu, xid=xid, at=time.time() if at is None else at)])
+
+
+def lost_gpus(conditions: GpuConditions, now: float | None = None) -> set[int]:
+    """The GPUs the driver cannot reach at `now`: those said lost, and each from its XID 79 on."""
+    now = time.time() if now is None else now
+    return set(conditions.lost) | {x.gpu for x in conditions.xids if x.xid == 79 and x.at <= now}
+
+
+GPU_FAULTS: tuple[str, ...] = ("thermal", "power", "xid79", "pcie")
+"""What `k26-console twin --gpu-fault` plays."""
+XID79_AFTER_S = 60.0
+"""`--gpu-fault xid79`: GPU 3 falls off the bus this long after the twin is up, so that a console opened
+meanwhile watches it happen mid-decode (NVML tells only the event sets made before an XID)."""
+
+
+def fault_conditions(
+    fault: str, *, now: float | None = None, after_s: float = XID79_AFTER_S
+) -> GpuConditions:
+    """The conditions of one `--gpu-fault`: GPU 3 in thermal slowdown, all eight at their power cap, GPU 5's
+    PCIe link at gen 4 x8, or GPU 3's XID 79 `after_s` from `now` (lost from then on)."""
+    if fault == "thermal":
+        return GPU_SCENARIOS["thermal"]
+    if fault == "power":
+        return GPU_SCENARIOS["power-cap"]
+    if fault == "pcie":
+        return GPU_SCENARIOS["pcie-degraded"]
+    if fault == "xid79":
+        return xid_now(gpu=3, xid=79, at=(time.time() if now is None else now) + after_s)
+    raise ValueError(f"unknown GPU fault {fault!r} (known: {', '.join(GPU_FAULTS)})")
 
 
 def read_conditions(layout: TwinLayout) -> GpuConditions:

@@ -218,10 +218,26 @@ def _enter_manager(layout: TwinLayout, binary: str) -> str:
     )
 
 
+GPU_TOOLS = ("nvidia-smi", "k26-nvml-agent", "amd-smi")
+
+
+def gpu_vendor(cfg: TwinConfig) -> str:
+    """Whose GPUs the twin's host has, by its scenario's card (`--gpu`): `nvidia` or `amd`."""
+    from console.twin.scenarios import get_scenario
+
+    try:
+        return get_scenario(cfg.scenario).gpu_vendor
+    except KeyError:
+        return "nvidia"
+
+
 def standin_modules(cfg: TwinConfig) -> dict[str, str]:
     """The twin's commands written in Python (name on the twin's PATH -> module with `main(argv)`), all
-    served by the twin's stand-in server."""
-    tools = {"nvidia-smi": "console.twin.nvidia_smi", "k26-nvml-agent": "console.twin.nvml_agent"}
+    served by the twin's stand-in server. An AMD host has amd-smi, and neither nvidia-smi nor NVML."""
+    if gpu_vendor(cfg) == "amd":
+        tools = {"amd-smi": "console.twin.amd_smi"}
+    else:
+        tools = {"nvidia-smi": "console.twin.nvidia_smi", "k26-nvml-agent": "console.twin.nvml_agent"}
     if cfg.systemd != "real":
         tools["systemctl"] = "console.twin.systemctl"
         tools["systemd-run"] = "console.twin.systemd_run"
@@ -253,7 +269,11 @@ def install_standins(layout: TwinLayout, cfg: TwinConfig) -> None:
     # Each runs its module in the twin's stand-in server (console.twin.standins): a client of ~10 ms
     # rather than a Python importing the twin's modules (0.14-0.25 s a call).
     client_q = shlex.quote(str(STANDIN_CLIENT))
-    for name, module in standin_modules(cfg).items():
+    modules = standin_modules(cfg)
+    for name in GPU_TOOLS:
+        if name not in modules:
+            (layout.bin_dir / name).unlink(missing_ok=True)  # a state directory that played the other vendor
+    for name, module in modules.items():
         write_atomic(
             layout.bin_dir / name, header + f'exec {py_q} -I -S {client_q} {module} "$@"\n', mode=0o755
         )
@@ -265,7 +285,7 @@ def install_standins(layout: TwinLayout, cfg: TwinConfig) -> None:
         write_atomic(layout.bin_dir / "journalctl", journalctl, mode=0o755)
     write_atomic(layout.bin_dir / "sudo", header + SUDO_STANDIN, mode=0o755)
     python3, pynvml = layout.bin_dir / "python3", layout.nvml_dir / "pynvml.py"
-    if cfg.nvml:
+    if cfg.nvml and gpu_vendor(cfg) == "nvidia":
         # The python SGLang runs on, with nvidia-ml-py: the console's GPU agent runs `python3 -c ...`.
         nvml_q = shlex.quote(str(layout.nvml_dir))
         write_atomic(python3, header + f'PYTHONPATH={nvml_q}:$PYTHONPATH\nexec {py_q} "$@"\n', mode=0o755)

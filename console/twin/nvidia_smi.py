@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from console.twin import gpustate
-from console.twin.gpuhealth import GpuConditions, Health, health, read_conditions, reserved_mib
+from console.twin.gpuhealth import GpuConditions, Health, health, lost_gpus, read_conditions, reserved_mib
 from console.twin.gpustate import Gpu, GpuProcess, GpuSnapshot
 from console.twin.layout import TwinConfig, TwinLayout
 
@@ -220,8 +220,41 @@ def _table(snap: GpuSnapshot, conditions: GpuConditions) -> str:
     return "\n".join(lines) + "\n"
 
 
+LOST_STATUS = 15
+"""nvidia-smi's exit status when a GPU cannot be reached: NVML's GPU_IS_LOST (the console reads the lines,
+not the status)."""
+
+
+def _lost_line(g: Gpu) -> str:
+    # as public reports show it (NVIDIA/open-gpu-kernel-modules#387): the bus ID with a 4-digit domain
+    return f"Unable to determine the device handle for GPU{_bus_id(g)[4:]}: Unknown Error\n"
+
+
+def lost_shown(argv: list[str], snap: GpuSnapshot, conditions: GpuConditions) -> bool:
+    """Whether the command names a GPU the driver cannot reach (its exit status is then `LOST_STATUS`)."""
+    gone = lost_gpus(conditions)
+    if not gone:
+        return False
+    ids = _ids(argv)
+    return any(g.index in gone and (ids is None or g.index in ids) for g in snap.gpus)
+
+
+def _ids(argv: list[str]) -> set[int] | None:
+    it = iter(argv)
+    for arg in it:
+        if arg in ("-i", "--id"):
+            return {int(x) for x in next(it, "").split(",") if x.strip().isdigit()}
+        if arg.startswith("--id="):
+            return {int(x) for x in arg.split("=", 1)[1].split(",") if x.strip().isdigit()}
+    return None
+
+
 def render(argv: list[str], snap: GpuSnapshot, conditions: GpuConditions | None = None) -> str:
+    """What nvidia-smi prints. A GPU that fell off the bus (`lost_gpus`) is its `Unable to determine the
+    device handle` line in place of its row, as the real one prints; the plain table is then that line
+    alone."""
     conditions = conditions if conditions is not None else GpuConditions()
+    gone = lost_gpus(conditions)
     query_gpu = query_apps = None
     fmt: set[str] | None = None
     ids: set[int] | None = None
@@ -244,7 +277,9 @@ def render(argv: list[str], snap: GpuSnapshot, conditions: GpuConditions | None 
             raise _Fail("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n", 2)
     gpus = [g for g in snap.gpus if ids is None or g.index in ids]
     if list_gpus:
-        return "".join(f"GPU {g.index}: {g.name} (UUID: {g.uuid})\n" for g in gpus)
+        return "".join(
+            _lost_line(g) if g.index in gone else f"GPU {g.index}: {g.name} (UUID: {g.uuid})\n" for g in gpus
+        )
     if query_gpu is not None or query_apps is not None:
         if fmt is None or "csv" not in fmt:
             raise _Fail("Option --format is required when using --query-gpu or --query-compute-apps.\n", 2)
@@ -252,16 +287,28 @@ def render(argv: list[str], snap: GpuSnapshot, conditions: GpuConditions | None 
             refused = _V2_ONLY if conditions.driver_memory == "v1" else ()
             names = _fields(query_gpu, _GPU_FIELDS, refused)
             headers = [(_GPU_FIELDS[n][0], _GPU_FIELDS[n][1]) for n in names]
-            ats = [_At(g, snap, health(g, conditions), conditions) for g in gpus]
-            rows = [[(_GPU_FIELDS[n][2](a), _GPU_FIELDS[n][1]) for n in names] for a in ats]
-            return _csv(rows, headers, fmt)
+            out = _csv([], headers, fmt)
+            for g in gpus:
+                if g.index in gone:
+                    out += _lost_line(g)
+                    continue
+                at = _At(g, snap, health(g, conditions), conditions)
+                out += _csv(
+                    [[(_GPU_FIELDS[n][2](at), _GPU_FIELDS[n][1]) for n in names]], headers, fmt | {"noheader"}
+                )
+            return out
         assert query_apps is not None
         names = _fields(query_apps, _APP_FIELDS)
         headers = [(_APP_FIELDS[n][0], _APP_FIELDS[n][1]) for n in names]
         rows = [
-            [(_APP_FIELDS[n][2](g, p), _APP_FIELDS[n][1]) for n in names] for g in gpus for p in g.processes
+            [(_APP_FIELDS[n][2](g, p), _APP_FIELDS[n][1]) for n in names]
+            for g in gpus
+            if g.index not in gone
+            for p in g.processes
         ]
-        return _csv(rows, headers, fmt)
+        return "".join(_lost_line(g) for g in gpus if g.index in gone) + _csv(rows, headers, fmt)
+    if any(g.index in gone for g in gpus):
+        return "".join(_lost_line(g) for g in gpus if g.index in gone)
     return _table(GpuSnapshot(updated=snap.updated, pid=snap.pid, gpus=gpus), conditions)
 
 
@@ -294,10 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args, interval = _loop_interval(args)
         while True:
-            sys.stdout.write(render(args, snapshot(layout, cfg), read_conditions(layout)))
+            snap, conditions = snapshot(layout, cfg), read_conditions(layout)
+            sys.stdout.write(render(args, snap, conditions))
             sys.stdout.flush()
             if interval is None:
-                return 0
+                return LOST_STATUS if lost_shown(args, snap, conditions) else 0
             time.sleep(max(interval, 0.05))
     except _Fail as exc:
         sys.stdout.write(str(exc))

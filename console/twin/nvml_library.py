@@ -10,7 +10,9 @@ falls back to `nvidia-smi` there.
 Each `nvmlDeviceGetCount()` reads the GPUs afresh, as the agent calls it once a sample; the per-device
 calls that follow answer from that reading, so a sample is one consistent snapshot.
 
-The driver it plays is the twin's `GpuConditions` (console.twin.gpuhealth): v2 memory info (used without
+A GPU that fell off the bus (its XID 79, `GpuConditions.lost`) answers every call with NVMLError_GpuIsLost,
+its handle's included, as NVML does. The driver it plays is the twin's `GpuConditions`
+(console.twin.gpuhealth): v2 memory info (used without
 the driver's reservation, `reserved` apart, as nvidia-smi reads it) or a driver before R510 that has v1
 only (`nvmlDeviceGetMemoryInfo_v2` missing: NVMLError_FunctionNotFound; used includes the reservation);
 the health calls; and XID critical-error events, delivered to an event set registered before they happen
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from console.twin import gpustate
-from console.twin.gpuhealth import GpuConditions, Health, health, read_conditions, reserved_mib
+from console.twin.gpuhealth import GpuConditions, Health, health, lost_gpus, read_conditions, reserved_mib
 from console.twin.gpustate import GpuSnapshot
 from console.twin.layout import ROOT_ENV, TwinLayout
 from console.twin.nvidia_smi import _mem_util
@@ -70,6 +72,12 @@ class NVMLError_Timeout(NVMLError):
 
 class NVMLError_FunctionNotFound(NVMLError):
     value = NVML_ERROR_FUNCTION_NOT_FOUND
+
+
+class NVMLError_GpuIsLost(NVMLError):
+    value = (
+        15  # NVML_ERROR_GPU_IS_LOST: "The GPU has fallen off the bus or has otherwise become inaccessible"
+    )
 
 
 NVML_TEMPERATURE_GPU = 0
@@ -184,6 +192,8 @@ def nvmlDeviceGetCount() -> int:
 def _gpu(handle: _Handle) -> gpustate.Gpu:
     if not isinstance(handle, _Handle):
         raise NVMLError_InvalidArgument("Invalid Argument")
+    if handle.index in lost_gpus(_lib.conditions):
+        raise NVMLError_GpuIsLost("GPU is lost")  # every call on it, its handle's included
     for gpu in _lib.current().gpus:
         if gpu.index == handle.index:
             return gpu
@@ -236,7 +246,10 @@ def nvmlSystemGetProcessName(pid: int) -> str:
 
 
 def nvmlDeviceGetIndex(handle: _Handle) -> int:
-    return _gpu(handle).index
+    # what the event set's device says of itself: a lost GPU's XID still names it
+    if not isinstance(handle, _Handle):
+        raise NVMLError_InvalidArgument("Invalid Argument")
+    return handle.index
 
 
 def _health(handle: _Handle) -> Health:

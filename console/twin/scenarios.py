@@ -55,6 +55,8 @@ class Scenario(BaseModel):
     gpu_idle_used_mib: int = 0
     gpu_mem_bandwidth_bytes_s: float
     gpu_uuid_seed: str
+    gpu_vendor: Literal["nvidia", "amd"] = "nvidia"
+    """Whose tools the twin's host has: nvidia-smi and nvidia-ml-py, or amd-smi (console/twin/amd_smi.py)."""
 
     # --- model (public) ---
     model_path: str
@@ -278,12 +280,65 @@ ALIASES: dict[str, str] = {"healthy": "kimi-k26-rtx6000-healthy", "llama": "llam
 SCENARIOS: tuple[str, ...] = tuple(SCENARIO_TABLE)
 
 
+class GpuCard(BaseModel):
+    """Another card for a scenario's host (`k26-console twin --gpu NAME`): the same model and server on it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    """What the vendor's tool names it."""
+    vendor: Literal["nvidia", "amd"]
+    total_mib: int
+    """Memory as the vendor's tool counts it (amd-smi's `total_vram`, MB that are MiB)."""
+    bandwidth_bytes_s: float
+
+
+GPU_CARDS: dict[str, GpuCard] = {
+    # 192 GB of HBM3 at 5.3 TB/s (AMD's product page; the card table's figure); 196,592 MiB as amd-smi's
+    # total_vram counts it (the MI300X reading of tests/test_gpu_amd.py)
+    "mi300x": GpuCard(
+        name="AMD Instinct MI300X OAM", vendor="amd", total_mib=196_592, bandwidth_bytes_s=5.3e12
+    ),
+}
+"""The cards `--gpu` may name."""
+
+CARD_SEP = "@"
+"""`kimi-k26-rtx6000@mi300x`: a scenario on another card, as the twin's config and the server name it."""
+
+
+def on_card(scenario: Scenario, card_name: str) -> Scenario:
+    """`scenario` on another card: the same model, server and timings; the card's name, memory and
+    bandwidth, the free memory after distributed init moved by the difference in memory (the weights, pool
+    and graphs then fit as SGLang would size them on the larger card). Not calibrated to a real boot."""
+    card = GPU_CARDS[card_name]
+    extra = (card.total_mib - scenario.gpu_total_mib) * MIB
+    return scenario.model_copy(
+        update={
+            "name": f"{scenario.name}{CARD_SEP}{card_name}",
+            "description": f"{scenario.description} On {card.name} GPUs instead (not calibrated).",
+            "gpu_name": card.name,
+            "gpu_total_mib": card.total_mib,
+            "gpu_mem_bandwidth_bytes_s": card.bandwidth_bytes_s,
+            "gpu_uuid_seed": f"{scenario.gpu_uuid_seed}-{card_name}",
+            "gpu_vendor": card.vendor,
+            "pre_free_bytes": tuple(b + extra for b in scenario.pre_free_bytes),
+        }
+    )
+
+
 def get_scenario(name: str | None = None) -> Scenario:
-    """The scenario called `name` (or an alias such as `healthy`); the default when None or empty."""
+    """The scenario called `name` (or an alias such as `healthy`); the default when None or empty.
+    `NAME@CARD` is the scenario on another card (`GPU_CARDS`)."""
     key = name or DEFAULT_SCENARIO
-    key = ALIASES.get(key, key)
+    key, _, card = key.partition(CARD_SEP)
+    key = ALIASES.get(key, key) or DEFAULT_SCENARIO
     try:
-        return SCENARIO_TABLE[key]
+        scenario = SCENARIO_TABLE[key]
     except KeyError:
         known = ", ".join(list(SCENARIOS) + sorted(ALIASES))
         raise KeyError(f"unknown twin scenario {name!r} (known: {known})") from None
+    if not card:
+        return scenario
+    if card not in GPU_CARDS:
+        raise KeyError(f"unknown twin GPU {card!r} (known: {', '.join(GPU_CARDS)})")
+    return on_card(scenario, card)
