@@ -106,15 +106,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-async def _record(host: object, recorder: object, duration: float | None) -> None:
+async def _record(host: object, recorder: object, duration: float | None, identity: object) -> None:
     from console.cli.remote import connected
+    from console.core.pairing import Identity
     from console.sources.hosts import HostConfig
-    from console.sources.hoststate import HostStateDir, local_identity
+    from console.sources.hoststate import HostStateDir
     from console.sources.recording import Recorder
     from console.sources.session import HostSession
     from console.tui.pairing import PairingLink
 
-    assert isinstance(host, HostConfig) and isinstance(recorder, Recorder)
+    assert isinstance(host, HostConfig) and isinstance(recorder, Recorder) and isinstance(identity, Identity)
+    recorder_identity = identity
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -124,7 +126,7 @@ async def _record(host: object, recorder: object, duration: float | None) -> Non
     session.start_recording(recorder)
     name = host.name
     link = PairingLink(
-        HostStateDir(transport, host, local_identity()),
+        HostStateDir(transport, host, recorder_identity),
         on_view=lambda view: recorder.record(name, "view", view),
         on_audit=lambda entries: recorder.record(name, "audit", entries),
         poll_s=4.0,
@@ -154,16 +156,20 @@ def _remove_empty(out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from console.cli.remote import inventory_host
+    from console.sources.hoststate import local_identity
     from console.sources.recording import Recorder, RecordingError
 
     host = inventory_host(args.host, args.hosts)
     out = Path(args.out)
     created = not out.exists() and not out.is_symlink()
+    # The recorder writes no heartbeat; its id is in the file all the same, as a console's is.
+    identity = local_identity()
     try:
         recorder = Recorder(
             args.out,
             hosts=[host.name],
             policy=RetentionPolicy(max_bytes=args.max_size, max_age_s=args.max_age),
+            console=identity.console_id,
         )
     except RecordingError as exc:
         raise UsageError(f"{str(exc).rstrip('.')}.") from None
@@ -171,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     sys.stderr.write(f"k26-console: recording {host.name} into {args.out} (Ctrl-C ends it).\n")
     recorder.start()
     try:
-        asyncio.run(_record(host, recorder, args.duration))
+        asyncio.run(_record(host, recorder, args.duration, identity))
     except BaseException:
         recorder.close()
         if created and recorder.records == 0:

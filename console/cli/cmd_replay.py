@@ -66,14 +66,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{str(exc).rstrip('.')}.") from None
     if not reader.chunks:
         raise UsageError(f"{args.file} holds no recorded input yet.")
-    at: float | None = None
-    if args.at is not None:
-        try:
-            at = parse_at(args.at, reader.start, reader.end)
-        except ValueError as exc:
-            raise UsageError(f"{str(exc).rstrip('.')}.") from None
-    replay = Replay(reader)
     try:
+        # Its start is the recording's first state (the hosts' journal backlogs read), not its first input.
+        replay = Replay(reader)
+        at: float | None = None
+        if args.at is not None:
+            try:
+                at = parse_at(args.at, replay.start, replay.end)
+            except ValueError as exc:
+                raise UsageError(f"{str(exc).rstrip('.')}.") from None
         if args.json:
             return _print_json(replay, args, reader.end if at is None else at)
         from console.cli.cmd_console import require_terminal, run_console

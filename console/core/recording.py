@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel
 
@@ -48,6 +48,9 @@ from console.core.metrics import MetricsText
 from console.core.pairing import PairingView
 from console.core.snapshot import ConnectionStatus, FollowerStatus, ServerSample
 from console.core.state import HostState
+
+if TYPE_CHECKING:
+    from console.core.hostfold import HostFold
 
 _dumps: Callable[[Any], bytes]
 _loads: Callable[[bytes], Any]
@@ -104,6 +107,12 @@ class RecordSink(Protocol):
 
     def mark(self, host: str, kind: str, label: str) -> None: ...
 
+    def follow(self, host: str, fold: HostFold) -> None:
+        """The fold `host`'s inputs go into, once they are recorded: the recorder writes keyframes of it
+        (`console.core.keyframes`). Each input is recorded before it is folded, on the loop, so the fold
+        holds every earlier input whenever the next one is recorded."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class RetentionPolicy:
@@ -143,7 +152,17 @@ class Mark:
 def _jsonable(value: Any) -> Any:
     """A model's python dump as JSON values, keeping what JSON has no number for: pydantic's JSON mode
     writes an infinite float (a histogram's `+Inf` bucket) as null, which does not validate back;
-    "inf" does."""
+    "inf" does. Dispatched on the exact type first: a scrape's dump is thousands of values, a keyframe's
+    hundreds of thousands."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        return value if value - value == 0.0 else str(value)  # inf - inf and nan - nan are nan
+    if kind is dict:
+        return {k if type(k) is str else str(k): _jsonable(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [_jsonable(v) for v in value]
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if isinstance(value, dict):
@@ -300,6 +319,13 @@ def decode(blob: bytes, *, kinds: frozenset[str] | None = None, max_raw: int = C
     return out
 
 
+def others_only(view: PairingView, consoles: frozenset[str]) -> PairingView:
+    """A recorded pairing view without the consoles that recorded it: live, a console never lists itself
+    among the consoles on a host (`PairingView.others`), and a replay shows what it showed."""
+    kept = [p for p in view.presence if p.console_id not in consoles]
+    return view if len(kept) == len(view.presence) else view.model_copy(update={"presence": kept})
+
+
 # ---- marks on the timeline -------------------------------------------------------------------------
 
 
@@ -333,6 +359,112 @@ def restart_marks(marks: Sequence[Mark]) -> set[int]:
         if boot != first or mark.label.endswith("starting"):
             out.add(n)
     return out
+
+
+OPENING_S = 10.0
+"""How far into a recording its first state may lie (`opening_of`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """How a recording opens. A session that starts with its recording (`record`, `--record`) first reads
+    the host's journal backlog: lines logged before the recording began, folded in its first moments."""
+
+    first_state: float
+    """Where the recording's first state stands, a replay's `start`: once each host's backlog, its first
+    GPU sample and its first server reading are in (those that came within `OPENING_S`). Before it, the
+    hosts' screens were still filling: `replay --at start` printed every field null."""
+    history_until: dict[str, float]
+    """Per host: its phase and error marks before this time came from the backlog (a boot that was
+    ready long before the recording reached "loading" and "ready" in its first 0.3 s): history, not
+    something that happened while it recorded."""
+
+    def is_history(self, mark: Mark) -> bool:
+        return mark.kind in ("phase", "error") and mark.ts < self.history_until.get(mark.host, -math.inf)
+
+
+def _oldest_entry_s(entries: object) -> float | None:
+    """The journal time (the host's clock, seconds) of the oldest entry of a batch that says one."""
+    oldest: int | None = None
+    if isinstance(entries, list):
+        for entry in entries:
+            value = entry.get("__REALTIME_TIMESTAMP") if isinstance(entry, dict) else None
+            if isinstance(value, str) and value.isdigit() and len(value) <= 19:
+                micros = int(value)
+                oldest = micros if oldest is None else min(oldest, micros)
+    return oldest / 1e6 if oldest is not None else None
+
+
+def opening_of(records: Iterable[Record], start: float, hosts: Sequence[str] = ()) -> Opening:
+    """The opening (`Opening`) of a recording that begins at `start`, from its records in order, read only
+    as far as needed: `OPENING_S`, or until each of `hosts` has read past its backlog and has its first
+    GPU sample and server reading.
+
+    A journal batch is backlog when its oldest entry was logged before the host's first record, on the
+    host's clock (this machine's, corrected by the first pairing view's reading of the host's clock when
+    there is one); the backlog is the host's leading run of such batches. A seed (what a session had
+    read before the recording began) is no backlog: it is the state."""
+    end = start + OPENING_S
+    summary: list[tuple[float, str, str, float | None]] = []
+    skew: dict[str, float] = {}
+    first_seen: dict[str, float] = {}
+    live: set[str] = set()
+    kinds: dict[str, set[str]] = {}
+    exhausted = True
+    it = iter(records)
+    for record in it:
+        oldest = _oldest_entry_s(record.payload) if record.kind == "journal" else None
+        summary.append((record.ts, record.host, record.kind, oldest))
+        if record.ts > end:
+            exhausted = False
+            break
+        host = record.host
+        begin = first_seen.setdefault(host, record.ts)
+        kinds.setdefault(host, set()).add(record.kind)
+        if record.kind == "view" and host not in skew and isinstance(record.payload, PairingView):
+            skew[host] = record.payload.now.timestamp() - record.ts
+        elif record.kind == "seed" or (
+            record.kind == "journal" and (oldest is None or oldest - skew.get(host, 0.0) >= begin)
+        ):
+            live.add(host)
+        if hosts and all(h in live and {"gpu", "server"} <= kinds.get(h, set()) for h in hosts):
+            # Settled; one record more, where the last batch's marks end.
+            after = next(it, None)
+            if after is not None:
+                summary.append((after.ts, after.host, after.kind, None))
+                exhausted = False
+            break
+    first_seen.clear()
+    in_backlog: dict[str, bool] = {}
+    last_backlog: dict[str, int] = {}
+    state_at: dict[str, float] = {}
+    firsts: dict[tuple[str, str], float] = {}
+    for n, (ts, host, kind, oldest) in enumerate(summary):
+        if ts > end:
+            break
+        begin = first_seen.setdefault(host, ts)
+        if kind in ("gpu", "server"):
+            firsts.setdefault((host, kind), ts)
+        elif kind == "seed":
+            in_backlog[host] = False
+            state_at.setdefault(host, ts)
+        elif kind == "journal":
+            backlog = oldest is not None and oldest - skew.get(host, 0.0) < begin
+            if backlog and in_backlog.get(host, True):
+                last_backlog[host] = n
+                state_at[host] = ts
+            else:
+                in_backlog[host] = False
+                state_at.setdefault(host, ts)
+    history_until: dict[str, float] = {}
+    for host, n in last_backlog.items():
+        # The marks of the backlog's last batch come after it, before any other record.
+        if n + 1 < len(summary):
+            history_until[host] = summary[n + 1][0]
+        else:
+            history_until[host] = math.inf if exhausted else summary[n][0]
+    moments = [*state_at.values(), *firsts.values()]
+    return Opening(first_state=max(moments, default=start), history_until=history_until)
 
 
 def _boot_index(label: str) -> int | None:

@@ -273,6 +273,8 @@ class HostSession:
             recorder.record(name, "gpu", fold.gpus)
         if fold.server is not None:
             recorder.record(name, "server", (fold.server, fold.max_running))
+        # Keyframes of the fold from here on (a replay's seek starts from the nearest one, issue 33).
+        recorder.follow(name, fold)
         self.recorder = recorder
 
     def _journal(self, batch: list[dict[str, Any]] | None) -> list[Event]:

@@ -74,9 +74,11 @@ class RecordSwitch:
         if self.recorder is not None:
             return None
         path = self.path or default_recording_path(list(self.controllers), self.directory)
+        # This console's own presence on its hosts is recorded with them: a replay leaves it out.
+        me = next((ctl.me.console_id for ctl in self.controllers.values()), None)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            recorder = Recorder(path, hosts=list(self.controllers)).start()
+            recorder = Recorder(path, hosts=list(self.controllers), console=me).start()
         except (RecordingError, OSError) as exc:
             return str(exc)
         self.path, self.recorder, self.started = path, recorder, time.monotonic()

@@ -1,22 +1,32 @@
-"""Benchmark of recording and replay (issue 17).
+"""Benchmark of recording and replay (issues 17 and 33).
 
     python tests/bench/bench_recording.py                 # prints the figures and a JSON line
     python tests/bench/bench_recording.py --write         # and replaces its section of docs/performance.md
 
 * **size per hour** of one host at 2,000 journal lines/s: `--seconds` (default 60) of input written through
-  the real `Recorder` (its encoding, zlib, SQLite commits once per recorded second), extrapolated to an
-  hour. The journal entries are `journalctl -o json` objects with the fields journald gives a unit's
-  stdout line (systemd 252: cursor, timestamps, boot and machine ids, PID/UID/GID, comm/exe/cmdline,
-  capabilities, cgroup, unit, slice, invocation, stream id; ~1.1 kB each), whose MESSAGE is a real
-  serving line of the corpus (decode and prefill statistics, access lines). Beside it, as a session
-  records: 8 GPUs sampled each second and a server reading with a real-sized `/metrics` scrape every 2 s.
-* **writer CPU**: the recorder thread's CPU per second of input, against the baseline of the same run:
-  the console's own parse and fold of those lines (`HostFold.journal`), which it does anyway.
-* **seek**: a replay of a `--minutes` (default 60) recording of that host at 2,000 lines/s (the same lines,
-  written at once): the first seek to its end (every record read, decoded, parsed and folded), then a
-  seek back to the middle and forward to the end again (from the checkpoints the first seek left).
-  Baseline: parsing and folding the same number of lines straight from memory (what the seek cannot
-  avoid: a replay goes through the same fold as live).
+  the real `Recorder` (its encoding, zlib, SQLite commits once per recorded second, the keyframes of the
+  fold it follows), extrapolated to an hour. The journal entries are `journalctl -o json` objects with the
+  fields journald gives a unit's stdout line (systemd 252: cursor, timestamps, boot and machine ids,
+  PID/UID/GID, comm/exe/cmdline, capabilities, cgroup, unit, slice, invocation, stream id; ~1.1 kB each),
+  whose MESSAGE is a real serving line of the corpus (decode and prefill statistics, access lines). Beside
+  it, as a session records: 8 GPUs sampled each second and a server reading with a real-sized `/metrics`
+  scrape every 2 s. Each input is recorded, then folded into the `HostFold` the recorder follows, as
+  `HostSession` does.
+* **writer CPU**: the recorder thread's CPU per second of input (chunks and keyframes), against the
+  baseline of the same run: the console's own parse and fold of those lines (`HostFold.journal`), which it
+  does anyway; and the loop's share of keyframes (taking their image as the inputs are recorded).
+* **seeks** over a recording of `--minutes` (default 60) of that host at 2,000 lines/s, and over one of
+  `--hours` (default 24): the first seek to the end from a fresh replay (its index, its opening, the
+  keyframe and the input after it), then later seeks: back to the middle, forward to the end, a quarter in,
+  10 s back, a minute forward. Baseline: the same hour without its keyframes (the format written before
+  issue 33: every record before the target folded), its first seek to `--baseline-minutes` (default 10)
+  scaled to the hour.
+* **the long recording** is 2,000 lines/s in the `--busy-minutes` (default 10) before each place it is
+  sought to (the middle and the end) and a quiet server elsewhere (an access line every 2 s, the GPUs each
+  second, /metrics every 2 s): one chunk a recorded second either way (86,400 for a day, the index a replay
+  reads), the keyframes of both rates. Building 24 h at 2,000 lines/s (173 M lines, ~10 GB) would take
+  this machine hours; a seek never reads what lies before its keyframe, so what it costs is set by the
+  index, the keyframe and the input after it, which are those of a busy day.
 
 Not a timed test: pytest ignores tests/bench.
 """
@@ -26,9 +36,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
+import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +51,11 @@ if str(REPO) not in sys.path:
 
 from console.core.gpus import HostGpuSample  # noqa: E402
 from console.core.hostfold import HostFold  # noqa: E402
+from console.core.keyframes import KEYFRAME_ENTRIES, KEYFRAME_EVERY_S  # noqa: E402
 from console.core.metrics import SglangMetrics, parse_prometheus  # noqa: E402
 from console.core.snapshot import HealthState, ServerSample  # noqa: E402
 from console.sources.recording import Recorder, RecordingReader  # noqa: E402
-from console.sources.replay import CHECKPOINT_S, Replay  # noqa: E402
+from console.sources.replay import Replay  # noqa: E402
 from console.sources.session import CONSUME_BATCH  # noqa: E402
 
 CORPUS = REPO.parent / "shared" / "corpus" / "public"
@@ -175,27 +189,65 @@ def server_sample(ts: float) -> ServerSample:
     )
 
 
-def record_seconds(path: Path, seconds: int, lines: list[str], start: float) -> tuple[Recorder, float]:
-    """`seconds` of one host's input through the Recorder, committed once per recorded second as the
-    writer thread does; the writer's CPU seconds."""
-    now = [start]
-    rec = Recorder(path, hosts=[HOST], policy=None, clock=lambda: now[0])
-    gpu = gpu_sample()
-    server = server_sample(start)
-    cpu = 0.0
-    for s in range(seconds):
-        batch = journal(RATE, int((start + s) * 1e6), lines)
-        for k in range(0, RATE, CONSUME_BATCH):
-            now[0] = start + s + k / RATE
-            rec.record(HOST, "journal", batch[k : k + CONSUME_BATCH])
-        rec.record(HOST, "gpu", gpu)
-        if s % 2 == 0:
-            rec.record(HOST, "server", (server.model_copy(update={"ts": start + s}), 48.0))
-        now[0] = start + s + 1
+def access_line(ts: float) -> str:
+    """An idle server's line: the scrape's access line, as uvicorn prints it."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
+    return f'[{stamp}] INFO:     127.0.0.1:46238 - "GET /metrics HTTP/1.1" 200 OK'
+
+
+class Writer:
+    """One host's inputs through the Recorder, each recorded and then folded into the fold the recorder
+    follows (as `HostSession`), committed once per recorded second (as the writer thread does)."""
+
+    def __init__(self, path: Path, start: float) -> None:
+        self.now = start
+        self.rec = Recorder(path, hosts=[HOST], policy=None, clock=lambda: self.now)
+        self.fold = HostFold(HOST)
+        self.rec.follow(HOST, self.fold)
+        self.gpu = gpu_sample()
+        self.server = server_sample(start)
+        self.writer_cpu = 0.0
+        self.loop_cpu = 0.0
+        """The recorder's share on the loop: queuing, and the keyframes' images."""
+        self.fold_cpu = 0.0
+
+    def second(self, s: float, batch: list[dict[str, Any]]) -> None:
+        rate = max(1, len(batch))
+        for k in range(0, len(batch), CONSUME_BATCH):
+            self.now = s + k / rate
+            part = batch[k : k + CONSUME_BATCH]
+            t0 = time.thread_time()
+            self.rec.record(HOST, "journal", part)
+            t1 = time.thread_time()
+            self.fold.journal(part)
+            self.loop_cpu += t1 - t0
+            self.fold_cpu += time.thread_time() - t1
+        self.now = s + 0.9
+        self.rec.record(HOST, "gpu", self.gpu)
+        self.fold.gpu(self.gpu)
+        if int(s) % 2 == 0:
+            reading = self.server.model_copy(update={"ts": s})
+            self.rec.record(HOST, "server", (reading, 48.0))
+            self.fold.server_reading(reading, 48.0)
+        self.now = s + 1
         t0 = time.thread_time()
-        rec._write()  # what the writer thread does once a second
-        cpu += time.thread_time() - t0
-    return rec, cpu
+        self.rec._write()  # what the writer thread does once a second
+        self.writer_cpu += time.thread_time() - t0
+
+    def close(self) -> Recorder:
+        self.rec.close()
+        return self.rec
+
+
+def busy(w: Writer, start: float, seconds: int, lines: list[str]) -> None:
+    for s in range(seconds):
+        w.second(start + s, journal(RATE, int((start + s) * 1e6), lines))
+
+
+def quiet(w: Writer, start: float, seconds: int) -> None:
+    for s in range(seconds):
+        t = start + s
+        w.second(t, [entry(int(t), access_line(t), int(t * 1e6))] if int(t) % 2 == 0 else [])
 
 
 def fold_cpu(seconds: int, lines: list[str], start: float) -> float:
@@ -223,10 +275,52 @@ class Timed:
         self.cpu = time.thread_time() - self.cpu
 
 
+def without_keyframes(path: Path, to: Path) -> Path:
+    """The same recording as the format before issue 33 wrote it: no keyframes."""
+    shutil.copy(path, to)
+    conn = sqlite3.connect(to)
+    conn.execute("DROP TABLE keyframes")
+    conn.commit()
+    conn.execute("VACUUM")
+    conn.close()
+    return to
+
+
+def seeks(path: Path, out: dict[str, float], key: str) -> None:
+    """The first seek to the end from a fresh replay, then the later ones."""
+    with Timed() as t:
+        reader = RecordingReader(path)
+        replay = Replay(reader)
+        replay.seek(replay.end)
+    out[f"{key}_first_s"], out[f"{key}_first_cpu_s"] = t.wall, t.cpu
+    assert replay.hosts[HOST].fold.events_total > 0
+    span = replay.end - replay.start
+    later: list[tuple[str, Callable[[], float]]] = [
+        ("middle", lambda: replay.start + span / 2),
+        ("end", lambda: replay.end),
+        ("quarter", lambda: replay.start + span / 4),
+        ("back 10 s", lambda: replay.position - 10),
+        ("a minute on", lambda: replay.position + 60),
+    ]
+    worst, worst_cpu = 0.0, 0.0
+    for _, target in later:
+        with Timed() as t:
+            replay.seek(target())
+        worst, worst_cpu = max(worst, t.wall), max(worst_cpu, t.cpu)
+    out[f"{key}_later_max_s"], out[f"{key}_later_max_cpu_s"] = worst, worst_cpu
+    out[f"{key}_keyframes"] = len(reader.keyframes)
+    out[f"{key}_chunks"] = len(reader.chunks)
+    out[f"{key}_file_mb"] = path.stat().st_size / 1e6
+    reader.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=int, default=60, help="input measured for the size and CPU figures")
-    ap.add_argument("--minutes", type=int, default=60, help="length of the recording the seek runs over")
+    ap.add_argument("--minutes", type=float, default=60, help="length of the busy recording sought in")
+    ap.add_argument("--hours", type=float, default=24, help="length of the long recording (0: none)")
+    ap.add_argument("--busy-minutes", type=float, default=10, help="busy input before each place sought to")
+    ap.add_argument("--baseline-minutes", type=float, default=10, help="the old format's seek, scaled")
     ap.add_argument(
         "--write", action="store_true", help="replace the Recording section of docs/performance.md"
     )
@@ -237,41 +331,65 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="k26-bench-rec-") as tmp:
         path = Path(tmp) / "minute.k26rec"
-        rec, write_cpu = record_seconds(path, args.seconds, lines, start)
-        rec.close()
+        w = Writer(path, start)
+        busy(w, start, args.seconds, lines)
+        rec = w.close()
         base_cpu = fold_cpu(args.seconds, lines, start)
         out["measured_s"] = args.seconds
         out["mb_per_hour"] = rec.bytes_written / args.seconds * 3600 / 1e6
         out["raw_mb_per_hour"] = rec.raw_bytes / args.seconds * 3600 / 1e6
         out["file_mb_per_hour"] = path.stat().st_size / args.seconds * 3600 / 1e6
+        with RecordingReader(path) as reader:
+            kf_bytes = reader._conn.execute(
+                "SELECT COALESCE(SUM(length(blob)), 0) FROM keyframes"
+            ).fetchone()[0]
+        out["keyframe_mb_per_hour"] = kf_bytes / args.seconds * 3600 / 1e6
+        out["keyframes_per_hour"] = rec.keyframes / args.seconds * 3600
         out["ratio"] = rec.raw_bytes / max(rec.bytes_written, 1)
-        out["writer_cpu_pct"] = write_cpu / args.seconds * 100
+        out["writer_cpu_pct"] = w.writer_cpu / args.seconds * 100
+        out["loop_cpu_pct"] = w.loop_cpu / args.seconds * 100
         out["fold_cpu_pct"] = base_cpu / args.seconds * 100
         print(json.dumps(out), flush=True)
 
-        long = Path(tmp) / "hour.k26rec"
+        hour = Path(tmp) / "hour.k26rec"
         t0 = time.perf_counter()
-        rec, _ = record_seconds(long, args.minutes * 60, lines, start)
-        rec.close()
+        w = Writer(hour, start)
+        busy(w, start, round(args.minutes * 60), lines)
+        w.close()
         out["build_s"] = time.perf_counter() - t0
-        out["hour_file_mb"] = long.stat().st_size / 1e6 * 60 / args.minutes
-        print(f"built {args.minutes} min in {out['build_s']:.0f} s", flush=True)
-        with RecordingReader(long) as reader:
+        print(f"built {args.minutes:g} min in {out['build_s']:.0f} s", flush=True)
+        seeks(hour, out, "hour")
+        old = without_keyframes(hour, Path(tmp) / "hour-v1.k26rec")
+        hour.unlink()
+        with RecordingReader(old) as reader:
             replay = Replay(reader)
+            assert not reader.keyframes
             with Timed() as t:
-                replay.seek(replay.end)
-            out["seek_end_s"], out["seek_end_cpu_s"] = t.wall, t.cpu
-            assert replay.hosts[HOST].follower.entries == RATE * args.minutes * 60
-            with Timed() as t:
-                replay.seek((replay.start + replay.end) / 2)
-            out["seek_back_s"], out["seek_back_cpu_s"] = t.wall, t.cpu
-            with Timed() as t:
-                replay.seek(replay.end)
-            out["seek_again_s"], out["seek_again_cpu_s"] = t.wall, t.cpu
-        with Timed() as t:
-            fold_cpu(args.minutes * 60, lines, start)
-        out["fold_only_s"], out["fold_only_cpu_s"] = t.wall, t.cpu
+                replay.seek(replay.start + min(args.baseline_minutes, args.minutes) * 60)
+        out["old_s"], out["old_cpu_s"] = t.wall, t.cpu
+        out["old_scale"] = args.minutes / min(args.baseline_minutes, args.minutes)
+        old.unlink()
+        print(json.dumps(out), flush=True)
+
+        if args.hours > 0:
+            day = Path(tmp) / "day.k26rec"
+            t0 = time.perf_counter()
+            total = round(args.hours * 3600)
+            burst = min(round(args.busy_minutes * 60), total // 2)
+            w = Writer(day, start)
+            middle = start + total // 2
+            quiet(w, start, total // 2 - burst)
+            busy(w, middle - burst, burst, lines)
+            quiet(w, middle, total - total // 2 - burst)
+            busy(w, start + total - burst, burst, lines)
+            w.close()
+            out["day_build_s"] = time.perf_counter() - t0
+            print(f"built {args.hours:g} h in {out['day_build_s']:.0f} s", flush=True)
+            seeks(day, out, "day")
+            day.unlink()
     out["minutes"] = args.minutes
+    out["hours"] = args.hours
+    out["busy_minutes"] = args.busy_minutes
     out["load_before"] = load_before
     out["load"] = float(Path("/proc/loadavg").read_text().split()[0])
     print(json.dumps(out), flush=True)
@@ -281,52 +399,59 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def section(f: dict[str, float]) -> str:
-    minutes = int(f["minutes"])
-    hour = 60 / minutes  # the seek's cost is linear in the records it folds
+    def row(label: str, key: str, base: str) -> str:
+        return f"| {label} | {f[key + '_cpu_s']:.2f} s CPU ({f[key + '_s']:.2f} s wall) | {base} |"
 
-    def seek_row(label: str, key: str, base: str) -> str:
-        return (
-            f"| {label} | {f[key + '_cpu_s'] * hour:,.0f} s CPU ({f[key + '_cpu_s']:.1f} s for {minutes} min; "
-            f"{f[key + '_s']:.1f} s wall) | {base} |"
+    old = f"{f['old_cpu_s'] * f['old_scale']:,.0f} s CPU (the old format)"
+    hours = f["hours"]
+    day_rows = ""
+    if hours:
+        day_rows = (
+            row(f"first seek to the end of {hours:g} h", "day_first", old + " × the hours")
+            + "\n"
+            + row(f"then any later seek in {hours:g} h, the slowest", "day_later_max", "—")
+            + "\n"
         )
-
-    def bounded_row(label: str, key: str) -> str:
-        return f"| {label} | {f[key + '_cpu_s']:.1f} s CPU ({f[key + '_s']:.1f} s wall) | at most {CHECKPOINT_S:g} s of input |"
-
-    return f"""## Recording and replay (issue 17)
+    return f"""## Recording and replay (issues 17, 33)
 
 `python tests/bench/bench_recording.py` (issue 17): one host at 2,000 journal lines/s of real corpus serving
 lines in full `journalctl -o json` entries (~1.1 kB each), 8 GPUs sampled each second, a server reading with
-a /metrics scrape of ~140 samples every 2 s. Measured on the shared 2-core machine (load average
-{f["load_before"]:.0f} at the start, {f["load"]:.0f} at the end): the CPU figures are what the work costs (the
-thread's own CPU time); the wall times include waiting for the CPU behind the other processes.
+a /metrics scrape of ~140 samples every 2 s, recorded through the `Recorder` following the host's fold (as a
+session does). Measured on the shared 2-core machine (load average {f["load_before"]:.1f} at the start,
+{f["load"]:.1f} at the end): the CPU figures are what the work costs (the thread's own CPU time); the wall
+times include waiting for the CPU behind the other processes.
 
 | figure | value | baseline (same run) |
 |---|---|---|
-| recording size per hour (zlib chunks) | {f["mb_per_hour"]:,.0f} MB | {f["raw_mb_per_hour"]:,.0f} MB of JSON before compression ({f["ratio"]:.1f}x) |
+| recording size per hour (zlib chunks and keyframes) | {f["mb_per_hour"]:,.0f} MB, of it keyframes {f["keyframe_mb_per_hour"]:,.0f} MB ({f["keyframes_per_hour"]:,.0f} an hour) | {f["raw_mb_per_hour"]:,.0f} MB of JSON before compression ({f["ratio"]:.1f}x) |
 | file size per hour (SQLite pages) | {f["file_mb_per_hour"]:,.0f} MB | — |
-| writer thread CPU | {f["writer_cpu_pct"]:.1f}% of a core | parse and fold of the same lines: {f["fold_cpu_pct"]:.1f}% |
-{seek_row("seek to the end of a one-hour recording (first time)", "seek_end", f"parse and fold alone: {f['fold_only_cpu_s'] * hour:,.0f} s CPU")}
-{bounded_row("then back to the middle", "seek_back")}
-{bounded_row("then forward to the end again", "seek_again")}
+| writer thread CPU | {f["writer_cpu_pct"]:.1f}% of a core (and {f["loop_cpu_pct"]:.2f}% on the loop: queuing, keyframe images) | parse and fold of the same lines: {f["fold_cpu_pct"]:.1f}% |
+{row(f"first seek to the end of {f['minutes']:g} min (fresh replay: index, opening, keyframe, input after it)", "hour_first", old)}
+{row(f"then any later seek in {f['minutes']:g} min, the slowest of five", "hour_later_max", "—")}
+{day_rows}
+Goals (issue 33): a first seek ≤ 5 s, any later seek ≤ 1 s. The baseline is the same recording without
+its keyframes, the format written before them (still read): its first seek folds every record before the
+target, measured to {f["old_scale"] and f["minutes"] / f["old_scale"]:g} min and scaled by {f["old_scale"]:g} (linear in the records it folds).
+Later seeks are: back to the middle, forward to the end, a quarter in, 10 s back, a minute forward.
 
-Extrapolated, and so labelled: the size per hour from {int(f["measured_s"])} s of input, and the first seek from a
-{minutes}-minute recording (× {hour:g}; it folds every record before its target, so its cost is linear in
-them; the later seeks do not depend on the recording's length). With the default bound (2 GiB, 7 days) a recording of such a host keeps about
-{2 * 1024**3 / 1e6 / f["file_mb_per_hour"]:.0f} hours; a quiet host, weeks. The first seek to the end reads,
-decodes, parses and folds every line, and the server readings into the serving window: what the live
-session spent on them, plus reading and decoding (a cProfile of a one-minute seek, run by hand: parsing 66%,
-folding 17%, reading and decoding the chunks 15%). Later
-seeks start from the checkpoint before the target (a copy of the fold every {CHECKPOINT_S:g} s of recording,
-kept in memory as the cursor passes), so they cost at most {CHECKPOINT_S:g} s of input whatever the length.
-The replay's screen stays live meanwhile (the seek runs in a thread). A faster first seek would need the
-recorder to write the whole fold (parser, serving window, readings) now and then, which it does not.
+How: the recorder writes a keyframe of each host's fold (`console/core/keyframes.py`: the state, the event
+tail, the readings, the serving window, the link, follower, pairing view and audit entries) at each new
+boot, every {KEYFRAME_EVERY_S:g} s of recording and every {KEYFRAME_ENTRIES:,} journal entries ({KEYFRAME_ENTRIES / 2000:g} s
+at this rate). A seek starts from the nearest of the cursor, an in-memory checkpoint and the keyframes, so
+it folds at most one keyframe interval of input, whatever the recording's length: the first seek costs
+the index ({f.get("day_chunks", f["hour_chunks"]):,.0f} chunks for the longest), the opening (the first
+chunks), one keyframe and that interval. The long recording is {f.get("busy_minutes", 0):g} min at 2,000 lines/s
+before each place sought to and a quiet server elsewhere ({f.get("day_file_mb", 0):,.0f} MB,
+{f.get("day_keyframes", 0):,.0f} keyframes); building a whole day at 2,000 lines/s (~10 GB) would take this
+machine hours, and a seek reads nothing before its keyframe.
+With the default bound (2 GiB, 7 days) a recording of such a host keeps about
+{2 * 1024**3 / 1e6 / f["file_mb_per_hour"]:.0f} hours; a quiet host, weeks.
 """
 
 
 def write_section(path: Path, text: str) -> None:
     doc = path.read_text() if path.exists() else "# Performance\n\n"
-    start = doc.find("## Recording and replay (issue 17)\n")
+    start = doc.find("## Recording and replay (issue")
     if start < 0:
         doc = doc.rstrip("\n") + "\n\n" + text
     else:
