@@ -12,6 +12,8 @@ import contextlib
 import importlib
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_USAGE, CliError
 from console.core.text import terminal_safe
@@ -42,8 +44,33 @@ _COMMANDS: dict[str, str] = {
 }
 
 
+def _not_empty(convert: Callable[[str], Any] | None, name: str, positional: bool) -> Callable[[str], Any]:
+    """`convert`, refusing an empty string first: an empty path reads as the current directory (`parse ''`
+    said "is a directory", `twin --state-dir ''` wrote its files into the working directory) and an empty
+    host as no host at all; no argument of any command means that."""
+
+    def check(text: str) -> Any:
+        if text == "":
+            raise argparse.ArgumentTypeError(
+                f"{name} must not be an empty string" if positional else f"{name} needs a value, not an empty string"
+            )
+        return convert(text) if convert is not None else text
+
+    # argparse names a conversion that failed by its function's name ("invalid int value: 'x'").
+    check.__name__ = getattr(convert, "__name__", "str")
+    return check
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse prints usage + a message and exits 2 on bad options; keep it to one sentence."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        if action.nargs != 0:  # every argument that takes a value, of every command
+            longest = max(action.option_strings, key=len, default=None)
+            name = longest or action.metavar or action.dest.upper()
+            action.type = _not_empty(action.type, str(name), positional=longest is None)  # type: ignore[arg-type]
+        return action
 
     def error(self, message: str) -> None:  # type: ignore[override]
         # "argument --limit: --limit must be at least 1": the option's name once is enough.
@@ -51,7 +78,7 @@ class _Parser(argparse.ArgumentParser):
         if (
             sep
             and head.startswith("argument ")
-            and rest.startswith(head.removeprefix("argument ").split("/")[0])
+            and rest.lower().startswith(head.removeprefix("argument ").split("/")[0].lower())
         ):
             message = rest
         # argparse quotes the operator's own words back (an unknown choice, a bad number): drawn safe too.
@@ -66,49 +93,6 @@ def say(sentence: str) -> None:
     sys.stderr.write(
         f"k26-console: {sentence}\n" if sentence.endswith(".") else f"k26-console: {sentence}.\n"
     )
-
-
-def _empty_argument(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
-    """The sentence refusing the first empty argument (`''` or `--opt=`), or None. An empty path reads as
-    the current directory (`parse ''` said "is a directory", `twin --state-dir ''` wrote its files into
-    the working directory) and an empty host as no host at all: no option of any command means that."""
-    current = parser
-    positionals = [a for a in current._actions if not a.option_strings]
-    index = 0
-    expecting: str | None = None
-    for token in argv:
-        if expecting is not None:
-            if token == "":
-                return f"{expecting} needs a value, not an empty string."
-            expecting = None
-            continue
-        if token.startswith("-") and token != "-":
-            option, has_value, value = token.partition("=")
-            if has_value and not value:
-                return f"{option} needs a value, not an empty string."
-            known = current._option_string_actions
-            action = known.get(option)
-            if action is None and option.startswith("--"):
-                matches = [known[o] for o in known if o.startswith(option)]  # argparse's abbreviations
-                action = matches[0] if len({id(a) for a in matches}) == 1 else None
-            if action is not None and action.nargs != 0 and not has_value:
-                expecting = option
-            continue
-        action = positionals[index] if index < len(positionals) else None
-        if token == "":
-            what = (action.metavar or action.dest.upper()) if action is not None else "an argument"
-            return f"{what} must not be an empty string."
-        if isinstance(action, argparse._SubParsersAction):
-            chosen = action.choices.get(token)
-            if chosen is None:
-                return None  # argparse names the unknown command itself
-            current = chosen
-            positionals = [a for a in current._actions if not a.option_strings]
-            index = 0
-            continue
-        if action is not None and action.nargs not in ("*", "+", argparse.REMAINDER):
-            index += 1
-    return None
 
 
 _CHANGES = frozenset({"apply", "restart", "rollback", "confirm", "probe"})
@@ -203,10 +187,6 @@ def main(argv: list[str] | None = None) -> int:
     named = argv[0] if argv and argv[0] in commands else None
     # No command named (`--help`, `--version`, nothing): the outline, with no command module imported.
     parser = build_parser(named, outline=named is None)
-    empty = _empty_argument(parser, argv)
-    if empty is not None:
-        say(empty)
-        return EXIT_USAGE
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:
