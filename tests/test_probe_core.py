@@ -317,3 +317,36 @@ def test_throughput_points_from_real_decode_batch_lines(corpus_dir: Path) -> Non
     assert [v for _, v in points] == [53.58, 86.63, 86.65]
     times = [t for t, _ in points]
     assert times[1] - times[0] == 2.0 and times[2] - times[1] == 2.0
+
+
+def test_the_probe_takes_the_card_s_own_peak_from_nvml_and_names_where_it_came_from() -> None:
+    """Issue 31: the peak from NVML where the GPU sample carries it (the real H200's clocks and bus,
+    tests/data/real-gpu-h200), else the table's for the name (nvidia-smi has no bus width); a card the
+    hosts file names is the table's."""
+    from console.core.gpus import GpuSample
+    from console.core.probe import card_peak
+    from console.sources.hosts import HostConfig
+    from console.sources.probe import target_from
+
+    h200 = GpuSample(
+        name="NVIDIA H200", memory_total_mib=143_771, clock_mem_max_mhz=3201, memory_bus_width_bits=6016
+    )
+    assert card_peak(h200) == (4814.3, "nvml", "NVML: 2 × max memory clock 3,201 MHz × 6,016-bit bus / 8")
+    smi = h200.model_copy(update={"memory_bus_width_bits": None})
+    peak, source, words = card_peak(smi)
+    assert (
+        (peak, source) == (4800.0, "table")
+        and words is not None
+        and words.startswith("the bandwidth table (H200:")
+    )
+    assert card_peak(GpuSample(name="Mystery GPU 9000")) == (None, None, None)
+
+    host = HostConfig(name="gpu1", ssh="gpu1")
+    target = target_from(host, {}, "NVIDIA H200", 8, h200)
+    assert (target.peak_bandwidth_gbs, target.peak_from) == (4814.3, "nvml")
+    named = target_from(host.model_copy(update={"gpu": "NVIDIA H100 80GB HBM3"}), {}, "NVIDIA H200", 8, h200)
+    assert (named.gpu_name, named.peak_bandwidth_gbs, named.peak_from) == (
+        "NVIDIA H100 80GB HBM3",
+        3350.0,
+        "table",
+    )

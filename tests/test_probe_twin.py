@@ -122,8 +122,9 @@ async def test_incident_185k_is_slow_attention_and_the_server_agrees(incident: T
         assert (target.model, target.kv_bytes_per_token_per_gpu, target.peak_bandwidth_gbs) == (
             "kimi-k2.6",
             70_272,
-            1792.0,
+            1792.1,  # the card's own, from NVML (the table says 1,792.0)
         )
+        assert target.peak_from == "nvml"
         result = await prober.probe(185_000, 4, on_progress=seen.append)
     assert result.status is ProbeStatus.OK, result.error
     assert (result.prompt_tokens, result.output_tokens, result.cached_tokens) == (185_000, 4, 0)

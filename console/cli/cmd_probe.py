@@ -152,7 +152,8 @@ def format_table(report: ProbeReport) -> str:
     """The human form: what was probed, one row per depth, then the diagnoses."""
     t = report.target
     card = t.gpu_name or "unknown GPU"
-    peak = f"{t.peak_bandwidth_gbs:,.0f} GB/s peak" if t.peak_bandwidth_gbs else "peak unknown"
+    source = {"nvml": " from NVML", "table": " from the bandwidth table"}.get(t.peak_from or "", "")
+    peak = f"{t.peak_bandwidth_gbs:,.0f} GB/s peak{source}" if t.peak_bandwidth_gbs else "peak unknown"
     cell_size = (
         f"{t.kv_bytes_per_token_per_gpu:,} B/token/GPU" if t.kv_bytes_per_token_per_gpu else "KV cell unknown"
     )

@@ -17,10 +17,13 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.cards import GpuBandwidth, card_bandwidth
+from console.core.gpuhealth import peak_bandwidth_gbs
+from console.core.gpus import GpuSample
 from console.core.models import ModelConfigError, ModelSpec
 
 GB = 1e9
@@ -41,6 +44,33 @@ MIN_SWEEP_SPAN_TOKENS = 16_000
 def gpu_bandwidth(gpu_name: str | None, memory_mib: float | None = None) -> GpuBandwidth | None:
     """The card's peak bandwidth from `console.core.cards` (None for a card the table does not name)."""
     return card_bandwidth(gpu_name, memory_mib)
+
+
+PeakFrom = Literal["nvml", "table"]
+
+
+def card_peak(
+    gpu: GpuSample | None, name: str | None = None
+) -> tuple[float | None, PeakFrom | None, str | None]:
+    """(peak GB/s, where from, the source in words) of the card the probe reads: NVML's own figure, 2 ×
+    the maximum memory clock × the bus width / 8, when the GPU sample carries them (the NVML back-ends);
+    else the bandwidth table's for its name (`name`, else the sample's); (None, None, None) for a card
+    neither knows."""
+    if gpu is not None:
+        own = peak_bandwidth_gbs(gpu)
+        if own is not None:
+            return (
+                round(own, 1),
+                "nvml",
+                f"NVML: 2 × max memory clock {gpu.clock_mem_max_mhz:,.0f} MHz × "
+                f"{gpu.memory_bus_width_bits:,}-bit bus / 8",
+            )
+    entry = card_bandwidth(
+        name or (gpu.name if gpu is not None else None), gpu.memory_total_mib if gpu else None
+    )
+    if entry is None:
+        return None, None, None
+    return entry.peak_gbs, "table", f"the bandwidth table ({entry.name}: {entry.source})"
 
 
 def kv_bytes_per_token(spec: ModelSpec | None, tp_size: int | None, kv_cache_dtype: str | None) -> int | None:
@@ -138,6 +168,10 @@ class ProbeTarget(BaseModel, defer_build=True):
     kv_cache_dtype: str | None = None
     kv_bytes_per_token_per_gpu: int | None = None
     peak_bandwidth_gbs: float | None = None
+    peak_from: PeakFrom | None = None
+    """`nvml`: the card's own clocks (`card_peak`); `table`: `console/core/cards.py`."""
+    peak_source: str | None = None
+    """Where the peak comes from, in words (`NVML: 2 × max memory clock … / 8`, or the table's row)."""
     attention_backend: str | None = None
     page_size: int | None = None
 
@@ -505,6 +539,7 @@ __all__ = [
     "ProbeVerdict",
     "ServerLimits",
     "SweepFit",
+    "card_peak",
     "diagnose",
     "failed_result",
     "fmt_depth",

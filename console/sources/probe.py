@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from console.core.events import PoolSummary
+from console.core.gpus import GpuSample
 from console.core.metrics import Histogram, SglangMetrics
 from console.core.models import ModelConfigError, find_model, get_model
 from console.core.pairing import Identity
@@ -38,10 +39,10 @@ from console.core.probe import (
     ProbeStatus,
     ProbeTarget,
     ServerLimits,
+    card_peak,
     failed_result,
     fmt_depth,
     generate_payload,
-    gpu_bandwidth,
     kv_bytes_per_token,
     live_tok_s,
     random_prompt,
@@ -51,7 +52,7 @@ from console.core.probe import (
     sweep_fit,
 )
 from console.core.text import json_safe
-from console.sources.gpus import LocalRunner, NvidiaSmiSampler, Runner
+from console.sources.gpus import open_sampler
 from console.sources.hosts import HostConfig
 from console.sources.journal import read_unit_journal
 from console.sources.probe_history import append_history, record_profile
@@ -117,8 +118,10 @@ def target_from(
     info: dict[str, Any],
     gpu_name: str | None,
     gpu_count: int | None,
+    gpu_sample: GpuSample | None = None,
 ) -> ProbeTarget:
-    """The card's peak bandwidth and the KV cell of the served model (host-file overrides first)."""
+    """The card's peak bandwidth (NVML's own where the GPU sample carries it, else the table's; a card the
+    hosts file names is the table's) and the KV cell of the served model (host-file overrides first)."""
     spec = None
     if host.model:
         with contextlib.suppress(ModelConfigError):
@@ -129,7 +132,7 @@ def target_from(
     tp = _int(info.get("tp_size")) or 1
     dtype = info.get("kv_cache_dtype") if isinstance(info.get("kv_cache_dtype"), str) else None
     gpu = host.gpu or gpu_name
-    catalogue = gpu_bandwidth(gpu)
+    peak, peak_from, peak_source = card_peak(None if host.gpu else gpu_sample, gpu)
     backend = info.get("decode_attention_backend") or info.get("attention_backend")
     return ProbeTarget(
         host=host.name,
@@ -139,7 +142,9 @@ def target_from(
         tp_size=tp,
         kv_cache_dtype=dtype,
         kv_bytes_per_token_per_gpu=kv_bytes_per_token(spec, tp, dtype),
-        peak_bandwidth_gbs=catalogue.peak_gbs if catalogue else None,
+        peak_bandwidth_gbs=peak,
+        peak_from=peak_from,
+        peak_source=peak_source,
         attention_backend=str(backend) if backend else None,
         page_size=_int(info.get("page_size")),
     )
@@ -193,20 +198,17 @@ class Prober:
 
     # ---- what the server is ----------------------------------------------------------------------
 
-    def _runner(self) -> Runner | None:
-        if self.transport is not None:
-            return self.transport
-        return LocalRunner() if self.host.local else None
-
-    async def _gpu(self) -> tuple[str | None, int | None]:
+    async def _gpu(self) -> tuple[str | None, int | None, GpuSample | None]:
+        """The card's name, the GPU count and the first GPU's sample, from one reading of the sampler
+        the host allows (the NVML agent, whose sample carries the card's own peak, else nvidia-smi)."""
         if self.host.gpu:
-            return self.host.gpu, self.host.gpu_count
-        runner = self._runner()
-        if runner is None:
-            return None, None
-        sample = await NvidiaSmiSampler(runner, host=self.host.name).sample()
-        names = [g.name for g in sample.gpus if g.name]
-        return (names[0] if names else None), (len(sample.gpus) or None)
+            return self.host.gpu, self.host.gpu_count, None
+        if self.transport is None and not self.host.local:
+            return None, None, None
+        sampler, sample = await open_sampler(self.transport, interval_s=1.0, host=self.host.name)
+        await sampler.close()
+        named = [g for g in sample.gpus if g.name]
+        return (named[0].name if named else None), (len(sample.gpus) or None), (named[0] if named else None)
 
     async def _journal_limits(self) -> ServerLimits | None:
         if self.transport is None:
@@ -243,8 +245,8 @@ class Prober:
                             "source": f"{limits.source}+journal",
                         }
                     )
-        gpu_name, gpu_count = await self._gpu()
-        self.target = target_from(self.host, info, gpu_name, gpu_count)
+        gpu_name, gpu_count, gpu_sample = await self._gpu()
+        self.target = target_from(self.host, info, gpu_name, gpu_count, gpu_sample)
         self.limits = limits
         return self.target, limits
 
