@@ -19,7 +19,7 @@ from console.sources.alerts import (
     parse_alert_config,
     run_hook,
 )
-from console.sources.hosts import load_hosts
+from console.sources.hosts import HostsError, load_hosts
 
 ALERT = Alert(
     host="gpu1",
@@ -84,12 +84,24 @@ def test_a_bad_alerts_table_is_one_sentence(table: object, says: str) -> None:
 
 
 def test_a_missing_named_config_file_is_one_sentence(tmp_path: Path) -> None:
-    with pytest.raises(AlertConfigError, match=r"^the config file .*nope.toml does not exist\.$"):
+    with pytest.raises(AlertConfigError, match=r"^the hosts file .*nope.toml does not exist\.$"):
         load_alert_config(tmp_path / "nope.toml")
     broken = tmp_path / "broken.toml"
     broken.write_text("[alerts\n")
     with pytest.raises(AlertConfigError, match="is not valid TOML"):
         load_alert_config(broken)
+
+
+def test_one_reading_of_the_config_file_holds_hosts_ui_and_alerts(tmp_path: Path) -> None:
+    # One model, one error path: a bad [alerts] table is the hosts file's error for every command.
+    file = tmp_path / "hosts.toml"
+    file.write_text('[hosts.gpu1]\nssh = "gpu1"\n\n[ui]\ntheme = "light"\n\n[alerts]\nrules = ["queue > 3"]\n')
+    config = load_hosts(file)
+    assert set(config.hosts) == {"gpu1"} and config.ui.theme == "light"
+    assert [r.key for r in config.alerts.rules] == ["queue > 3"] and config.alerts.path == file
+    file.write_text('[hosts.gpu1]\nssh = "gpu1"\n\n[alerts]\nbell = "yes"\n')
+    with pytest.raises(HostsError, match=r"\[alerts\] bell must be true or false"):
+        load_hosts(file)
 
 
 async def test_the_hook_gets_the_alert_as_json_on_stdin(tmp_path: Path) -> None:

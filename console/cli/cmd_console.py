@@ -150,12 +150,7 @@ def run(args: argparse.Namespace) -> int:
     confirm_within = getattr(args, "confirm_within", None)
     if confirm_within is not None and not 0 <= confirm_within <= 86_400:
         raise UsageError(f"--confirm-within must be between 0 and 86400 seconds, not {confirm_within:g}.")
-    from console.sources.alerts import AlertConfigError, load_alert_config
-
-    try:
-        alerts = load_alert_config(args.hosts)
-    except AlertConfigError as exc:
-        raise UsageError(str(exc)) from None
+    alerts = hosts.alerts  # the [alerts] table, read with the hosts (one file, one reading)
     check_record_path(args.record, [c.name for c in configs])
     require_terminal("k26-console open")
     app = ConsoleApp(

@@ -24,108 +24,45 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from console.core.alerts import Alert, AlertError, Rule, default_rules, parse_rules
+from console.core.alerts import Alert
 from console.core.text import terminal_safe
-from console.core.tomlread import TomlTooDeep, load_toml
+from console.sources.alert_config import (
+    DEFAULT_TIMEOUT_S,
+    AlertConfig,
+    AlertConfigError,
+    default_alert_config,
+    parse_alert_config,
+)
+
+__all__ = [
+    "AlertConfig",
+    "AlertConfigError",
+    "HookResult",
+    "HookRunner",
+    "default_alert_config",
+    "load_alert_config",
+    "parse_alert_config",
+    "run_hook",
+]
 
 MAX_OUTPUT = 4096
 """Bytes of the hook's output (stdout and stderr together) kept for the report."""
-DEFAULT_TIMEOUT_S = 10.0
-MAX_TIMEOUT_S = 300.0
-_KEYS = ("rules", "bell", "command", "command_timeout_s")
-
-
-class AlertConfigError(ValueError):
-    """An `[alerts]` table the console cannot use; `str()` is one sentence for the operator."""
-
-
-class AlertConfig(BaseModel, defer_build=True):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    rules: tuple[Rule, ...]
-    bell: bool = True
-    command: tuple[str, ...] | None = None
-    command_timeout_s: float = DEFAULT_TIMEOUT_S
-    path: Path | None = None
-    """The file read, for messages (None: the defaults, no file)."""
-
-
-def default_alert_config() -> AlertConfig:
-    return AlertConfig(rules=default_rules())
-
-
-def parse_alert_config(table: object, path: Path | None = None) -> AlertConfig:
-    """The `[alerts]` table (already read from TOML); a missing table is the defaults."""
-    label = f"{path}: [alerts]" if path is not None else "[alerts]"
-    if table is None:
-        return AlertConfig(rules=default_rules(), path=path)
-    if not isinstance(table, dict):
-        raise AlertConfigError(f"{label} must be a table, such as [alerts] with rules = [...].")
-    unknown = sorted(set(table) - set(_KEYS))
-    if unknown:
-        raise AlertConfigError(f"{label} has an unknown key {unknown[0]!r} (known: {', '.join(_KEYS)}).")
-    rules: tuple[Rule, ...] = default_rules()
-    if "rules" in table:
-        if not isinstance(table["rules"], list):
-            raise AlertConfigError(f'{label} rules must be a list, such as ["queue > 16", "error"].')
-        try:
-            rules = parse_rules(table["rules"])
-        except AlertError as exc:
-            raise AlertConfigError(f"{label}: {str(exc).rstrip('.')}.") from None
-    bell = table.get("bell", True)
-    if not isinstance(bell, bool):
-        raise AlertConfigError(f"{label} bell must be true or false, not {bell!r}.")
-    command = table.get("command")
-    argv: tuple[str, ...] | None = None
-    if command is not None:
-        if (
-            not isinstance(command, list)
-            or not command
-            or not all(isinstance(a, str) and a and "\0" not in a for a in command)
-        ):
-            raise AlertConfigError(
-                f"{label} command must be a non-empty list of strings (the argv, run without a shell), "
-                'such as ["/usr/local/bin/page", "--team", "ops"].'
-            )
-        argv = (os.path.expanduser(command[0]), *command[1:])
-    timeout = table.get("command_timeout_s", DEFAULT_TIMEOUT_S)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TIMEOUT_S:
-        raise AlertConfigError(
-            f"{label} command_timeout_s must be a number of seconds from 0 to {MAX_TIMEOUT_S:g}."
-        )
-    return AlertConfig(rules=rules, bell=bell, command=argv, command_timeout_s=float(timeout), path=path)
 
 
 def load_alert_config(path: Path | str | None = None) -> AlertConfig:
-    """The `[alerts]` table of the hosts file (`--hosts FILE`, else the default one); a missing default
-    file, or a file without the table, is the default set."""
-    from console.sources.hosts import default_hosts_path
+    """The `[alerts]` table of the hosts file (`--hosts FILE`, else the default one), as `load_hosts` reads
+    it with the rest of the file: a missing default file, or a file without the table, is the default set."""
+    from console.sources.hosts import HostsError, load_hosts
 
-    explicit = path is not None
-    file = Path(path).expanduser() if path is not None else default_hosts_path()
     try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        if explicit:
-            raise AlertConfigError(f"the config file {file} does not exist.") from None
-        return default_alert_config()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise AlertConfigError(f"the config file {file} cannot be read: {reason}.") from None
-    try:
-        data = load_toml(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise AlertConfigError(f"the config file {file} is not valid TOML: {exc}.") from None
-    except TomlTooDeep as exc:
-        raise AlertConfigError(f"the config file {file} {exc}.") from None
-    return parse_alert_config(data.get("alerts"), file)
+        return load_hosts(path).alerts
+    except HostsError as exc:
+        raise AlertConfigError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------------------- hook

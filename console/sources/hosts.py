@@ -57,6 +57,12 @@ from pydantic import (
 
 from console.core.text import terminal_safe
 from console.core.tomlread import TomlTooDeep, load_toml
+from console.sources.alert_config import (
+    AlertConfig,
+    AlertConfigError,
+    default_alert_config,
+    parse_alert_config,
+)
 
 APP_NAME = "k26-console"
 DEFAULT_UNIT = "sglang"
@@ -210,6 +216,7 @@ class HostsFile(BaseModel, defer_build=True):
     path: Path | None = None
     hosts: dict[str, HostConfig] = Field(default_factory=dict)
     ui: UiConfig = Field(default_factory=UiConfig)
+    alerts: AlertConfig = Field(default_factory=default_alert_config)
 
     def get(self, name: str) -> HostConfig | None:
         return self.hosts.get(name)
@@ -240,7 +247,7 @@ def parse_hosts(text: str, path: Path | None = None) -> HostsFile:
         raise HostsError(f"{label} is not valid TOML: {exc}.") from None
     except TomlTooDeep as exc:
         raise HostsError(f"{label} {exc}.") from None
-    unknown = sorted(set(data) - {"hosts", "alerts", "ui"})  # [alerts]: console/sources/alerts.py
+    unknown = sorted(set(data) - {"hosts", "alerts", "ui"})
     if unknown:
         raise HostsError(f"{label} has an unknown top-level key {unknown[0]!r}; hosts go under [hosts.NAME].")
     tables = data.get("hosts", {})
@@ -261,7 +268,11 @@ def parse_hosts(text: str, path: Path | None = None) -> HostsFile:
         ui = UiConfig.model_validate(table)
     except ValidationError as exc:
         raise HostsError(f"{label}: ui.{_first_error(exc)}.") from None
-    return HostsFile(path=path, hosts=hosts, ui=ui)
+    try:
+        alerts = parse_alert_config(data.get("alerts"), path)
+    except AlertConfigError as exc:
+        raise HostsError(str(exc)) from None
+    return HostsFile(path=path, hosts=hosts, ui=ui, alerts=alerts)
 
 
 def load_hosts(path: Path | str | None = None) -> HostsFile:
