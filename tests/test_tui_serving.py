@@ -104,6 +104,13 @@ def test_dashboard_with_the_serving_panel_at_100x30(snap_compare, theme: str) ->
     assert snap_compare(make_app(theme=theme), terminal_size=(100, 30), run_before=_show(serving_snapshot()))
 
 
+@pytest.mark.parametrize("theme", ["dark", "light", "high-contrast"])
+def test_dashboard_with_the_serving_panel_at_80x24(snap_compare, theme: str) -> None:
+    """The side column's panels keep their top rule only, so the restart panel is in view (issue 34);
+    tests/test_tui_key_figures.py asserts each panel's key figure in the text at each size and theme."""
+    assert snap_compare(make_app(theme=theme), terminal_size=(80, 24), run_before=_show(serving_snapshot()))
+
+
 def _panel_text(app: ConsoleApp, host: str = "gpu1") -> str:
     panel = app.dashboards[host].serving
     lines = (line.text.strip().strip("│").strip() for line in panel.render_lines(panel.region.reset_offset))

@@ -45,6 +45,10 @@ class HostDashboard(Vertical):
     COMPACT_BELOW_ROWS = 40
     """Shorter than this the panels go compact: the GPU legend moves into the border, the gauge loses its
     mark line, the feed pins one error and the chart shrinks or gives way to its latest figure."""
+    TIGHT_BELOW_ROWS = 28
+    """Shorter than this (an 80x24 terminal) the side column's panels keep only their top rule and the
+    serving panel its first latencies: the KV gauge, the serving figures and the restart's first line
+    all fit beside eight GPU bars (the restart panel was out of view at 80x24)."""
     FEED_MIN_ROWS = 5
     """Event rows kept in view whatever the pane's size: the panels above scroll instead."""
     CHART_ROWS = 9
@@ -148,6 +152,9 @@ class HostDashboard(Vertical):
             return
         compact = height < self.COMPACT_BELOW_ROWS
         self.set_class(compact, "compact")
+        tight = height < self.TIGHT_BELOW_ROWS
+        self.set_class(tight, "tight")
+        self.serving.set_tight(tight)
         self.gpus.set_compact(compact)
         self.kv.set_compact(compact)
         self.serving.set_compact(compact)

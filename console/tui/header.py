@@ -176,19 +176,34 @@ class HeaderBar(Widget):
             or (facts.sglang.version if facts is not None else None)
         )
         model = model_name(boot) or (server.model if server is not None else None)
-        self._drawn_age = self.age_label()
-        line2 = Text(" ")
-        if self.size.width and self.size.width < self.WIDE_COLUMNS:
-            # Narrow: the age first, where the edge cannot cut it off; the model last.
-            line2.append("fresh ", palette().muted)
-            line2.append(*self._drawn_age)
-            if boot is not None:
-                line2.append(f"  {boot_name(boot)}", palette().muted)
-            line2.append("  SGLang ", palette().muted)
-            line2.append(version or "—", "bold" if version else palette().faint)
-            line2.append("  ", palette().muted)
-            line2.append(model or "—", "bold")
-            return textual_text(Group(line1, line2))
+        self._drawn_age = age = self.age_label()
+        # Each line stays one row: a line that wrapped pushed the second off the bar's two rows (at
+        # 120 columns the age went). Cut at the edge instead, the least telling words last.
+        line1.no_wrap, line1.overflow = True, "ellipsis"
+        width = self.size.width
+        if not width or width >= self.WIDE_COLUMNS:
+            wide = self._wide_line(version, model, boot, age)
+            if not width or wide.cell_len <= width:
+                return textual_text(Group(line1, wide))
+        # Narrow (or the wide line does not fit): the age first, where the edge cannot cut it off; the
+        # model last.
+        line2 = Text(" ", no_wrap=True, overflow="ellipsis")
+        line2.append("fresh ", palette().muted)
+        line2.append(*age)
+        if boot is not None:
+            line2.append(f"  {boot_name(boot)}", palette().muted)
+        line2.append("  SGLang ", palette().muted)
+        line2.append(version or "—", "bold" if version else palette().faint)
+        line2.append("  ", palette().muted)
+        line2.append(model or "—", "bold")
+        return textual_text(Group(line1, line2))
+
+    def _wide_line(
+        self, version: str | None, model: str | None, boot: Boot | None, age: tuple[str, Style]
+    ) -> Text:
+        """The second line on a wide pane: what runs, then the boot and the sample's age."""
+        facts = self.facts
+        line2 = Text(" ", no_wrap=True, overflow="ellipsis")
         line2.append("SGLang ", palette().muted)
         line2.append(version or "version not reported", "bold" if version else palette().faint)
         line2.append("  model ", palette().muted)
@@ -201,8 +216,8 @@ class HeaderBar(Widget):
         if boot is not None:
             line2.append(f"  {boot_name(boot)}", palette().muted)
         line2.append("  freshest sample ", palette().muted)
-        line2.append(*self._drawn_age)
-        return textual_text(Group(line1, line2))
+        line2.append(*age)
+        return line2
 
 
 def _version(boot: Boot | None) -> str | None:

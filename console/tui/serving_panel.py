@@ -22,6 +22,9 @@ from console.tui.themes import palette
 from console.tui.view import fmt_duration, fmt_tokens, textual_text
 
 LATENCIES = (("ttft", "TTFT"), ("itl", "ITL"), ("e2e", "e2e"), ("queue_time", "queue"))
+TIGHT_LATENCIES = 2
+"""On a tight pane (80x24) the first two latencies only: the requests running and the KV used stay in
+view beside eight GPU bars, and the restart panel under them (e2e and queue are in `snapshot`)."""
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -189,6 +192,7 @@ def serving_body(
     *,
     compact: bool,
     stale: str | None = None,
+    tight: bool = False,
 ) -> RenderableType:
     """The panel's lines for a `width`-cell column: fixed columns, so that the figures line up and an
     absent figure's words never squeeze the others. `stale`: the figures are old (`staleness`): said
@@ -214,7 +218,7 @@ def serving_body(
                 said += unit
         head.append(said, palette().muted)
         lines.append(head)
-    for figure, label in LATENCIES:
+    for figure, label in LATENCIES[:TIGHT_LATENCIES] if tight else LATENCIES:
         line = Text(label.ljust(LABEL_W), palette().muted)
         cells = latency_cells(figures, figure, compact)
         latency: Latency | None = getattr(figures, figure)
@@ -234,7 +238,9 @@ def serving_body(
         lines.append(rank_line(figures))
     if figures.refused:
         # Values out of range the server sent (NaN, +Inf, negative): named, never drawn (issue 30).
-        said = ", ".join(f"{family.removeprefix('sglang:')} {value}" for family, value in figures.refused.items())
+        said = ", ".join(
+            f"{family.removeprefix('sglang:')} {value}" for family, value in figures.refused.items()
+        )
         lines.append(Text(f"refused from /metrics: {said}", palette().bad))
     if stale is not None:
         for part in lines:
@@ -279,6 +285,14 @@ the server is down, the figures are the last good ones: drawn faint under [b]sta
 
     _held: tuple[object, ...] | None = None
     _body: RenderableType | None = None
+    tight = False
+    """A pane too short for every latency (`TIGHT_LATENCIES`), set by the dashboard."""
+
+    def set_tight(self, tight: bool) -> None:
+        if tight != self.tight:
+            self.tight = tight
+            if self.snap is not None:
+                self.show(self.snap)
 
     def restyle(self) -> None:
         self._held, self._body = None, None  # the held body is coloured in the old theme
@@ -296,6 +310,7 @@ the server is down, the figures are the last good ones: drawn faint under [b]sta
             snap.serving_trend[-1].ts if snap.serving_trend else None,
             width,
             self.compact,
+            self.tight,
             stale,
         )
         if self._held is not None and self._held[0] == key:
@@ -305,7 +320,12 @@ the server is down, the figures are the last good ones: drawn faint under [b]sta
             self._body, sig = None, ("none", self.compact)
         else:
             body = serving_body(
-                serving, snap.serving_trend, max(10, width), compact=self.compact, stale=stale
+                serving,
+                snap.serving_trend,
+                max(10, width),
+                compact=self.compact,
+                stale=stale,
+                tight=self.tight,
             )
             lines = body.renderables if isinstance(body, Group) else [body]
             self._body = body
@@ -343,4 +363,6 @@ the server is down, the figures are the last good ones: drawn faint under [b]sta
             body, self._body = self._body, None  # a Group's Texts are styled once; rebuilt when reused
             return body
         width = max(10, self.content_region.width)
-        return serving_body(snap.serving, snap.serving_trend, width, compact=self.compact, stale=self._stale)
+        return serving_body(
+            snap.serving, snap.serving_trend, width, compact=self.compact, stale=self._stale, tight=self.tight
+        )
