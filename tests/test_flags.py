@@ -118,7 +118,7 @@ def test_cuda_graph_max_bs_is_ambiguous_on_0523_only() -> None:
     assert "--cuda-graph-max-bs-decode" in str(exc.value)
     assert load_flag_list("v0.5.12.post1").resolve("--cuda-graph-max-bs").how == "exact"
     report = validate_flags({**BASE, "cuda-graph-max-bs": 8}, load_flag_list("0.5.23"))
-    assert [(i.flag, i.code) for i in report.errors] == [("cuda-graph-max-bs", "ambiguous")]
+    assert [(i.where, i.code) for i in report.errors] == [("cuda-graph-max-bs", "ambiguous")]
     assert "--cuda-graph-max-bs" in report.errors[0].message
 
 

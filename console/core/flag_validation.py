@@ -8,41 +8,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from console.core.flags import KEY, TYPE_WORDS, FlagError, FlagList, FlagSpec, convert, value_words
+from console.core.issues import Findings, Issue
 
 
-class FlagIssue(BaseModel, defer_build=True):
-    model_config = ConfigDict(frozen=True)
+class ValidationReport(Findings, defer_build=True):
+    """The flags against one SGLang version's parser: an issue's `where` is the key as the profile writes
+    it (`tp`, `mem-fraction-static`), or the argv word."""
 
-    flag: str
-    """The key as the profile writes it (`tp`, `mem-fraction-static`), or the argv word."""
-    level: Literal["error", "warning"]
-    code: str
-    message: str
-    """One sentence that names the flag."""
-
-
-class ValidationReport(BaseModel, defer_build=True):
     sglang_version: str
-    issues: list[FlagIssue] = Field(default_factory=list)
     resolved: dict[str, str] = Field(default_factory=dict)
     """Profile key → the primary option string it means on this version."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-    @property
-    def errors(self) -> list[FlagIssue]:
-        return [i for i in self.issues if i.level == "error"]
-
-    @property
-    def warnings(self) -> list[FlagIssue]:
-        return [i for i in self.issues if i.level == "warning"]
 
 
 def _is_scalar(v: Any) -> bool:
@@ -56,10 +36,10 @@ def validate_flags(flags: Mapping[str, Any], flag_list: FlagList) -> ValidationR
     seen: dict[str, str] = {}
 
     def err(key: str, code: str, msg: str) -> None:
-        issues.append(FlagIssue(flag=key, level="error", code=code, message=msg))
+        issues.append(Issue(where=key, level="error", code=code, message=msg))
 
     def warn(key: str, code: str, msg: str) -> None:
-        issues.append(FlagIssue(flag=key, level="warning", code=code, message=msg))
+        issues.append(Issue(where=key, level="warning", code=code, message=msg))
 
     for key, value in flags.items():
         shown = "--" + key.lstrip("-")

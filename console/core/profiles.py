@@ -55,6 +55,7 @@ from console.core.flags import (
     same_value,
     split_command,
 )
+from console.core.issues import Findings, Issue
 from console.core.systemd import ExecStartError, argv_size_problems, render_dropin, render_exec_start
 from console.core.tomlread import TomlTooDeep, load_toml
 
@@ -207,33 +208,10 @@ def profile_dropin(profile: Profile, flag_list: FlagList | None = None, *, when:
 # --------------------------------------------------------------------------------------------------
 
 
-class ProfileIssue(BaseModel, defer_build=True):
-    model_config = ConfigDict(frozen=True)
-
-    where: str
-    """`flags.<key>`, `command`, `target_context`, ..."""
-    level: Literal["error", "warning"]
-    code: str
-    message: str
-
-
-class ProfileValidation(BaseModel, defer_build=True):
+class ProfileValidation(Findings, defer_build=True):
     profile: str
     sglang_version: str
-    issues: list[ProfileIssue] = Field(default_factory=list)
     argv: list[str] = Field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not any(i.level == "error" for i in self.issues)
-
-    @property
-    def errors(self) -> list[ProfileIssue]:
-        return [i for i in self.issues if i.level == "error"]
-
-    @property
-    def warnings(self) -> list[ProfileIssue]:
-        return [i for i in self.issues if i.level == "warning"]
 
 
 def _flag_value(profile: Profile, report: ValidationReport, flag: str) -> Any:
@@ -261,7 +239,7 @@ def validate_profile(profile: Profile, flag_list: FlagList) -> ProfileValidation
     out = ProfileValidation(profile=profile.name, sglang_version=flag_list.sglang_version)
     for i in report.issues:
         out.issues.append(
-            ProfileIssue(where=f"flags.{i.flag}", level=i.level, code=i.code, message=i.message)
+            i.model_copy(update={"where": f"flags.{i.where}"})
         )
 
     argv = profile_argv(profile, flag_list)
@@ -270,18 +248,18 @@ def validate_profile(profile: Profile, flag_list: FlagList) -> ProfileValidation
         where = "command"
         if index >= len(profile.command) and argv[index - 1].startswith("--"):
             where = f"flags.{argv[index - 1][2:]}"
-        out.issues.append(ProfileIssue(where=where, level="error", code="too_long", message=f"{sentence}."))
+        out.issues.append(Issue(where=where, level="error", code="too_long", message=f"{sentence}."))
     if not sizes:
         try:
             render_exec_start(argv)
             out.argv = argv
         except ExecStartError as exc:
             out.issues.append(
-                ProfileIssue(where="command", level="error", code="exec_start", message=f"{exc}.")
+                Issue(where="command", level="error", code="exec_start", message=f"{exc}.")
             )
     if not is_sglang_launcher(profile.command):
         out.issues.append(
-            ProfileIssue(
+            Issue(
                 where="command",
                 level="warning",
                 code="not_sglang_launcher",
@@ -295,7 +273,7 @@ def validate_profile(profile: Profile, flag_list: FlagList) -> ProfileValidation
     ctx = _flag_value(profile, report, ctx_spec.flag) if ctx_spec else None
     if ctx is None:
         out.issues.append(
-            ProfileIssue(
+            Issue(
                 where="flags.context-length",
                 level="warning",
                 code="no_context_length",
@@ -310,7 +288,7 @@ def validate_profile(profile: Profile, flag_list: FlagList) -> ProfileValidation
             n = None  # reported by the flag check
         if n is not None and n < profile.target_context:
             out.issues.append(
-                ProfileIssue(
+                Issue(
                     where="flags.context-length",
                     level="error",
                     code="context_below_target",
@@ -320,7 +298,7 @@ def validate_profile(profile: Profile, flag_list: FlagList) -> ProfileValidation
     v = profile.verified
     if v is not None and v.pool_tokens is not None and v.pool_tokens < profile.target_context:
         out.issues.append(
-            ProfileIssue(
+            Issue(
                 where="verified.pool_tokens",
                 level="warning",
                 code="verified_pool_below_target",
@@ -545,10 +523,10 @@ def record_verified(text: str, verified: Verified) -> str:
 __all__ = [
     "DEFAULT_COMMAND",
     "Change",
+    "Issue",
     "Profile",
     "ProfileDiff",
     "ProfileError",
-    "ProfileIssue",
     "ProfileValidation",
     "Verified",
     "argv_lines",

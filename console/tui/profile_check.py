@@ -16,6 +16,7 @@ from console.core.apply import PlannerVerdict, host_profile, planner_verdict
 from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
 from console.core.flagdrift import version_drift
 from console.core.flags import FlagList, UnknownVersion, load_flag_list
+from console.core.issues import Issue
 from console.core.profiles import (
     Profile,
     ProfileError,
@@ -25,16 +26,6 @@ from console.core.profiles import (
 )
 from console.core.state import Boot
 from console.core.tomlread import TomlTooDeep, load_toml
-
-
-class Issue(BaseModel, defer_build=True):
-    model_config = ConfigDict(frozen=True)
-
-    level: str
-    """`error` or `warning`."""
-    where: str
-    """`line 12`, `flags.tp-size`, ..."""
-    message: str
 
 
 class ProfileCheck(BaseModel, defer_build=True):
@@ -127,7 +118,7 @@ def check_profile_text(
         issue = Issue(level="error", where="sglang_version", message=problem or "unknown SGLang version")
         return ProfileCheck(name=name, profile=profile, issues=(issue,))
     validation = validate_profile(profile, flag_list)
-    issues = (*drift, *(Issue(level=i.level, where=i.where, message=i.message) for i in validation.issues))
+    issues = (*drift, *validation.issues)
     whatif = planner_verdict(profile, flag_list, boots, model=model, min_headroom_gib=min_headroom_gib)
     diff: tuple[str, ...] = ()
     note: str | None
