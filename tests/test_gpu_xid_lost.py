@@ -220,3 +220,32 @@ def make_app_palette_style(role: str) -> object:
     from console.tui.themes import palette
 
     return palette().style(role, bold=True)
+
+
+def test_a_recording_replays_the_same_xid_events_and_keeps_them_in_its_seed() -> None:
+    """A recording keeps the GPU samples (each XID with the driver's time): folded again, they make the
+    same `gpu_xid` events, once; a seed record (a recording begun mid-session) keeps them typed."""
+    from console.core.recording import decode, encode
+
+    live = HostFold("h200")
+    samples = [
+        _xid_sample(NOW, {"xid": 48, "age_s": 0.2, "at": 7_000.0}),
+        _xid_sample(NOW + 1, {"xid": 48, "age_s": 1.2, "at": 7_000.0}),
+        _xid_sample(
+            NOW + 2,
+            {"xid": 48, "age_s": 2.2, "at": 7_000.0},
+            {"xid": 79, "age_s": 0.1, "at": 7_002.1},
+            memory=False,
+        ),
+    ]
+    made = [e for s in samples for e in live.gpu(s)]
+    seed = (live.state, tuple(live.recent), live.events_total)
+    blob, _ = encode(
+        [(NOW + i, "h200", "gpu", s) for i, s in enumerate(samples)] + [(NOW + 3, "h200", "seed", seed)]
+    )
+    records = decode(blob)
+    replayed = HostFold("h200")
+    again = [e for r in records if r.kind == "gpu" for e in replayed.gpu(r.payload)]
+    assert again == made and [e.xid for e in again] == [48, 79]  # type: ignore[attr-defined]
+    (seeded,) = [r.payload for r in records if r.kind == "seed"]
+    assert [e for e in seeded[1] if isinstance(e, GpuXid)] == made
