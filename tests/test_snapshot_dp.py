@@ -33,9 +33,9 @@ def test_snapshot_json_pins_the_kv_tokens_of_each_dp_rank() -> None:
     printed = json.loads(json.dumps(report.model_dump(mode="json")))  # what `--json` prints
     serving = printed["serving"]
     assert serving["kv_ranks"] == [
-        {"dp_rank": 0, "used": 59207.0, "pool": 211456.0},
-        {"dp_rank": 1, "used": 25374.0, "pool": 211456.0},
-    ]  # the newest scrape's, per rank; the pool of each rank, not the sum
+        {"dp_rank": 0, "used": 59207.0, "pool": 211456.0, "engine_type": None},
+        {"dp_rank": 1, "used": 25374.0, "pool": 211456.0, "engine_type": None},
+    ]  # the newest scrape's, per rank; the pool of each rank, not the sum (one engine: no engine_type)
     assert serving["kv_used"] == 84581.0 and serving["kv_pool"] == 422912.0
     assert serving["running"] == 5.0 and serving["queued"] == 1.0
     assert serving["as_of"] == 102.0

@@ -118,7 +118,7 @@ def _panel_text(app: ConsoleApp, host: str = "gpu1") -> str:
 
 
 async def test_a_figure_the_server_does_not_export_is_absent_never_zero() -> None:
-    # SGLang before 0.5.12 exports no queue-time histogram and no kv_used_tokens / max_total_num_tokens.
+    # SGLang 0.4.6 exports no queue-time histogram (0.5.5 on) and no max_total_num_tokens (0.5.7 on).
     snap = serving_snapshot(
         version="0.4.6.post5",
         drop=("sglang:queue_time_seconds", "sglang:kv_used_tokens", "sglang:max_total_num_tokens"),
@@ -131,12 +131,12 @@ async def test_a_figure_the_server_does_not_export_is_absent_never_zero() -> Non
         panel: ServingPanel = app.dashboards["gpu1"].serving
         assert panel.display
         rows = {line.split()[0]: line for line in _panel_text(app).splitlines() if line.split()}
-        assert "absent: SGLang < 0.5.12" in rows["queue"]
+        assert "absent: SGLang < 0.5.5" in rows["queue"]
         assert "0ms" not in rows["queue"] and "0.00" not in rows["queue"]
         assert "ms" in rows["ITL"]  # the figures it does export are drawn
         kv = next(line for line in _panel_text(app).splitlines() if "KV used" in line)
         # num_used_tokens (0.4.6) stands in for kv_used_tokens; the pool is said to be absent, not 0
-        assert "absent: SGLang < 0.5.12" in kv and "/ 0" not in kv
+        assert "absent: SGLang < 0.5.7" in kv and "/ 0" not in kv
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,19 @@
 The Prometheus text exposition format (what `prometheus_client` writes for SGLang's multiprocess
 registry) is read by `prometheus_client`'s own parser; here are `SglangMetrics`, the handful of `sglang:*` figures the console shows.
 
-SGLang labels each series with `model_name`, `engine_type`, `tp_rank`, `pp_rank`, `moe_ep_rank` (and
-`dp_rank` with data-parallel attention). Only the first rank of each DP group reports scheduler figures,
-so series of one metric are replicas' figures: counts add up across series, ratios average.
+Every generation of SGLang's names is read as today's (`normalise`, the table in `serving_metrics`): the
+2024-11 build's `num_requests_running`/`num_requests_waiting`, `name=` label and percent `cache_hit_rate`,
+0.5.2's `queue_time_s`, and an `sglang_` re-export (a gRPC sidecar or an exporter that rewrites the colon);
+`read_as` says what was read as what.
+
+SGLang labels each series with `model_name`, `engine_type` (0.4.6 on), `tp_rank`, `pp_rank` (0.5.1 on),
+`moe_ep_rank` (0.5.9 on), `dp_rank` (with data parallelism) and `priority` (with priority scheduling).
+Series that differ only by `tp_rank`, `pp_rank` or `moe_ep_rank` are copies of one scheduler group's
+figures (the first attention-TP rank reports them; `--enable-metrics-for-all-schedulers` makes every TP
+rank repeat them, and every pipeline stage holds the same requests): one of them is read
+(`MetricsText.replicas`). Groups that differ by anything else (`dp_rank`, `engine_type`, a re-export's
+`worker_addr`, the model) are different replicas: counts add up across them, ratios average. A gauge's
+`priority=""` series is the total of its `priority="<n>"` breakdown, which is then left out.
 
 Every value is checked where a scrape becomes numbers (`MetricsText`, however it is made: parsed, or read
 back from a recording): each of SGLang's figures is a count, a size, a time or a ratio, so a value that is
@@ -22,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from console.core.serving_metrics import DEV_2024_11_MARKERS, METRICS, RENAMED
 from console.core.text import split_lines
 
 if TYPE_CHECKING:
@@ -45,6 +56,8 @@ _SUFFIXES = ("_bucket", "_count", "_sum", "_created")
 
 def family_of(name: str) -> str:
     """The metric family a sample belongs to: a histogram's buckets, count and sum are one."""
+    if not name.endswith(_SUFFIXES):
+        return name
     for suffix in _SUFFIXES:
         if name.endswith(suffix):
             return name[: -len(suffix)]
@@ -73,6 +86,8 @@ class MetricsText(BaseModel, defer_build=True):
     """Lines that were neither a comment nor a sample (kept as a count: a scrape is never an error)."""
     refused: dict[str, str] = Field(default_factory=dict)
     """Metric family → the first value out of range it held (`+Inf`, `-3`): its samples are left out."""
+    read_as: dict[str, str] = Field(default_factory=dict)
+    """A family (or label, or unit) as the server wrote it → how it was read (`normalise`)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -97,17 +112,38 @@ class MetricsText(BaseModel, defer_build=True):
             s for s in self.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
         ]
 
+    def replicas(self, name: str, **labels: str) -> list[MetricSample]:
+        """The series of `name` less copies: one per scheduler group (see the module's doc), and a
+        gauge's `priority=""` total without its per-priority breakdown."""
+        found = self.series(name, **labels)
+        if len(found) < 2:
+            return found
+        if _may_be_gauge(name, self.types) and any(s.labels.get("priority") == "" for s in found):
+            found = [s for s in found if s.labels.get("priority", "") == ""]
+        kept: dict[tuple[tuple[str, str], ...], MetricSample] = {}
+        for s in found:
+            key = tuple(sorted((k, v) for k, v in s.labels.items() if k not in REPLICA_LABELS))
+            other = kept.get(key)
+            if other is None or _rank_order(s) < _rank_order(other):
+                kept[key] = s
+        return list(kept.values())
+
     def total(self, name: str, **labels: str) -> float | None:
-        values = [s.value for s in self.series(name, **labels) if not math.isnan(s.value)]
+        values = [s.value for s in self.replicas(name, **labels) if not math.isnan(s.value)]
         return sum(values) if values else None
 
     def mean(self, name: str, **labels: str) -> float | None:
-        values = [s.value for s in self.series(name, **labels) if not math.isnan(s.value)]
+        values = [s.value for s in self.replicas(name, **labels) if not math.isnan(s.value)]
         return sum(values) / len(values) if values else None
 
     def maximum(self, name: str, **labels: str) -> float | None:
-        values = [s.value for s in self.series(name, **labels) if not math.isnan(s.value)]
+        values = [s.value for s in self.replicas(name, **labels) if not math.isnan(s.value)]
         return max(values) if values else None
+
+    def label_values(self, name: str, label: str) -> tuple[str, ...]:
+        """The values `label` takes on `name`'s series, sorted (numbers by value)."""
+        values = {s.labels[label] for s in self.series(name) if label in s.labels}
+        return tuple(sorted(values, key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0, v)))
 
     def histogram(self, name: str, **labels: str) -> Histogram | None:
         """Buckets summed across series (the `le` label kept apart); None when the metric is absent."""
@@ -115,7 +151,7 @@ class MetricsText(BaseModel, defer_build=True):
         if count is None:
             return None
         buckets: dict[float, float] = {}
-        for s in self.series(f"{name}_bucket", **labels):
+        for s in self.replicas(f"{name}_bucket", **labels):
             le = _float(s.labels.get("le", ""))
             if le is not None:
                 buckets[le] = buckets.get(le, 0.0) + s.value
@@ -124,6 +160,25 @@ class MetricsText(BaseModel, defer_build=True):
             sum=self.total(f"{name}_sum", **labels) or 0.0,
             buckets=tuple(sorted(buckets.items())),
         )
+
+
+REPLICA_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank"})
+"""Labels whose series are copies of one scheduler group's figures (see the module's doc)."""
+
+
+def _may_be_gauge(name: str, types: Mapping[str, str]) -> bool:
+    declared = types.get(family_of(name))
+    if declared is not None:
+        return declared == "gauge"
+    return not name.endswith(("_total", "_bucket", "_count", "_sum", "_created"))
+
+
+def _rank_order(sample: MetricSample) -> tuple[int, ...]:
+    """Which copy is read: the lowest pipeline stage, then the lowest TP and EP rank."""
+    return tuple(
+        int(v) if (v := sample.labels.get(k, "0")).isdigit() else 1 << 30
+        for k in ("pp_rank", "tp_rank", "moe_ep_rank")
+    )
 
 
 def _field(sample: object, name: str) -> object:
@@ -202,6 +257,94 @@ def _sample_line(line: str) -> list[MetricSample] | None:
     return out or None
 
 
+_COLON = "sglang:"
+_UNDERSCORE = "sglang_"
+_READ_NAMES = frozenset(METRICS) | frozenset(RENAMED.values())
+_HIT_RATE = "sglang:cache_hit_rate"
+_UNDERSCORE_HIT_RATE = "sglang_cache_hit_rate"
+_CONFIG_INFO = "sglang:cache_config_info"
+
+
+def normalise(
+    samples: list[MetricSample], types: dict[str, str]
+) -> tuple[list[MetricSample], dict[str, str], dict[str, str]]:
+    """The samples with every generation's names read as today's (serving_metrics' `ALIASES`), the
+    declared types renamed alike, and what was read as what.
+
+    - `sglang_<name>` (a re-export that rewrote the colon) as `sglang:<name>`, when the scrape holds no
+      `sglang:` family (a re-export rewrites every name; 0.5.23's own `sglang_sidecar_*` sit beside
+      `sglang:` ones and are left alone);
+    - the 2024-11 build's `num_requests_running`/`num_requests_waiting`, 0.5.2's `queue_time_s`;
+    - a `name=` label on a metric of the table (the 2024-11 PRs as published) as `model_name=` (SGLang's
+      `func_latency_seconds` has a `name` label of its own, left alone);
+    - `cache_hit_rate` in percent (the 2024-11 build, known by its own family names, or any value above 1,
+      which a fraction never is) as a fraction;
+    - 0.5.9–0.5.10's `cache_config_info{page_size,num_pages}` as the `page_size`/`num_pages` gauges.
+    """
+    read_as: dict[str, str] = {}
+    names: set[str] = set()
+    labelled = percent = False
+    for s in samples:  # one pass: this runs on every scrape, and almost always finds nothing to do
+        names.add(s.name)
+        if "name" in s.labels and "model_name" not in s.labels:
+            labelled = labelled or family_of(s.name).replace(_UNDERSCORE, _COLON, 1) in _READ_NAMES
+        if s.value > 1.0 and (s.name == _HIT_RATE or s.name == _UNDERSCORE_HIT_RATE):
+            percent = True
+    colon = any(n.startswith(_COLON) for n in names)
+    underscore = not colon and any(n.startswith(_UNDERSCORE) for n in names)
+    families = {family_of(n) for n in names}
+    dev_2024_11 = bool(families & DEV_2024_11_MARKERS)
+    renames = bool(families & RENAMED.keys())
+    percent = percent or dev_2024_11
+    config_info = _CONFIG_INFO in families
+    if not (underscore or renames or labelled or percent or config_info):
+        return samples, types, read_as
+    out: list[MetricSample] = []
+    for s in samples:
+        name, labels, value = s.name, s.labels, s.value
+        if underscore and name.startswith(_UNDERSCORE):
+            read_as.setdefault(family_of(name), _COLON + family_of(name)[len(_UNDERSCORE) :])
+            name = _COLON + name[len(_UNDERSCORE) :]
+        family = family_of(name)
+        if family in RENAMED:
+            read_as.setdefault(family, RENAMED[family])
+            name = RENAMED[family] + name[len(family) :]
+            family = RENAMED[family]
+        if "name" in labels and "model_name" not in labels and family in _READ_NAMES:
+            read_as.setdefault('label name="…"', 'label model_name="…"')
+            labels = {("model_name" if k == "name" else k): v for k, v in labels.items()}
+        if percent and name == _HIT_RATE:
+            read_as.setdefault(_HIT_RATE, "a percent, read ÷ 100")
+            value = value / 100.0
+        if name == _CONFIG_INFO:
+            out.extend(_config_info(labels, families, read_as))
+            continue
+        if name is s.name and labels is s.labels and value is s.value:
+            out.append(s)
+        else:
+            out.append(MetricSample.model_construct(name=name, labels=labels, value=value))
+    renamed_types = {}
+    for family, kind in types.items():
+        if underscore and family.startswith(_UNDERSCORE):
+            family = _COLON + family[len(_UNDERSCORE) :]
+        renamed_types[RENAMED.get(family, family)] = kind
+    return out, renamed_types, read_as
+
+
+def _config_info(labels: dict[str, str], families: set[str], read_as: dict[str, str]) -> list[MetricSample]:
+    """`cache_config_info{page_size="16",num_pages="…"} 1` as the two gauges that replaced it."""
+    rest = {k: v for k, v in labels.items() if k not in ("page_size", "num_pages")}
+    out = []
+    for label in ("page_size", "num_pages"):
+        gauge = _COLON + label
+        value = _float(labels.get(label, ""))
+        if gauge in families or value is None:
+            continue
+        read_as.setdefault(f"{_CONFIG_INFO}{{{label}}}", gauge)
+        out.append(MetricSample.model_construct(name=gauge, labels=rest, value=value))
+    return out
+
+
 def parse_prometheus(text: str) -> MetricsText:
     """Every sample of a Prometheus text scrape, read by `prometheus_client`'s own parser.
 
@@ -222,7 +365,7 @@ def parse_prometheus(text: str) -> MetricsText:
             for family in text_string_to_metric_families("\n".join(lines) + "\n")
             for s in family.samples
         ]
-        return MetricsText(samples=tuple(samples), types=types, skipped_lines=0)
+        return _text(samples, types, 0)
     except (ValueError, TypeError, IndexError):
         pass
     samples = []
@@ -235,7 +378,12 @@ def parse_prometheus(text: str) -> MetricsText:
             skipped += 1
         else:
             samples.extend(read)
-    return MetricsText(samples=tuple(samples), types=types, skipped_lines=skipped)
+    return _text(samples, types, skipped)
+
+
+def _text(samples: list[MetricSample], types: dict[str, str], skipped: int) -> MetricsText:
+    samples, types, read_as = normalise(samples, types)
+    return MetricsText(samples=tuple(samples), types=types, skipped_lines=skipped, read_as=read_as)
 
 
 def _family_blocks(lines: list[str]) -> list[str]:
@@ -296,7 +444,7 @@ class PrometheusReader:
             self._blocks = {}
             return parse_prometheus(text)
         self._blocks = kept  # only the newest scrape's: the memory never grows
-        return MetricsText(samples=tuple(samples), types=types, skipped_lines=0)
+        return _text(samples, types, 0)
 
 
 # How each figure combines across series: replicas' counts add up, ratios average, limits take the max.

@@ -15,7 +15,7 @@ reason, never shown as zero. Nothing here does I/O or knows the time: scrapes ca
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -59,6 +59,8 @@ class RankKv(BaseModel, defer_build=True):
     dp_rank: int | None
     used: float | None = None
     pool: float | None = None
+    engine_type: str | None = None
+    """`prefill` / `decode` when the scrape holds more than one engine (PD disaggregation behind one URL)."""
 
 
 class PoolUsage(BaseModel, defer_build=True):
@@ -67,6 +69,43 @@ class PoolUsage(BaseModel, defer_build=True):
     name: str
     """`kv` (full attention), `swa` (sliding-window layers), `mamba` (the state pool)."""
     usage: float
+    used: float | None = None
+    """Tokens (mamba: slots) in use, where the server exports it (0.5.11 on)."""
+    capacity: float | None = None
+    """The pool's size in tokens, where the server exports it (kv 0.5.7 on, swa 0.5.19 on)."""
+
+
+class KvTransfer(BaseModel, defer_build=True):
+    """PD disaggregation's KV transfers (`sglang:kv_transfer_*`): each figure the window's mean where the
+    server exports histograms (0.5.10 on), else the newest scrape's gauge (the last transfer, 0.5.2-0.5.9)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    latency_ms: float | None = None
+    latency_p99_ms: float | None = None
+    speed_gb_s: float | None = None
+    bootstrap_ms: float | None = None
+    alloc_ms: float | None = None
+    total_mb: float | None = None
+    transfers: float | None = None
+    """Transfers in the window (histograms only)."""
+    read: str
+    """`window` (histograms) or `last` (gauges)."""
+
+
+class HiCache(BaseModel, defer_build=True):
+    """The hierarchical cache (`--enable-hierarchical-cache`): its host pool and the window's token rates."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host_used_tokens: float | None = None
+    host_total_tokens: float | None = None
+    backup_tok_s: float | None = None
+    """GPU → host (`backuped_tokens_total`)."""
+    prefetch_tok_s: float | None = None
+    """Storage → host (`prefetched_tokens_total`)."""
+    load_back_tok_s: float | None = None
+    """Host → GPU (`load_back_tokens_total`, one rank's count)."""
 
 
 class ServingFigures(BaseModel, defer_build=True):
@@ -112,6 +151,15 @@ class ServingFigures(BaseModel, defer_build=True):
     """Cached over prompt tokens of the window's requests (else SGLang's own gauge)."""
     spec_accept_length: float | None = None
     spec_accept_rate: float | None = None
+    page_size: float | None = None
+    num_pages: float | None = None
+    kv_transfer: KvTransfer | None = None
+    hicache: HiCache | None = None
+    engine_types: tuple[str, ...] = ()
+    """The `engine_type` labels the newest scrape holds (`unified`, `prefill`, `decode`)."""
+    read_as: dict[str, str] = Field(default_factory=dict)
+    """What the newest scrape wrote that was read as today's names and units (`metrics.normalise`): an
+    older generation's names, an `sglang_` re-export, a percent `cache_hit_rate`."""
     sources: dict[str, str] = Field(default_factory=dict)
     """Figure → where it came from (a metric name, or `decode line` / `prefill line`)."""
     absent: dict[str, str] = Field(default_factory=dict)
@@ -132,7 +180,11 @@ def _key(labels: dict[str, str], drop: str = "") -> _LabelKey:
 
 def _counter(metrics: MetricsText, name: str) -> dict[_LabelKey, float]:
     out: dict[_LabelKey, float] = {}
-    for s in metrics.series(name):
+    found = metrics.replicas(name)
+    if any("pool" in s.labels for s in found):
+        # 0.5.23's load-back count is per host pool (kv, swa, mamba): the same tokens in each; the kv one.
+        found = [s for s in found if s.labels.get("pool", "kv") == "kv"]
+    for s in found:
         if not math.isnan(s.value):
             out[_key(s.labels)] = out.get(_key(s.labels), 0.0) + s.value
     return out
@@ -170,7 +222,7 @@ def _buckets(
     metrics: MetricsText, name: str
 ) -> tuple[_Buckets, dict[_LabelKey, float], dict[_LabelKey, float]]:
     buckets: _Buckets = {}
-    for s in metrics.series(f"{name}_bucket"):
+    for s in metrics.replicas(f"{name}_bucket"):
         try:
             le = float(s.labels.get("le", ""))
         except ValueError:
@@ -268,11 +320,25 @@ LATENCY_METRICS: dict[str, tuple[str, ...]] = {
     "e2e": ("sglang:e2e_request_latency_seconds",),
     "queue_time": ("sglang:queue_time_seconds",),
 }
+KV_TRANSFER_METRICS: dict[str, str] = {
+    "latency_ms": "sglang:kv_transfer_latency_ms",
+    "speed_gb_s": "sglang:kv_transfer_speed_gb_s",
+    "bootstrap_ms": "sglang:kv_transfer_bootstrap_ms",
+    "alloc_ms": "sglang:kv_transfer_alloc_ms",
+    "total_mb": "sglang:kv_transfer_total_mb",
+}
+WINDOW_HISTOGRAMS = (*(n for names in LATENCY_METRICS.values() for n in names), *KV_TRANSFER_METRICS.values())
+HICACHE_COUNTERS: dict[str, str] = {
+    "backup_tok_s": "sglang:backuped_tokens_total",
+    "prefetch_tok_s": "sglang:prefetched_tokens_total",
+    "load_back_tok_s": "sglang:load_back_tokens_total",
+}
 COUNTER_METRICS = (
     "sglang:generation_tokens_total",
     "sglang:prompt_tokens_total",
     "sglang:num_requests_total",
     "sglang:cached_tokens_total",
+    *HICACHE_COUNTERS.values(),
 )
 
 
@@ -292,11 +358,10 @@ class PairDelta(BaseModel, defer_build=True):
 def pair_delta(before: Scrape, after: Scrape) -> PairDelta:
     pair = (before, after)
     histograms = {}
-    for names in LATENCY_METRICS.values():
-        for name in names:
-            delta = histogram_increase(pair, name)
-            if delta is not None:
-                histograms[name] = delta
+    for name in WINDOW_HISTOGRAMS:
+        delta = histogram_increase(pair, name)
+        if delta is not None:
+            histograms[name] = delta
     counters = {}
     for name in COUNTER_METRICS:
         increase, resets = _counter_increase(pair, name)
@@ -468,7 +533,8 @@ def serving_figures(
         sources["cache_hit_rate"] = "sglang:cached_tokens_total / sglang:prompt_tokens_total"
     elif last is not None and last.mean("sglang:cache_hit_rate") is not None:
         fields["cache_hit_rate"] = last.mean("sglang:cache_hit_rate")
-        sources["cache_hit_rate"] = "sglang:cache_hit_rate"
+        unit = last.read_as.get("sglang:cache_hit_rate")
+        sources["cache_hit_rate"] = "sglang:cache_hit_rate" + (f" ({unit})" if unit else "")
     else:
         absent["cache_hit_rate"] = (
             "no prompt tokens in the window"
@@ -502,31 +568,29 @@ def serving_figures(
             sources["kv_pool"] = "sglang:max_total_num_tokens"
         else:
             absent["kv_pool"] = absent_reason("sglang:max_total_num_tokens", version)
-        ranks = sorted({s.labels["dp_rank"] for s in last.series(used_name) if "dp_rank" in s.labels})
-        if len(ranks) > 1:
-            fields["kv_ranks"] = tuple(
-                RankKv(
-                    dp_rank=int(r) if r.isdigit() else None,
-                    used=last.total(used_name, dp_rank=r),
-                    pool=last.total("sglang:max_total_num_tokens", dp_rank=r),
-                )
-                for r in sorted(ranks, key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else 0, r))
-            )
+        fields["kv_ranks"] = _kv_ranks(last, used_name)
         pools = []
-        for pool_name, name in (
-            ("kv", "sglang:full_token_usage"),
-            ("swa", "sglang:swa_token_usage"),
-            ("mamba", "sglang:mamba_usage"),
+        for pool_name, name, used_metric, size_metric in (
+            ("kv", "sglang:full_token_usage", used_name, "sglang:max_total_num_tokens"),
+            ("swa", "sglang:swa_token_usage", "sglang:swa_used_tokens", "sglang:max_total_num_tokens_swa"),
+            ("mamba", "sglang:mamba_usage", "sglang:mamba_used_tokens", ""),
         ):
             value = last.maximum(name)
             if value is not None:
-                pools.append(PoolUsage(name=pool_name, usage=value))
+                pools.append(
+                    PoolUsage(
+                        name=pool_name,
+                        usage=value,
+                        used=last.total(used_metric),
+                        capacity=last.total(size_metric) if size_metric else None,
+                    )
+                )
         usage = last.maximum("sglang:token_usage")
         if usage is not None:
             fields["token_usage"] = usage
             sources["token_usage"] = "sglang:token_usage"
             if not pools:
-                pools.append(PoolUsage(name="kv", usage=usage))
+                pools.append(PoolUsage(name="kv", usage=usage, used=used, capacity=pool))
         elif pools:
             fields["token_usage"] = max(p.usage for p in pools)
             sources["token_usage"] = "max of the pools' usage"
@@ -535,6 +599,23 @@ def serving_figures(
         if pools:
             fields["pools"] = tuple(pools)
             fields["full_pool"] = max(pools, key=lambda p: p.usage).name
+        for figure, name in (("page_size", "sglang:page_size"), ("num_pages", "sglang:num_pages")):
+            value = last.maximum(name) if figure == "page_size" else last.total(name)
+            if value is not None:
+                fields[figure] = value
+                sources[figure] = name
+        fields["engine_types"] = tuple(
+            sorted({s.labels["engine_type"] for s in last.samples if "engine_type" in s.labels})
+        )
+        fields["read_as"] = dict(last.read_as)
+        transfer = _kv_transfer(last, hist)
+        if transfer is not None:
+            fields["kv_transfer"] = transfer
+            sources["kv_transfer"] = f"sglang:kv_transfer_* ({transfer.read})"
+        hicache = _hicache(last, counter, covered if isinstance(covered, float) else None)
+        if hicache is not None:
+            fields["hicache"] = hicache
+            sources["hicache"] = "sglang:hicache_host_*, *_tokens_total"
         length = last.mean("sglang:spec_accept_length")
         rate = last.mean("sglang:spec_accept_rate")
         # SGLang leaves the gauges at 0 without speculative decoding (an accepted length is at least 1).
@@ -571,6 +652,65 @@ def serving_figures(
     fields["absent"] = absent
     fields["refused"] = refused
     return ServingFigures.model_validate(fields)
+
+
+def _kv_ranks(last: MetricsText, used_name: str) -> tuple[RankKv, ...]:
+    """KV tokens per DP rank (and per engine where a scrape holds a prefill and a decode engine), when
+    there is more than one; each rank's TP/PP copies read once."""
+    engines = last.label_values(used_name, "engine_type")
+    ranks = last.label_values(used_name, "dp_rank")
+    groups = [(e, r) for e in (engines or (None,)) for r in (ranks or (None,))]
+    if len(groups) < 2:
+        return ()
+    out = []
+    for engine, rank in groups:
+        labels = {k: v for k, v in (("engine_type", engine), ("dp_rank", rank)) if v is not None}
+        used = last.total(used_name, **labels)
+        if used is None:
+            continue
+        out.append(
+            RankKv(
+                dp_rank=int(rank) if rank is not None and rank.isdigit() else None,
+                used=used,
+                pool=last.total("sglang:max_total_num_tokens", **labels),
+                engine_type=engine if len(engines) > 1 else None,
+            )
+        )
+    return tuple(out)
+
+
+def _kv_transfer(last: MetricsText, hist: Callable[[str], HistogramDelta | None]) -> KvTransfer | None:
+    """The window's transfers where the server exports histograms, else the newest gauges."""
+    if any(last.total(f"{name}_count") is not None for name in KV_TRANSFER_METRICS.values()):
+        figures: dict[str, float | None] = {}
+        transfers = None
+        for figure, name in KV_TRANSFER_METRICS.items():
+            delta = hist(name)
+            figures[figure] = delta.sum / delta.count if delta is not None and delta.count > 0 else None
+            if figure == "latency_ms" and delta is not None:
+                transfers = delta.count
+                figures["latency_p99_ms"] = delta.quantile(0.99) if delta.count > 0 else None
+        return KvTransfer.model_validate({**figures, "transfers": transfers, "read": "window"})
+    gauges = {figure: last.mean(name) for figure, name in KV_TRANSFER_METRICS.items()}
+    if all(v is None for v in gauges.values()):
+        return None
+    return KvTransfer.model_validate({**gauges, "read": "last"})
+
+
+def _hicache(
+    last: MetricsText,
+    counter: Callable[[str], tuple[float | None, int]],
+    covered: float | None,
+) -> HiCache | None:
+    used = last.total("sglang:hicache_host_used_tokens")
+    total = last.total("sglang:hicache_host_total_tokens")
+    rates: dict[str, float | None] = {}
+    for figure, name in HICACHE_COUNTERS.items():
+        increase, _ = counter(name)
+        rates[figure] = increase / covered if increase is not None and covered else None
+    if used is None and total is None and all(v is None for v in rates.values()):
+        return None
+    return HiCache.model_validate({"host_used_tokens": used, "host_total_tokens": total, **rates})
 
 
 def _from_lines(
