@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from console.core.events import (
@@ -17,6 +19,7 @@ from console.core.events import (
     WeightsBegin,
     WeightsLoaded,
 )
+from console.core.parser import parse_text
 from console.core.restart import Phase, RestartError, RestartMachine, median_durations
 
 STEPS_OK = [Phase.VALIDATE, Phase.DIFF, Phase.WRITE_DROPIN, Phase.DAEMON_RELOAD]
@@ -227,3 +230,51 @@ def test_the_replaced_invocation_ending_in_failure_does_not_fail_the_new_boot() 
         Unit(state="failed", result="signal", message="Failed with result 'signal'.", invocation_id=new), 7
     )
     assert m2.phase == Phase.FAILED
+
+
+# ------------------------------------------------------------------ the pools of newer models (issue 32)
+
+POOLS = Path(__file__).parent / "data" / "public-pools"
+
+
+def booted_on(lines: str) -> RestartMachine:
+    """A machine past `systemctl restart`, fed the parsed lines of a real public boot, one a second."""
+    m = started()
+    m.step_done(Phase.RESTART, 5)
+    m.feed(Unit(state="started", message="Started sglang.service"), 6)
+    for i, event in enumerate(parse_text(lines)):
+        m.feed(event, 10 + i)
+    return m
+
+
+def test_deepseek_v4_pool_lines_are_the_kv_pool_phase_and_name_the_context_pool() -> None:
+    # sglang#25118 (DeepSeek-V4-Flash, MI300X): weights lines, then only `DSv4 memory calculation` and
+    # `Initialize DeepSeekV4TokenToKVPool` lines, no `KV Cache is allocated`
+    text = (POOLS / "dsv4-flash-mi300x-tp4dp4.log").read_text()
+    m = booted_on(text)
+    assert m.phase == Phase.KV_POOL and m.pool_tokens == 529_408
+    # positive control: the same boot cut before its pool lines is still loading weights
+    weights_only = "".join(
+        line
+        for line in text.splitlines(keepends=True)
+        if "DSv4" not in line and "DeepSeekV4TokenToKVPool" not in line
+    )
+    cut = booted_on(weights_only)
+    assert cut.phase == Phase.LOADING_WEIGHTS and cut.pool_tokens is None
+
+
+def test_sliding_window_and_mamba_pool_lines_are_the_kv_pool_phase() -> None:
+    # MiMo-V2-Flash (sglang#18039): the split line names the full pool; the KV lines after it are the
+    # sliding-window pool's (300,288 tokens), not the context pool
+    swa = (POOLS / "swa-lines.log").read_text().splitlines(keepends=True)
+    m = booted_on("".join(swa[:6]))
+    assert m.phase == Phase.KV_POOL and m.pool_tokens == 375_360
+    # Gemma 4 on a GB10: only the `SWAKVPool mem usage` line
+    gemma = booted_on(swa[6])
+    assert gemma.phase == Phase.KV_POOL and gemma.pool_tokens == 213_761
+    # Qwen3.5 hybrid (ktransformers#1870): the mamba line opens the phase, the KV line gives the pool
+    hybrid = (POOLS / "qwen35-397b-hybrid-tp2.log").read_text().splitlines(keepends=True)
+    mamba_only = "".join(line for line in hybrid[:8] if "KV Cache" not in line)
+    assert "Mamba Cache" in mamba_only and booted_on(mamba_only).phase == Phase.KV_POOL
+    whole = booted_on("".join(hybrid))
+    assert whole.pool_tokens == 580_364

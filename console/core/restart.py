@@ -13,7 +13,9 @@ Phases, in order::
     → done
 
 Journal events move the boot forward: `unit` stopping/started, `server_args`/`dist_init` (launching),
-`weights_begin`/`weights_loaded` (loading weights), `kv_pool_allocated`/`memory_pool_end` (KV pool),
+`weights_begin`/`weights_loaded` (loading weights), `kv_pool_allocated`/`memory_pool_end` and the pools of
+the newer models — `mamba_pool_allocated`, `swa_pool_split`/`swa_pool_allocated`, `dsv4_memory`/`dsv4_pool`
+(KV pool; their full pool is the context pool noted),
 `cuda_graph` (CUDA graphs), `pool_summary` (pool size noted), `server_ready` (ready), `error` or a failed or
 stopped unit after launch (failed). SGLang ≤ 0.5.13 loads a speculative draft after the target's graphs
 (weights → pool → graphs again); the boot phases may therefore be entered more than once and their
@@ -38,17 +40,36 @@ from pydantic import BaseModel, ConfigDict, Field
 from console.core.events import (
     CudaGraph,
     DistInit,
+    Dsv4Memory,
+    Dsv4Pool,
     Error,
     Event,
     KvPoolAllocated,
+    MambaPoolAllocated,
     MemoryPoolEnd,
     PoolSummary,
     ServerArgs,
     ServerReady,
+    SwaPoolAllocated,
+    SwaPoolSplit,
     Unit,
     WeightsBegin,
     WeightsLoaded,
 )
+
+_POOL_EVENTS = (
+    KvPoolAllocated,
+    MemoryPoolEnd,
+    MambaPoolAllocated,
+    SwaPoolSplit,
+    SwaPoolAllocated,
+    Dsv4Memory,
+    Dsv4Pool,
+)
+"""Lines SGLang prints while it sizes and allocates the KV cache: the KV pool phase."""
+_FULL_POOL_EVENTS = (SwaPoolSplit, SwaPoolAllocated, Dsv4Memory, Dsv4Pool)
+"""Lines that name the full-attention pool, the context pool, of a sliding-window or DeepSeek-V4 boot (its
+KV lines may be the sliding-window pool's)."""
 
 
 class Phase(StrEnum):
@@ -200,6 +221,7 @@ class RestartMachine:
         self.reason: str | None = None
         self.spans: list[PhaseSpan] = [PhaseSpan(phase=Phase.VALIDATE, start=now)]
         self.pool_tokens: int | None = None
+        self._full_pool = False  # pool_tokens came from a line that names the full pool
         self.available_gpu_mem_gb: float | None = None
         self.errors: list[str] = []
         self.replaced_invocation: str | None = None
@@ -351,8 +373,11 @@ class RestartMachine:
                 self._enter(Phase.LAUNCHING, now)
         elif isinstance(event, WeightsBegin | WeightsLoaded):
             self._boot(Phase.LOADING_WEIGHTS, now)
-        elif isinstance(event, KvPoolAllocated | MemoryPoolEnd):
-            if isinstance(event, KvPoolAllocated) and event.tokens is not None and self.pool_tokens is None:
+        elif isinstance(event, _POOL_EVENTS):
+            if isinstance(event, _FULL_POOL_EVENTS) and event.full_tokens is not None and not self._full_pool:
+                self.pool_tokens = event.full_tokens
+                self._full_pool = True
+            elif isinstance(event, KvPoolAllocated) and event.tokens is not None and self.pool_tokens is None:
                 self.pool_tokens = event.tokens
             self._boot(Phase.KV_POOL, now)
         elif isinstance(event, CudaGraph):
