@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from console.core.capacity_multimodal import is_dev_build
 from console.core.models import ModelSpec
 
 if TYPE_CHECKING:
@@ -102,6 +103,8 @@ def sizing_rule_for(version: str | None) -> SizingRule:
     """The sizing rule of an SGLang version string (`0.5.12.post1`, `v0.4.6`); v0.5.7–v0.5.13 when None."""
     if version is None:
         return SizingRule.V0_5_7
+    if is_dev_build(version):
+        return SizingRule.V0_5_14  # built from main (`0.0.0.dev1+g<commit>`): today's rule
     match = _VERSION_RE.match(version.strip())
     if not match:
         raise CapacityError(f"cannot read the SGLang version {version!r}; write it like 0.5.12 or v0.4.6.")
@@ -158,6 +161,8 @@ class PoolConfig(BaseModel, defer_build=True):
     """DeepSeek-V4's bytes per full token as a boot printed them (`DSv4 memory calculation`)."""
     draft_cell_bytes: int = Field(default=0, ge=0)
     """The draft worker's own KV bytes per token per GPU, from a boot's draft pool line (0: unknown)."""
+    mm_reserve_gib: float = Field(default=0.0, ge=0, le=64)
+    """GiB a multimodal model's boot keeps out of the KV budget (0.5.19+, `capacity_multimodal`)."""
 
     @property
     def cell_bytes(self) -> int:
@@ -288,7 +293,7 @@ class PoolSizes(BaseModel, defer_build=True):
 
 def pool_sizes(mem: MemoryEstimate, f: float, cfg: PoolConfig) -> PoolSizes:
     """The pools SGLang sizes for this memory and fraction (a full pool of 0 when nothing fits)."""
-    rest_gib = mem.post_gib - mem.pre_gib * (1 - f)
+    rest_gib = mem.post_gib - mem.pre_gib * (1 - f) - cfg.mm_reserve_gib
     if not math.isfinite(rest_gib):
         # Only out-of-range memory gets here (the entry points check theirs); never an OverflowError.
         raise CapacityError(
@@ -448,7 +453,8 @@ def _rest_gib(obs: Observation, cfg: PoolConfig) -> float:
     at the observed `f` is then the observed size again). A hybrid model's mamba share is added back."""
     tokens = obs.tokens or 0
     t0 = tokens - _legacy_extra_tokens(tokens, cfg)
-    kv = (t0 + cfg.page_size / 2) * cfg.cost_per_full_token / GIB
+    # The multimodal reservation came out of the budget before the pools: it is part of `rest` here.
+    kv = (t0 + cfg.page_size / 2) * cfg.cost_per_full_token / GIB + cfg.mm_reserve_gib
     per_req = cfg.mamba_bytes_per_slot
     if not per_req:
         return kv
@@ -456,8 +462,8 @@ def _rest_gib(obs: Observation, cfg: PoolConfig) -> float:
         return kv + cfg.max_mamba_cache_size * per_req / GIB
     if cfg.disable_radix_cache and cfg.max_running_requests is not None:
         return kv + cfg.max_running_requests * per_req / GIB
-    # The slots took r/(1+r) of the budget, the KV pool the rest: 1/(1+r).
-    return kv * (1 + cfg.mamba_full_memory_ratio)
+    # The slots took r/(1+r) of the budget after the reservation, the KV pool the rest: 1/(1+r).
+    return (kv - cfg.mm_reserve_gib) * (1 + cfg.mamba_full_memory_ratio) + cfg.mm_reserve_gib
 
 
 def calibrate(

@@ -131,6 +131,11 @@ def plan(
         fits=False,
         assumptions=list(cal.assumptions),
     )
+    if cfg.mm_reserve_gib:
+        out.assumptions.append(
+            f"a multimodal model: SGLang keeps {cfg.mm_reserve_gib:.2f} GiB of the KV budget for its "
+            "runtime allocations (0.5.19+; 1 GiB more with --mm-feature-transport cuda_ipc or cuda_vmm)."
+        )
     if cal.kind == "none":
         out.reasons.append(
             "the journal shows no boot whose pool or weight-load memory the model can calibrate on "

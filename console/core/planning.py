@@ -35,6 +35,7 @@ from console.core.capacity import (
     range_text,
     sizing_rule_for,
 )
+from console.core.capacity_multimodal import mm_reserve_gib, reservation_gib
 from console.core.capacity_plan import Plan, plan
 from console.core.flags import FlagList, UnknownVersion, load_flag_list
 from console.core.models import ModelConfigError, ModelSpec, find_model, get_model
@@ -302,6 +303,9 @@ def pool_config(
         speculative=speculative_setup(sources, model),
         max_running_requests=pick("max_running_requests", sources),
         context_length=pick("context_length", proposed) or target_context,
+        mm_reserve_gib=mm_reserve_gib(
+            model.architectures, sglang_version, pick("mm_feature_transport", sources)
+        ),
         **_pool_flags(sources),
     )
     model.kv_element_bytes(cfg.kv_cache_dtype)  # an unknown dtype is refused here, in one sentence
@@ -336,8 +340,18 @@ def boot_config(boot: Boot, planned: PoolConfig) -> PoolConfig:
         speculative=speculative_setup(ran, planned.model),
         max_running_requests=boot.pool.max_running_requests or pick("max_running_requests", ran),
         context_length=boot.pool.context_len or pick("context_length", ran),
+        mm_reserve_gib=_boot_mm_reserve(boot, planned),
         **_pool_flags(ran),
     ).model_copy(update=_from_boot(boot, planned))
+
+
+def _boot_mm_reserve(boot: Boot, planned: PoolConfig) -> float:
+    """The multimodal reservation of a boot: the plan's version decides whether there is one (a boot's
+    journal does not name its version), the boot's own `--mm-feature-transport` how large."""
+    if not planned.mm_reserve_gib:
+        return 0.0
+    transport = pick("mm_feature_transport", [boot_source(boot)])
+    return reservation_gib(planned.model.architectures, transport)
 
 
 def sized(boot: Boot) -> bool:
