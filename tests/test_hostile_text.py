@@ -16,7 +16,6 @@ console and the command line.
 from __future__ import annotations
 
 import json
-import time
 import unicodedata
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,6 +32,7 @@ from console.tui.screens import ConfirmScreen
 from console.twin.host import TwinHost
 from tests.support.cli import one_sentence, run_cli, wait_until
 from tests.support.twins import module_twin
+from tests.support.waiting import eventually
 
 TIME_SCALE = 0.004
 BOB = Identity(user="bob", jump_host="jump2", pid=5151, console_id="bob2")
@@ -97,13 +97,6 @@ def _console(twin: TwinHost, tmp: Path) -> ConsoleApp:
     return ConsoleApp([entry], store=ProfileStore([tmp / "profiles", shipped]), identity=BOB, target=200_000)
 
 
-async def _until(pilot: Any, what: str, predicate: Callable[[], object], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await pilot.pause(0.05)
-
-
 def _screen(app: ConsoleApp) -> str:
     return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
 
@@ -126,32 +119,50 @@ async def test_a_lock_holder_and_a_failure_in_markup_are_shown_as_text(
     app.notify = notify  # type: ignore[method-assign]
     async with app.run_test(size=(160, 48), notifications=True) as pilot:
         ctl = app.hosts[twin.name]
-        await _until(pilot, "the lock", lambda: ctl.link and ctl.link.view and ctl.link.view.lock)
-        await _until(
-            pilot, "the bar", lambda: "STALE lock mallory[/]@evil: apply [/opt/sglang]" in _screen(app)
+        await eventually(
+            lambda: ctl.link and ctl.link.view and ctl.link.view.lock, "the lock", pilot=pilot, timeout=60
+        )
+        await eventually(
+            lambda: "STALE lock mallory[/]@evil: apply [/opt/sglang]" in _screen(app),
+            "the bar",
+            pilot=pilot,
+            timeout=60,
         )
         # The refusal, as a toast.
         await pilot.press("r")
-        await _until(pilot, "the refusal", lambda: told)
-        await _until(pilot, "the toast", lambda: "twin: mallory[/]@evil holds the lock" in _screen(app))
+        await eventually(lambda: told, "the refusal", pilot=pilot, timeout=60)
+        await eventually(
+            lambda: "twin: mallory[/]@evil holds the lock" in _screen(app),
+            "the toast",
+            pilot=pilot,
+            timeout=60,
+        )
         # The palette, whose help names the holder.
         await pilot.press("ctrl+p")
         await pilot.press(*"break")
-        await _until(
-            pilot, "the palette's entry", lambda: "mallory[/]@evil's console has gone quiet" in _screen(app)
+        await eventually(
+            lambda: "mallory[/]@evil's console has gone quiet" in _screen(app),
+            "the palette's entry",
+            pilot=pilot,
+            timeout=60,
         )
         await pilot.press("escape")
         # The break's confirmation names the holder and the intent.
         app.post_message(BreakRequested(twin.name))
-        await _until(pilot, "the confirmation", lambda: isinstance(app.screen, ConfirmScreen))
-        await _until(pilot, "its words", lambda: "Holder: mallory[/]@evil (pid 4242)" in _screen(app))
+        await eventually(
+            lambda: isinstance(app.screen, ConfirmScreen), "the confirmation", pilot=pilot, timeout=60
+        )
+        await eventually(
+            lambda: "Holder: mallory[/]@evil (pid 4242)" in _screen(app), "its words", pilot=pilot, timeout=60
+        )
         await pilot.press("n")
         # A failure whose sentence quotes a path in brackets (the console's own words for a failed change).
         ctl._fail(f"the restart failed: ExecStart runs [/opt/sglang/bin/python] {OSC}")
-        await _until(
-            pilot,
-            "the failure",
+        await eventually(
             lambda: "the restart failed: ExecStart runs [/opt/sglang/bin/python] ␛]0;pwned" in _screen(app),
+            "the failure",
+            pilot=pilot,
+            timeout=60,
         )
         assert app.is_running and not unsafe(_screen(app))
         await pilot.press("q")
@@ -260,8 +271,10 @@ async def test_absurd_dates_on_the_host_do_not_stop_the_console(
         app = _console(twin, tmp_path)
         async with app.run_test(size=(160, 48), notifications=True) as pilot:
             ctl = app.hosts[twin.name]
-            await _until(pilot, "the host's state", lambda: ctl.link and ctl.link.view)
-            await _until(pilot, "the trail", lambda: "mallory applied readable-one" in _screen(app))
+            await eventually(lambda: ctl.link and ctl.link.view, "the host's state", pilot=pilot, timeout=60)
+            await eventually(
+                lambda: "mallory applied readable-one" in _screen(app), "the trail", pilot=pilot, timeout=60
+            )
             view = ctl.link.view
             assert view.lock is None and view.pending_rollback is None  # refused where read
             assert not {"eve1", "eve2"} & {p.console_id for p in view.presence}

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from console.sources.hoststate import PRUNE_PER_READ, HostStateDir, Lock
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
 from tests.support.twins import module_twin
+from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parent.parent
 BEAT = 0.5  # heartbeat interval: a console is stale 3 × 0.5 = 1.5 s after its last beat
@@ -281,11 +282,15 @@ async def test_a_beat_under_way_when_the_lock_block_ends_lands_before_the_leave(
                     await end.wait()
 
             task = asyncio.ensure_future(block())
-            await _until(lambda: list(d.glob("mv-started.*")), what="no heartbeat reached the host")
+            await eventually(
+                lambda: list(d.glob("mv-started.*")), "no heartbeat reached the host", timeout=10
+            )
             beat = next(t for t in asyncio.all_tasks() if t.get_name() == "k26-lock-heartbeat")
             end.set()
-            await _until(
-                lambda: beat.cancelling() or beat.done(), what="the block's end never cancelled the beat"
+            await eventually(
+                lambda: beat.cancelling() or beat.done(),
+                "the block's end never cancelled the beat",
+                timeout=10,
             )
             release.touch()
             await task
@@ -310,7 +315,9 @@ async def test_an_apply_cancelled_while_the_host_takes_the_lock_gives_it_back(
                     raise AssertionError("the block must not be entered: the acquire was cancelled")
 
             task = asyncio.ensure_future(take())
-            await _until(lambda: list(d.glob("mv-started.*")), what="the acquire never reached the host")
+            await eventually(
+                lambda: list(d.glob("mv-started.*")), "the acquire never reached the host", timeout=10
+            )
             task.cancel()
             await asyncio.sleep(0)  # a yield, not a wait: the task takes its cancellation first
             release.touch()
@@ -492,17 +499,17 @@ async def test_torn_and_garbage_lines_are_skipped_and_follow_resumes_after_a_dro
 
         task = asyncio.ensure_future(follow())
         try:
-            await _until(lambda: len(seen) == 2)
+            await eventually(lambda: len(seen) == 2, timeout=10)
             assert seen == ["entry alice 1", "entry alice 2"]  # the replay
             await a.append_audit(_entry(ALICE, 3))
-            await _until(lambda: len(seen) == 3)
+            await eventually(lambda: len(seen) == 3, timeout=10)
             b.transport.drop()  # the follower's connection dies
             await a.append_audit(_entry(ALICE, 4))
             await a.append_audit(_entry(ALICE, 5))
             await asyncio.wait_for(got.wait(), 15)
             # Nothing twice: the follower reads in order, so a repeat of 4 or 5 would come before a 6th.
             await a.append_audit(_entry(ALICE, 6))
-            await _until(lambda: "entry alice 6" in seen)
+            await eventually(lambda: "entry alice 6" in seen, timeout=10)
             assert seen == [f"entry alice {n}" for n in range(1, 7)]  # nothing lost, nothing twice
         finally:
             task.cancel()
@@ -525,13 +532,6 @@ async def test_watch_reports_arrivals_and_the_lock(twin: TwinHost, config: HostC
         assert third.lock_line().startswith("bob@jump2 holds the lock on twin: apply ctx-200k")
         await views.aclose()
         await b.release()
-
-
-async def _until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "timed out") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
 
 
 def test_state_dir_is_expanded_on_the_host_and_can_be_absolute(twin: TwinHost, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from console.sources.hoststate import HostStateDir, HostStateError
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
 from tests.support.twins import module_twin
+from tests.support.waiting import eventually
 
 BEAT = 0.5
 ALICE = Identity(user="alice", jump_host="jump1", pid=4242, console_id="alice1")
@@ -237,13 +238,6 @@ async def test_a_lock_broken_and_taken_during_a_release_is_not_removed(
     _no_leftovers(d)
 
 
-async def _until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "timed out") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
-
-
 @pytest.mark.skipif(shutil.which("flock", path=SYSTEM_PATH) is None, reason="no flock(1) on this machine")
 @pytest.mark.parametrize("how", ["release", "leave"])
 async def test_a_release_takes_its_turn_behind_a_break_under_way(
@@ -266,7 +260,9 @@ async def test_a_release_takes_its_turn_behind_a_break_under_way(
             fcntl.flock(fd, fcntl.LOCK_EX)
             with _stand_ins(twin, {"flock": ask}):
                 task = asyncio.ensure_future(a.release(lock) if how == "release" else a.leave())
-                await _until(lambda: asked.exists() or task.done(), what="the release never reached the host")
+                await eventually(
+                    lambda: asked.exists() or task.done(), "the release never reached the host", timeout=10
+                )
                 await asyncio.sleep(0.3)
                 assert not task.done(), "the release went ahead while another lock operation held its turn"
                 _put_lock(d, bob)

@@ -12,7 +12,7 @@ import contextlib
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from console.sources.transport import (
 )
 from console.twin.ssh_server import TwinSSHServer
 from tests.support.blackhole import BlackHole
+from tests.support.waiting import eventually
 
 FAST = Backoff(initial_s=0.05, max_s=0.2, stable_s=0)
 
@@ -63,11 +64,11 @@ async def test_a_command_that_starts_while_the_twin_stops_is_ended_as_it_starts(
             await entered.wait()
         closing = asyncio.ensure_future(ep.server.close())
         # The stop has begun: it has ended every session it knew of, this one's command not yet forked.
-        await _until(lambda: ep.server._sessions.closing, 10)
+        await eventually(lambda: ep.server._sessions.closing, timeout=10)
         release.set()
-        await _until(lambda: bool(spawned), 10)
+        await eventually(lambda: bool(spawned), timeout=10)
         try:
-            await _until(lambda: _dead(spawned[0]), 0.5)
+            await eventually(lambda: _dead(spawned[0]), timeout=0.5)
         except TimeoutError:
             raise AssertionError("a command started during the twin's stop outlived it") from None
         await closing
@@ -174,7 +175,7 @@ async def test_changed_host_key_is_refused_with_its_fingerprint(endpoint: Endpoi
         assert "\n" not in sentence
         # Refused for good: no retry can make a wrong key right. The supervisor (the only thing that retries,
         # test_refused_port_retries_with_backoff_then_fails) has ended after one attempt.
-        await _until(lambda: t._task is not None and t._task.done())
+        await eventually(lambda: t._task is not None and t._task.done(), timeout=5)
         assert t.status.state is ConnState.FAILED and t.status.attempt == 1
         assert t.status.fingerprint == fingerprint
         assert t.status.describe().startswith("failed: the host key of twin")
@@ -270,7 +271,7 @@ async def test_refused_port_retries_with_backoff_then_fails() -> None:
             with pytest.raises(TransportError, match="refused the connection"):
                 await t.wait_up(5)
             # wait_up returns on the FAILED status; the watcher records it on one of its next turns.
-            await _until(lambda: any(s.state is ConnState.FAILED for s in seen))
+            await eventually(lambda: any(s.state is ConnState.FAILED for s in seen), timeout=5)
             watcher.cancel()
     states = [(s.state, s.attempt, s.retry_in_s) for s in seen]
     assert states[:6] == [
@@ -320,7 +321,7 @@ async def test_server_side_loss_is_noticed_and_repaired(endpoint: Endpoint) -> N
             conn.abort()
         # Noticed when the client reads the end of the connection: until then wait_up would hand out
         # the old one.
-        await _until(lambda: t.status.drops == 1)
+        await eventually(lambda: t.status.drops == 1, timeout=5)
         await t.wait_up(5)
         assert t.status.drops == 1
         assert (await t.run(["true"])).ok
@@ -344,7 +345,9 @@ async def test_local_forward_keeps_its_port_across_reconnects(endpoint: Endpoint
             assert (await client.get(f"{forward.url}/health")).text == "ok"
             port = forward.port
             t.drop()
-            await _until(lambda: t.status.drops == 1)  # the request goes through the next connection
+            await eventually(
+                lambda: t.status.drops == 1, timeout=5
+            )  # the request goes through the next connection
             response = await client.get(f"{forward.url}/health")
             assert response.text == "ok" and forward.port == port
     finally:
@@ -359,13 +362,6 @@ def test_backoff_grows_with_jitter_and_is_capped() -> None:
         assert all(base * 0.7 <= d <= base for d in draws)
         assert max(draws) - min(draws) > base * 0.2  # jitter actually spreads them
     assert all(0 <= backoff.delay(0, rng) <= 0.15 for _ in range(100))
-
-
-async def _until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    """Poll `cond` on the loop until it holds; fail at the deadline."""
-    async with asyncio.timeout(timeout_s):
-        while not cond():
-            await asyncio.sleep(0.01)
 
 
 def _dead(pid: int) -> bool:
@@ -391,12 +387,12 @@ async def test_a_twin_stopped_right_after_its_client_left_ends_a_command_that_ig
     await conn.wait_closed()
     try:
         # The server has seen the connection go (its session closed, or forgotten as before the fix).
-        await _until(lambda: all(s.closed for s in ep.server._sessions), 10)
+        await eventually(lambda: all(s.closed for s in ep.server._sessions), timeout=10)
         assert not _dead(pid), "the command should still be in its second of grace"
         await ep.server.close()
         # SIGKILL from the stop, well before the grace second's own kill would come.
         try:
-            await _until(lambda: _dead(pid), 0.5)
+            await eventually(lambda: _dead(pid), timeout=0.5)
         except TimeoutError:
             raise AssertionError("the hung-up command outlived the twin's stop") from None
     finally:

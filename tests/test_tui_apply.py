@@ -8,8 +8,7 @@ they pass alone and in any order.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from console.tui.view import display_boot
 from console.twin.host import TwinHost
 from tests.support.cli import run_cli
 from tests.support.twins import module_twin
+from tests.support.waiting import eventually
 from tests.tui_support import plain
 
 TIME_SCALE = 0.002
@@ -82,14 +82,6 @@ def console(twin: TwinHost, store: ProfileStore, state: Path, *, read_only: bool
     return ConsoleApp([entry], read_only=read_only, store=store, target=200_000, target_source="test")
 
 
-async def until(pilot, what: str, predicate: Callable[[], object], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.1)
-
-
 def ready_pool(dash: HostDashboard) -> int | None:
     boot = display_boot(dash.snap.state) if dash.snap is not None else None
     return boot.pool.tokens if boot is not None and boot.ready and not boot.ended else None
@@ -100,35 +92,57 @@ async def test_profiles_screen_takes_the_host_to_a_verified_200k(fresh_twin, sto
     app = console(twin, store, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         dash = app.dashboards[twin.name]
-        await until(pilot, "the first boot", lambda: ready_pool(dash) == 101_134)
-        await until(pilot, "the server's version", lambda: dash.snap.server and dash.snap.server.version)
+        await eventually(lambda: ready_pool(dash) == 101_134, "the first boot", pilot=pilot, timeout=60)
+        await eventually(
+            lambda: dash.snap.server and dash.snap.server.version,
+            "the server's version",
+            pilot=pilot,
+            timeout=60,
+        )
         header = plain(dash.header.render())
         assert f"SGLang {dash.snap.server.version}" in header and "moonshotai/Kimi-K2.6" in header
 
         await pilot.press("p")
-        await until(pilot, "the profiles screen", lambda: isinstance(app.screen, ProfilesScreen))
+        await eventually(
+            lambda: isinstance(app.screen, ProfilesScreen), "the profiles screen", pilot=pilot, timeout=60
+        )
         screen = app.screen
         screen.stash()
         screen.open_profile("ctx-200k")
         # The running ExecStart arrives over SSH; the diff then shows the one change that matters.
-        await until(pilot, "the running ExecStart", lambda: app.hosts[twin.name].running_argv is not None)
-        await until(pilot, "the diff", lambda: "~ --mem-fraction-static 0.85 → 0.93" in screen.check.diff)
+        await eventually(
+            lambda: app.hosts[twin.name].running_argv is not None,
+            "the running ExecStart",
+            pilot=pilot,
+            timeout=60,
+        )
+        await eventually(
+            lambda: "~ --mem-fraction-static 0.85 → 0.93" in screen.check.diff,
+            "the diff",
+            pilot=pilot,
+            timeout=60,
+        )
         w = screen.check.whatif
         assert w.fits and 200_000 <= w.predicted_pool_tokens < 215_000
 
         await pilot.press("ctrl+r")
-        await until(pilot, "the confirmation", lambda: isinstance(app.screen, ApplyConfirmScreen))
+        await eventually(
+            lambda: isinstance(app.screen, ApplyConfirmScreen), "the confirmation", pilot=pilot, timeout=60
+        )
         confirm = app.screen
         assert confirm.ok and "~ --mem-fraction-static 0.85 → 0.93" in confirm.diff
         assert "✔ fits" in confirm.prediction.plain
         await pilot.press("y")
         # Back on the dashboard, where the restart plays on the timeline.
-        await until(
-            pilot, "the dashboard", lambda: not isinstance(app.screen, ProfilesScreen | ApplyConfirmScreen)
+        await eventually(
+            lambda: not isinstance(app.screen, ProfilesScreen | ApplyConfirmScreen),
+            "the dashboard",
+            pilot=pilot,
+            timeout=60,
         )
         track = dash.track
         assert track is not None and track.action == "apply ctx-200k"
-        await until(pilot, "the verdict", lambda: track.done)
+        await eventually(lambda: track.done, "the verdict", pilot=pilot, timeout=60)
         assert track.ok, track.summary
         assert track.summary.startswith("verified: pool ")
         # The timeline ends verified, with the controller's own steps done before the boot.
@@ -139,7 +153,7 @@ async def test_profiles_screen_takes_the_host_to_a_verified_200k(fresh_twin, sto
             assert f"✔ {step}" in timeline, (step, timeline)
         assert dash.verdict.display and "verified" in plain(dash.verdict.render())
         # The dashboard follows the new boot: a pool of at least 200k, one restart.
-        await until(pilot, "the new boot", lambda: (ready_pool(dash) or 0) >= 200_000)
+        await eventually(lambda: (ready_pool(dash) or 0) >= 200_000, "the new boot", pilot=pilot, timeout=60)
         boots = [b for b in dash.snap.state.boots if b.pool.tokens]
         assert boots[0].pool.tokens == 101_134 and len(boots) == 2
         # The verified numbers went into a user copy of the profile, comments kept.
@@ -154,12 +168,14 @@ async def test_a_refused_profile_forced_fails_pinned_and_rolls_back(twin_at_200k
     app = console(twin, store, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         dash = app.dashboards[twin.name]
-        await until(pilot, "a ready boot", lambda: (ready_pool(dash) or 0) >= 200_000)
+        await eventually(lambda: (ready_pool(dash) or 0) >= 200_000, "a ready boot", pilot=pilot, timeout=60)
         before = ready_pool(dash)
         app.post_message(
             ApplyRequested(twin.name, "ctx-200k-greedy")
         )  # as the palette's "Apply profile" does
-        await until(pilot, "the confirmation", lambda: isinstance(app.screen, ApplyConfirmScreen))
+        await eventually(
+            lambda: isinstance(app.screen, ApplyConfirmScreen), "the confirmation", pilot=pilot, timeout=60
+        )
         confirm = app.screen
         assert not confirm.ok and any("headroom" in e for e in confirm.errors)
         # As on the command line, a refused profile is forced only by typing its name: neither a
@@ -170,30 +186,35 @@ async def test_a_refused_profile_forced_fails_pinned_and_rolls_back(twin_at_200k
         assert app.screen is confirm and dash.track is None
         confirm.query_one("#apply-gate", Input).value = ""
         await pilot.press(*"ctx-200k-greedy", "enter")
-        await until(pilot, "the apply", lambda: dash.track is not None)
+        await eventually(lambda: dash.track is not None, "the apply", pilot=pilot, timeout=60)
         track = dash.track
-        await until(pilot, "the verdict", lambda: track.done)
+        await eventually(lambda: track.done, "the verdict", pilot=pilot, timeout=60)
         assert track.ok is False and track.can_roll_back
         # The OOM of this boot is pinned above the feed; the banner and the timeline offer the rollback.
-        await until(pilot, "the pinned error", lambda: dash.feed.open_errors)
+        await eventually(lambda: dash.feed.open_errors, "the pinned error", pilot=pilot, timeout=60)
         assert any(e.category == "cuda_oom" for e in dash.feed.open_errors)
         assert "R: roll back" in plain(dash.verdict.render())
         assert "R rolls back" in plain(dash.timeline.render())
 
         app.screen.set_focus(dash.gpus)
         await pilot.press("R")
-        await until(pilot, "the rollback confirmation", lambda: isinstance(app.screen, ConfirmScreen))
+        await eventually(
+            lambda: isinstance(app.screen, ConfirmScreen),
+            "the rollback confirmation",
+            pilot=pilot,
+            timeout=60,
+        )
         # The failed apply left its host-side rollback armed (commit-confirmed, as from the command line):
         # the confirmation says where the rollback goes and that it settles that one.
         body = app.screen.detail
         assert "the drop-in the last apply kept" in body and "- --mem-fraction-static 0.97" in body
         assert "it is disarmed first" in body
         await pilot.press("y")
-        await until(pilot, "the rollback", lambda: dash.track is not track)
+        await eventually(lambda: dash.track is not track, "the rollback", pilot=pilot, timeout=60)
         rollback = dash.track
-        await until(pilot, "the rollback's verdict", lambda: rollback.done)
+        await eventually(lambda: rollback.done, "the rollback's verdict", pilot=pilot, timeout=60)
         assert rollback.action == "rollback" and rollback.ok, rollback.summary
-        await until(pilot, "the server back", lambda: ready_pool(dash) == before)
+        await eventually(lambda: ready_pool(dash) == before, "the server back", pilot=pilot, timeout=60)
         assert dash.feed.open_errors == []  # the OOM belonged to the failed boot, not this one
 
 
@@ -201,10 +222,11 @@ async def test_read_only_console_refuses_apply_on_a_live_host(twin, store, tmp_p
     app = console(twin, store, tmp_path, read_only=True)
     async with app.run_test(size=SIZE) as pilot:
         dash = app.dashboards[twin.name]
-        await until(
-            pilot,
-            "the link",
+        await eventually(
             lambda: dash.snap and dash.snap.connection and dash.snap.connection.state == "up",
+            "the link",
+            pilot=pilot,
+            timeout=60,
         )
         invocation = twin.systemctl("show", "-p", "InvocationID", twin.unit).stdout
         told: list[str] = []
@@ -218,13 +240,20 @@ async def test_read_only_console_refuses_apply_on_a_live_host(twin, store, tmp_p
         app.post_message(ApplyRequested(twin.name, "ctx-200k"))
         app.post_message(RollbackRequested(twin.name))
         # The requests are answered (a refusal, in words), not dropped unseen.
-        await until(pilot, "the two refusals", lambda: len([t for t in told if t.startswith("read-only:")]) == 2)
+        await eventually(
+            lambda: len([t for t in told if t.startswith("read-only:")]) == 2,
+            "the two refusals",
+            pilot=pilot,
+            timeout=60,
+        )
         # R and r do nothing; the key after them (p, the profiles) does: the keys were read, in order.
         await pilot.press("R", "r", "p")
-        await until(pilot, "the profiles screen", lambda: isinstance(app.screen, ProfilesScreen))
+        await eventually(
+            lambda: isinstance(app.screen, ProfilesScreen), "the profiles screen", pilot=pilot, timeout=60
+        )
         assert len(app.screen_stack) == 2 and dash.track is None and app.hosts[twin.name].busy is None
         await pilot.press("escape")
-        await until(pilot, "the dashboard again", lambda: len(app.screen_stack) == 1)
+        await eventually(lambda: len(app.screen_stack) == 1, "the dashboard again", pilot=pilot, timeout=60)
         enabled = {k for k, b in app.active_bindings.items() if b.enabled}
         assert not {"r", "R"} & enabled and "p" in enabled
         assert twin.systemctl("show", "-p", "InvocationID", twin.unit).stdout == invocation
@@ -271,17 +300,19 @@ async def _probe_with(twin: TwinHost, store: ProfileStore, tmp_path: Path, profi
     app.profile = profile
     async with app.run_test(size=SIZE) as pilot:
         dash = app.dashboards[twin.name]
-        await until(pilot, "a ready boot", lambda: (ready_pool(dash) or 0) >= 200_000)
+        await eventually(lambda: (ready_pool(dash) or 0) >= 200_000, "a ready boot", pilot=pilot, timeout=60)
         await pilot.press("P")
-        await until(pilot, "the probe screen", lambda: isinstance(app.screen, ProbeScreen))
+        await eventually(
+            lambda: isinstance(app.screen, ProbeScreen), "the probe screen", pilot=pilot, timeout=60
+        )
         screen = app.screen
         assert isinstance(screen, ProbeScreen)
-        await until(pilot, "the profile check", lambda: screen.profile_checked)
+        await eventually(lambda: screen.profile_checked, "the profile check", pilot=pilot, timeout=60)
         panel = screen.query_one(ProbePanel)
         panel.query_one("#probe-depths", Input).value = "2k"
         panel.query_one("#probe-tokens", Input).value = "3"
         await pilot.click("#probe-fire")
-        await until(pilot, "the report", lambda: panel.report is not None)
+        await eventually(lambda: panel.report is not None, "the report", pilot=pilot, timeout=60)
         report = panel.report
         assert report is not None and report.ok and report.results[0].decode_tok_s, report
         return ProbeSeen(
@@ -298,12 +329,18 @@ async def test_the_banner_follows_a_change_made_elsewhere(twin_at_200k, store, t
     app = console(twin, store, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         dash = app.dashboards[twin.name]
-        await until(pilot, "a ready boot", lambda: (ready_pool(dash) or 0) >= 200_000)
-        await until(pilot, "the pairing link", lambda: app.hosts[twin.name].link is not None)
+        await eventually(lambda: (ready_pool(dash) or 0) >= 200_000, "a ready boot", pilot=pilot, timeout=60)
+        await eventually(
+            lambda: app.hosts[twin.name].link is not None, "the pairing link", pilot=pilot, timeout=60
+        )
         app.post_message(ApplyRequested(twin.name, "ctx-200k"))
-        await until(pilot, "the confirmation", lambda: isinstance(app.screen, ApplyConfirmScreen))
+        await eventually(
+            lambda: isinstance(app.screen, ApplyConfirmScreen), "the confirmation", pilot=pilot, timeout=60
+        )
         await pilot.press("y")
-        await until(pilot, "the verdict", lambda: dash.track is not None and dash.track.done)
+        await eventually(
+            lambda: dash.track is not None and dash.track.done, "the verdict", pilot=pilot, timeout=60
+        )
         assert dash.track.ok and "unchanged" in dash.track.summary
         assert "unchanged" in plain(dash.verdict.render())
         home = tmp_path / "elsewhere"
@@ -313,8 +350,11 @@ async def test_the_banner_follows_a_change_made_elsewhere(twin_at_200k, store, t
                 home, "restart", twin.name, "--yes", "--hosts", str(twin.hosts_toml), timeout=240
             ),
         )
-        await until(
-            pilot, "the banner of the restart", lambda: "restarted" in plain(dash.verdict.render()), 240
+        await eventually(
+            lambda: "restarted" in plain(dash.verdict.render()),
+            "the banner of the restart",
+            pilot=pilot,
+            timeout=240,
         )
         assert dash.track is None and "unchanged" not in plain(dash.verdict.render())
         res = await restart
@@ -331,20 +371,24 @@ async def test_the_banner_does_not_outlive_the_boot_it_verified(twin_at_200k, st
     app = console(twin, store, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         dash = app.dashboards[twin.name]
-        await until(pilot, "a ready boot", lambda: (ready_pool(dash) or 0) >= 200_000)
+        await eventually(lambda: (ready_pool(dash) or 0) >= 200_000, "a ready boot", pilot=pilot, timeout=60)
         app.post_message(ApplyRequested(twin.name, "ctx-200k"))
-        await until(pilot, "the confirmation", lambda: isinstance(app.screen, ApplyConfirmScreen))
+        await eventually(
+            lambda: isinstance(app.screen, ApplyConfirmScreen), "the confirmation", pilot=pilot, timeout=60
+        )
         await pilot.press("y")
-        await until(pilot, "the verdict", lambda: dash.track is not None and dash.track.done)
+        await eventually(
+            lambda: dash.track is not None and dash.track.done, "the verdict", pilot=pilot, timeout=60
+        )
         assert dash.track.ok and "✔" in plain(dash.verdict.render())
         pid = twin.main_pid()
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        await until(
-            pilot,
-            "the banner to drop the verdict",
+        await eventually(
             lambda: dash.track is None and "✔" not in plain(dash.verdict.render()),
-            60,
+            "the banner to drop the verdict",
+            pilot=pilot,
+            timeout=60,
         )
     twin.systemctl("start", twin.unit, check=False)
     assert twin.systemctl("is-active", twin.unit, check=False).stdout.strip() in ("active", "activating")

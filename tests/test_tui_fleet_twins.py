@@ -4,9 +4,7 @@ as unreachable in its row."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
@@ -15,6 +13,7 @@ from console.sources.profile_store import ProfileStore, shipped_profile_dir
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.fleet import FLEET_TAB
 from console.twin.host import TwinHost
+from tests.support.waiting import eventually
 
 TIME_SCALE = 0.004
 SIZE = (160, 48)
@@ -57,14 +56,6 @@ def console(twins: list[TwinHost]) -> ConsoleApp:
     )
 
 
-async def until(pilot: Any, what: str, predicate: Callable[[], object], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.1)
-
-
 def rows(app: ConsoleApp) -> dict[str, dict[str, str]]:
     assert app.fleet is not None
     app.fleet.refresh_rows()
@@ -77,47 +68,59 @@ async def test_three_twins_in_the_overview_drill_in_and_one_cut_off(twins: list[
         # Three hosts: the console opens on the first one, the overview one key away.
         assert app.active_dashboard is app.dashboards["fleet-a"]
         await pilot.press("o")
-        await until(pilot, "the overview", lambda: app.active_dashboard is None, 10)
+        await eventually(lambda: app.active_dashboard is None, "the overview", pilot=pilot, timeout=10)
 
         # The twins run the incident's first flags: a 101,134-token pool, short of the 200k target.
         def all_ready() -> bool:
             now = rows(app)
             return all(r["state"] == "ready" and r["pool"] == "101k / 200k" for r in now.values())
 
-        await until(pilot, "every host ready with its pool", all_ready)
+        await eventually(all_ready, "every host ready with its pool", pilot=pilot, timeout=60)
         now = rows(app)
         for name in NAMES:
             assert now[name]["verdict"] == "not ok"  # ready, but the pool is short of the target
-        await until(pilot, "presence read", lambda: all(r["lock"] == "free · 1" for r in rows(app).values()))
+        await eventually(
+            lambda: all(r["lock"] == "free · 1" for r in rows(app).values()),
+            "presence read",
+            pilot=pilot,
+            timeout=60,
+        )
 
         # Enter on the second row: fleet-b's dashboard, showing its own pool; `o` returns.
         assert app.fleet is not None
         app.fleet.table.focus()
         app.fleet.table.move_cursor(row=1)
         await pilot.press("enter")
-        await until(pilot, "fleet-b's dashboard", lambda: app.active_dashboard is app.dashboards["fleet-b"])
+        await eventually(
+            lambda: app.active_dashboard is app.dashboards["fleet-b"],
+            "fleet-b's dashboard",
+            pilot=pilot,
+            timeout=60,
+        )
         dash = app.dashboards["fleet-b"]
-        await until(pilot, "fleet-b's snapshot", lambda: dash.snap is not None)
+        await eventually(lambda: dash.snap is not None, "fleet-b's snapshot", pilot=pilot, timeout=60)
         assert dash.snap is not None and dash.snap.host == "fleet-b"
         await pilot.press("o")
-        await until(
-            pilot,
+        await eventually(
+            lambda: app.query_one("#hosts").active == FLEET_TAB,
             "back on the overview",
-            lambda: app.query_one("#hosts").active == FLEET_TAB,  # type: ignore[attr-defined]
+            pilot=pilot,
+            timeout=60,
         )
 
         # fleet-c's SSH goes away (its host runs on): its row says unreachable, the others stay ready.
         twins[2].cut_ssh()
         try:
-            await until(
-                pilot,
-                "fleet-c unreachable",
+            await eventually(
                 lambda: rows(app)["fleet-c"]["state"].startswith("unreachable"),
-                30,
+                "fleet-c unreachable",
+                pilot=pilot,
             )
             now = rows(app)
             assert now["fleet-a"]["state"] == "ready" and now["fleet-b"]["state"] == "ready"
         finally:
             twins[2].restore_ssh()
-        await until(pilot, "fleet-c back", lambda: rows(app)["fleet-c"]["state"] == "ready", 60)
+        await eventually(
+            lambda: rows(app)["fleet-c"]["state"] == "ready", "fleet-c back", pilot=pilot, timeout=60
+        )
         await app.action_quit()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from console.tui.view import display_boot, restart_timeline
 from console.twin.host import TwinHost
 from tests.support.cli import slow_boots
 from tests.support.twins import module_twin
+from tests.support.waiting import eventually
 from tests.tui_support import plain
 
 TIME_SCALE = 0.004
@@ -98,14 +98,6 @@ def console(
     return ConsoleApp([entry], read_only=read_only, store=store, identity=me, target=200_000)
 
 
-async def until(pilot: Any, what: str, predicate: Callable[[], object], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
-
-
 def ready_pool(dash: HostDashboard) -> int | None:
     boot = display_boot(dash.snap.state) if dash.snap is not None else None
     return boot.pool.tokens if boot is not None and boot.ready and not boot.ended else None
@@ -159,19 +151,30 @@ async def test_b_watches_a_apply_live_and_is_refused_by_name(twin, store, tmp_pa
     host = twin.name
     async with a.run_test(size=SIZE) as pa, b.run_test(size=SIZE) as pb:
         da, db = a.dashboards[host], b.dashboards[host]
-        await until(pa, "alice's first boot", lambda: ready_pool(da) == 101_134)
-        await until(pb, "bob's first boot", lambda: ready_pool(db) == 101_134)
+        await eventually(lambda: ready_pool(da) == 101_134, "alice's first boot", pilot=pa, timeout=60)
+        await eventually(lambda: ready_pool(db) == 101_134, "bob's first boot", pilot=pb, timeout=60)
         # Each sees the other, with what they look at, in the bar under the header.
-        await until(pb, "alice in bob's console", lambda: others(b, host).get("alice@jump1") == "dashboard")
-        await until(pa, "bob in alice's console", lambda: "bob@jump2" in others(a, host))
+        await eventually(
+            lambda: others(b, host).get("alice@jump1") == "dashboard",
+            "alice in bob's console",
+            pilot=pb,
+            timeout=60,
+        )
+        await eventually(
+            lambda: "bob@jump2" in others(a, host), "bob in alice's console", pilot=pa, timeout=60
+        )
         bar = plain(db.pairing.render())
         assert bar.startswith("lock free  │  with alice@jump1 (dashboard, since "), bar
         # What alice looks at follows her screens: P opens the probe.
         await pa.press("P")
-        await until(pa, "the probe screen", lambda: isinstance(a.screen, ProbeScreen))
-        await until(pb, "alice on the probe", lambda: others(b, host).get("alice@jump1") == "probe")
+        await eventually(lambda: isinstance(a.screen, ProbeScreen), "the probe screen", pilot=pa, timeout=60)
+        await eventually(
+            lambda: others(b, host).get("alice@jump1") == "probe", "alice on the probe", pilot=pb, timeout=60
+        )
         await pa.press("escape")
-        await until(pb, "alice back", lambda: others(b, host).get("alice@jump1") == "dashboard")
+        await eventually(
+            lambda: others(b, host).get("alice@jump1") == "dashboard", "alice back", pilot=pb, timeout=60
+        )
         boots_before = len(db.snap.state.boots)
 
         # Alice's restart runs five times slower than the module's others, so that her lock stands
@@ -179,11 +182,18 @@ async def test_b_watches_a_apply_live_and_is_refused_by_name(twin, store, tmp_pa
         # reads this drop-in; a CI run saw the fast restart end between two of bob's keys).
         slow = slow_boots(twin, TIME_SCALE * 5)
         a.post_message(ApplyRequested(host, "ctx-200k"))
-        await until(pa, "alice's confirmation", lambda: isinstance(a.screen, ApplyConfirmScreen))
+        await eventually(
+            lambda: isinstance(a.screen, ApplyConfirmScreen), "alice's confirmation", pilot=pa, timeout=60
+        )
         seen: set[str] = set()
         watching = asyncio.create_task(watch_phases(db, boots_before, seen))
         await pa.press("y")
-        await until(pb, "alice's lock in bob's console", lambda: lock_holder(b, host) == "alice@jump1")
+        await eventually(
+            lambda: lock_holder(b, host) == "alice@jump1",
+            "alice's lock in bob's console",
+            pilot=pb,
+            timeout=60,
+        )
         bar = plain(db.pairing.render())
         assert "locked by alice@jump1: apply ctx-200k" in bar, bar
         note = plain(db.timeline.note) if db.timeline.note is not None else ""
@@ -194,7 +204,7 @@ async def test_b_watches_a_apply_live_and_is_refused_by_name(twin, store, tmp_pa
         b.post_message(ApplyRequested(host, "ctx-128k"))
         await pb.press("r")
         await pb.press("R")
-        await until(pb, "bob's three refusals", lambda: len(told_b.since(n)) >= 3)
+        await eventually(lambda: len(told_b.since(n)) >= 3, "bob's three refusals", pilot=pb, timeout=60)
         refusals = told_b.since(n)
         assert len(refusals) == 3, refusals
         for sentence in refusals:
@@ -214,7 +224,7 @@ async def test_b_watches_a_apply_live_and_is_refused_by_name(twin, store, tmp_pa
         # (watched from alice's confirmation on: on a loaded machine the refusals above take seconds).
         track = da.track
         assert track is not None and track.action == "apply ctx-200k"
-        await until(pb, "alice's apply", lambda: track.done, timeout=120)
+        await eventually(lambda: track.done, "alice's apply", pilot=pb, timeout=120)
         watching.cancel()
         slow.unlink()
         twin.systemctl("daemon-reload")
@@ -225,22 +235,26 @@ async def test_b_watches_a_apply_live_and_is_refused_by_name(twin, store, tmp_pa
 
         # The end: alice's audit line on bob's feed and under his timeline; the lock is free again.
         # (Her intent, outcome "started", comes first on the feed: the outcome is the entry that follows.)
-        await until(
-            pb,
-            "alice's audit entry",
+        await eventually(
             lambda: any(e.user == "alice" and e.outcome != "started" for e in audits(db)),
+            "alice's audit entry",
+            pilot=pb,
+            timeout=60,
         )
         assert next(e for e in audits(db) if e.user == "alice").outcome == "started"
         entry = next(e for e in audits(db) if e.user == "alice" and e.outcome != "started")
         assert entry.action == "apply" and entry.profile == "ctx-200k" and entry.outcome == "ok"
         assert entry.message.startswith("alice applied ctx-200k; restart ")
         assert f"verified {entry.pool_tokens:,} tokens" in entry.message and entry.pool_tokens >= 200_000
-        await until(pb, "the lock free", lambda: lock_holder(b, host) is None)
-        await until(
-            pb, "the note", lambda: db.timeline.note is not None and "applied" in db.timeline.note.plain
+        await eventually(lambda: lock_holder(b, host) is None, "the lock free", pilot=pb, timeout=60)
+        await eventually(
+            lambda: db.timeline.note is not None and "applied" in db.timeline.note.plain,
+            "the note",
+            pilot=pb,
+            timeout=60,
         )
         assert db.timeline.note.plain == entry.message
-        await until(pb, "the new boot", lambda: (ready_pool(db) or 0) >= 200_000)
+        await eventually(lambda: (ready_pool(db) or 0) >= 200_000, "the new boot", pilot=pb, timeout=60)
         assert db.check_action("restart", ()) is True
         # The trail on the host holds the one apply, by alice, with its phases.
         # (Written twice: the intent before the restart, then the outcome, paired by op_id.)
@@ -267,26 +281,34 @@ async def test_stale_lock_broken_only_after_confirming_then_restart_is_audited(t
         await carol.acquire("apply ctx-256k")
         async with b.run_test(size=SIZE) as pb, reader.run_test(size=SIZE) as pr:
             db = b.dashboards[host]
-            await until(pb, "bob's boot", lambda: ready_pool(db) is not None)
-            await until(
-                pb,
-                "the stale lock",
+            await eventually(lambda: ready_pool(db) is not None, "bob's boot", pilot=pb, timeout=60)
+            await eventually(
                 lambda: (link := b.hosts[host].link) and link.view and link.view.lock_stale,
+                "the stale lock",
+                pilot=pb,
+                timeout=60,
             )
             bar = plain(db.pairing.render())
             assert "STALE lock carol@jump3: apply ctx-256k" in bar, bar
-            await until(pb, "the trail's backlog", lambda: any(e.action == "probe" for e in audits(db)))
+            await eventually(
+                lambda: any(e.action == "probe" for e in audits(db)),
+                "the trail's backlog",
+                pilot=pb,
+                timeout=60,
+            )
             assert audits(db)[-1].message == "carol probed ctx-256k; 0.7 tok/s"
             assert "is stale" in db.timeline.note.plain
             # The read-only console is seen as such, and its keys take no lock.
-            await until(pb, "the reader", lambda: others(b, host).get("dave@jump4") == "read-only")
+            await eventually(
+                lambda: others(b, host).get("dave@jump4") == "read-only", "the reader", pilot=pb, timeout=60
+            )
             await pr.press("r")
             assert len(reader.screen_stack) == 1 and reader.hosts[host].busy is None
 
             # A restart is refused while the stale lock stands, with the way out.
             n = len(told_b.messages)
             await pb.press("r")
-            await until(pb, "the refusal", lambda: told_b.since(n))
+            await eventually(lambda: told_b.since(n), "the refusal", pilot=pb, timeout=60)
             (sentence,) = told_b.since(n)
             assert "carol@jump3 holds the lock on twin: apply ctx-256k" in sentence
             assert "Break the stale lock" in sentence
@@ -294,36 +316,50 @@ async def test_stale_lock_broken_only_after_confirming_then_restart_is_audited(t
 
             # No: the lock stays. Yes: broken, and the trail says by whom.
             b.post_message(BreakRequested(host))
-            await until(pb, "the confirmation", lambda: isinstance(b.screen, ConfirmScreen))
+            await eventually(
+                lambda: isinstance(b.screen, ConfirmScreen), "the confirmation", pilot=pb, timeout=60
+            )
             detail = b.screen.detail
             assert "carol@jump3" in detail and "apply ctx-256k" in detail and "pid 6161" in detail
             await pb.press("n")
             await pb.pause(0.3)
             assert (twin.layout.home_dir / ".k26-console" / "lock").exists()
             b.post_message(BreakRequested(host))
-            await until(pb, "the confirmation again", lambda: isinstance(b.screen, ConfirmScreen))
+            await eventually(
+                lambda: isinstance(b.screen, ConfirmScreen), "the confirmation again", pilot=pb, timeout=60
+            )
             await pb.press("y")
-            await until(
-                pb, "the break on bob's feed", lambda: any(e.action == "lock_break" for e in audits(db))
+            await eventually(
+                lambda: any(e.action == "lock_break" for e in audits(db)),
+                "the break on bob's feed",
+                pilot=pb,
+                timeout=60,
             )
             broke = next(e for e in audits(db) if e.action == "lock_break")
             assert broke.user == "bob" and broke.message.startswith(
                 "bob broke carol@jump3's lock (apply ctx-256k"
             )
-            await until(pb, "the lock free", lambda: lock_holder(b, host) is None)
+            await eventually(lambda: lock_holder(b, host) is None, "the lock free", pilot=pb, timeout=60)
             assert f"Break the stale lock on {host}" not in palette(b)
 
             # Bob's restart: the controller's steps and the boot on the timeline, in the lock, audited.
             before = ready_pool(db)
             await pb.press("r")
-            await until(pb, "the restart confirmation", lambda: isinstance(b.screen, ConfirmScreen))
+            await eventually(
+                lambda: isinstance(b.screen, ConfirmScreen), "the restart confirmation", pilot=pb, timeout=60
+            )
             await pb.press("y")
-            await until(pb, "the restart", lambda: db.track is not None)
+            await eventually(lambda: db.track is not None, "the restart", pilot=pb, timeout=60)
             track = db.track
             assert track.action == "restart"
-            await until(pr, "bob's lock in the reader", lambda: lock_holder(reader, host) == "bob@jump2")
+            await eventually(
+                lambda: lock_holder(reader, host) == "bob@jump2",
+                "bob's lock in the reader",
+                pilot=pr,
+                timeout=60,
+            )
             assert "bob@jump2 is restarting the service" in reader.dashboards[host].timeline.note.plain
-            await until(pb, "the verdict", lambda: track.done)
+            await eventually(lambda: track.done, "the verdict", pilot=pb, timeout=60)
             assert track.ok, track.summary
             timeline = plain(db.timeline.render())
             assert "restart verified" in timeline
@@ -331,17 +367,21 @@ async def test_stale_lock_broken_only_after_confirming_then_restart_is_audited(t
             for step in ("restart", "KV pool", "verify, record"):
                 assert f"✔ {step}" in timeline, (step, timeline)
             assert "write drop-in" not in timeline and "daemon-reload" not in timeline
-            await until(
-                pb,
-                "bob's restart on the feed",
+            await eventually(
                 lambda: any(e.action == "restart" and e.outcome != "started" for e in audits(db)),
+                "bob's restart on the feed",
+                pilot=pb,
+                timeout=60,
             )
             done = next(e for e in audits(db) if e.action == "restart" and e.outcome != "started")
             assert done.user == "bob" and done.outcome == "ok" and done.pool_tokens == before
             assert done.message.startswith(f"bob restarted {twin.unit}; restart ")
             rd = reader.dashboards[host]
-            await until(
-                pr, "the reader's note", lambda: rd.timeline.note and "restarted" in rd.timeline.note.plain
+            await eventually(
+                lambda: rd.timeline.note and "restarted" in rd.timeline.note.plain,
+                "the reader's note",
+                pilot=pr,
+                timeout=60,
             )
             actions = [(e["user"], e["action"]) for e in trail(twin)]
             assert actions[-3:] == [("bob", "lock_break"), ("bob", "restart"), ("bob", "restart")]
