@@ -27,6 +27,7 @@ from console.twin.host import TwinHost
 from tests.support.cli import CLI, REPO, operator_env
 from tests.support.measured import run_measured
 from tests.support.twins import module_twin
+from tests.support.waiting import eventually
 
 ALICE = Identity(user="alice", jump_host="jump1", pid=4242, console_id="alice1")
 
@@ -116,11 +117,13 @@ async def test_a_long_trail_is_read_as_its_tail_and_followed_from_its_end(
         try:
             with path.open("a") as f:  # `tail -n +N` prints it whenever the follower's tail starts
                 f.write(_entry(999_999) + "\n")
-            async with asyncio.timeout(10):
-                while not seen:
-                    await asyncio.sleep(0.05)
-            await asyncio.sleep(0.3)  # nothing else comes: no line of the old trail is read again
-            assert seen == ["entry 999999"]
+            await eventually(lambda: seen, "the entry appended", timeout=10)
+            # Nothing else comes: no line of the old trail is read again. The follower reads in order, so an
+            # old line read again would come before a second new one.
+            with path.open("a") as f:
+                f.write(_entry(1_000_000) + "\n")
+            await eventually(lambda: len(seen) >= 2, "the second entry appended", timeout=10)
+            assert seen == ["entry 999999", "entry 1000000"]
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

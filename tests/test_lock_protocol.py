@@ -32,7 +32,7 @@ from console.sources.hoststate import HostStateDir, HostStateError
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
 from tests.support.twins import module_twin
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, stays
 
 BEAT = 0.5
 ALICE = Identity(user="alice", jump_host="jump1", pid=4242, console_id="alice1")
@@ -263,8 +263,8 @@ async def test_a_release_takes_its_turn_behind_a_break_under_way(
                 await eventually(
                     lambda: asked.exists() or task.done(), "the release never reached the host", timeout=10
                 )
-                await asyncio.sleep(0.3)
-                assert not task.done(), "the release went ahead while another lock operation held its turn"
+                # It waits its turn (and, once the turn is free below, goes ahead: wait_for(task)).
+                await stays(lambda: not task.done(), "the release waiting its turn", for_s=0.3)
                 _put_lock(d, bob)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
