@@ -260,3 +260,28 @@ def test_default_dirs() -> None:
     assert user_profile_dir().name == "profiles"
     assert "k26-console" in str(user_profile_dir())
     assert shipped_profile_dir() == SHIPPED
+
+
+def test_the_profile_in_force_follows_applies_and_rollbacks() -> None:
+    from console.core.audit import AuditEntry
+    from console.core.pairing import Identity
+    from console.core.rollback_target import PREVIOUS_DROPIN, UNIT_DEFAULT
+    from console.sources.profile_store import applied_profile, applied_target
+
+    alice = Identity(user="alice", jump_host="jump1", pid=1, console_id="a")
+    ts = datetime(2026, 12, 7, 6, 0, tzinfo=UTC)
+
+    def entry(action: str, profile: str | None, outcome: str = "ok") -> AuditEntry:
+        return AuditEntry.by(alice, ts=ts, host="gpu1", action=action, profile=profile, outcome=outcome)
+
+    applied = [entry("apply", "ctx-200k"), entry("apply", "ctx-256k")]
+    assert applied_profile(applied) == "ctx-256k"
+    # A rollback to the profile the kept drop-in names puts that one back in force...
+    assert applied_profile([*applied, entry("rollback", "ctx-200k")]) == "ctx-200k"
+    assert applied_target([*applied, entry("rollback", "ctx-200k")]) == ("ctx-200k", 200_000)
+    # ...one to a drop-in of no profile, or to the unit's own ExecStart, leaves none known in force...
+    for where in (PREVIOUS_DROPIN, UNIT_DEFAULT, None):
+        assert applied_profile([*applied, entry("rollback", where)]) is None
+    # ...and a rollback that failed changes nothing, an apply after it counts again.
+    assert applied_profile([*applied, entry("rollback", "ctx-200k", "failed")]) == "ctx-256k"
+    assert applied_profile([*applied, entry("rollback", None), entry("apply", "ctx-128k")]) == "ctx-128k"

@@ -153,9 +153,21 @@ class ProfileStore:
 
 
 def applied_profile(entries: Iterable[AuditEntry]) -> str | None:
-    """The profile the host was last applied with, by its audit trail: the last apply that ended ok."""
-    applied = [e.profile for e in entries if e.action == "apply" and e.outcome == "ok" and e.profile]
-    return applied[-1] if applied else None
+    """The profile in force on the host by its audit trail: that of the last apply that ended ok, unless a
+    rollback that ended ok came after it. A rollback names the profile it put back (from the kept
+    drop-in's header), else where it went in words (the previous drop-in, the unit's own ExecStart): then
+    no profile is known to be in force."""
+    from console.core.rollback_target import PREVIOUS_DROPIN, UNIT_DEFAULT
+
+    applied: str | None = None
+    for e in entries:
+        if e.outcome != "ok":
+            continue
+        if e.action == "apply" and e.profile:
+            applied = e.profile
+        elif e.action == "rollback":
+            applied = e.profile if e.profile not in (None, "", PREVIOUS_DROPIN, UNIT_DEFAULT) else None
+    return applied
 
 
 def applied_target(
