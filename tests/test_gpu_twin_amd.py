@@ -72,3 +72,15 @@ def test_the_fault_it_plays_raises_its_alert_in_snapshot_json(twin: tuple[Path, 
     assert [a["rule"] for a in report["alerts"]] == ["gpu_thermal_slowdown > 0"], report["alerts"]
     assert "GPU3 thermal slowdown at 102 °C (slowdown at 100 °C): throttled" in report["alerts"][0]["message"]
     assert {g["name"] for g in report["gpus"]} == {"AMD Instinct MI300X OAM"}
+
+
+def test_an_xid_on_an_amd_host_is_one_sentence_and_nothing_is_started(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.support.cli import one_sentence, run_main
+
+    state = tmp_path / "state"
+    argv = ["twin", "--gpu", "mi300x", "--gpu-fault", "xid79", "--state-dir", str(state), "--no-register"]
+    code, _, err = run_main(argv, capsys)
+    assert code == 2 and "an AMD host has no XIDs" in one_sentence(err)
+    assert not state.exists()
