@@ -271,8 +271,16 @@ def test_export_serves_each_gpu_s_health_and_faults() -> None:
     faults = {(lab["gpu"], lab["kind"]): v for lab, v in got["k26_gpu_fault"]}
     assert faults[("1", "xid")] == faults[("1", "power")] == 1.0
     assert faults[("0", "xid")] == faults[("0", "thermal")] == faults[("1", "ecc")] == 0.0
-    # a reading without health judges nothing but XIDs (the agent watched): no series of the others
-    assert [kind for gpu, kind in faults if gpu == "2"] == ["xid"]
+    # a reading without health judges nothing but XIDs (the agent watched) and whether it answers at all
+    assert [kind for gpu, kind in faults if gpu == "2"] == ["lost", "xid"]
     smi = host_figures(snapshot([], _sample(H200_IDLE, backend="nvidia-smi")), None, unit="sglang.service")
     assert "k26_gpu_xid_events" not in smi.gpu_health["0"] and "xid" not in smi.gpu_faults["0"]
     assert smi.gpu_faults["0"]["thermal"] is False
+    # A GPU its driver cannot reach is a fault of its own, on every back-end (issue 31: LOST on the bar).
+    assert faults[("0", "lost")] == faults[("1", "lost")] == 0.0 and smi.gpu_faults["0"]["lost"] is False
+    gone = host_figures(
+        snapshot([], _sample(H200_IDLE, {"lost": True, "lost_reason": "GPU_IS_LOST"}, backend="nvidia-smi")),
+        None,
+        unit="sglang.service",
+    )
+    assert gone.gpu_faults["1"]["lost"] is True and gone.gpu_faults["0"]["lost"] is False

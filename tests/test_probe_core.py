@@ -344,6 +344,14 @@ def test_the_probe_takes_the_card_s_own_peak_from_nvml_and_names_where_it_came_f
     host = HostConfig(name="gpu1", ssh="gpu1")
     target = target_from(host, {}, "NVIDIA H200", 8, h200)
     assert (target.peak_bandwidth_gbs, target.peak_from) == (4814.3, "nvml")
+    # The probe screen says where the peak came from.
+    from console.tui.probe import target_line
+
+    def said(t: object) -> str:
+        return target_line(ProbeReport.model_construct(target=t))
+
+    assert "(4,814 GB/s peak from NVML)" in said(target)
+    assert "peak from the bandwidth table" in said(target.model_copy(update={"peak_from": "table"}))
     named = target_from(host.model_copy(update={"gpu": "NVIDIA H100 80GB HBM3"}), {}, "NVIDIA H200", 8, h200)
     assert (named.gpu_name, named.peak_bandwidth_gbs, named.peak_from) == (
         "NVIDIA H100 80GB HBM3",

@@ -136,7 +136,16 @@ GPU_HEALTH_METRICS: dict[str, tuple[str, str]] = {
     "k26_gpu_pcie_link_width": ("pcie_width", "PCIe link width now (lanes)"),
 }
 """The GPU sample's health figures the exporter serves: metric name → (GpuSample field, help)."""
-FAULT_KINDS: tuple[str, ...] = ("thermal", "power", "pcie", "ecc", "remap_pending", "remap_failed", "xid")
+FAULT_KINDS: tuple[str, ...] = (
+    "lost",
+    "thermal",
+    "power",
+    "pcie",
+    "ecc",
+    "remap_pending",
+    "remap_failed",
+    "xid",
+)
 
 
 def _gpu_health(gpu: GpuSample, watches_xids: bool) -> tuple[dict[str, float], dict[str, bool]]:
@@ -149,6 +158,7 @@ def _gpu_health(gpu: GpuSample, watches_xids: bool) -> tuple[dict[str, float], d
         figures["k26_gpu_xid_events"] = float(len(gpu.xids))
     active = {f.kind for f in gpuhealth.faults(gpu)}
     known = {
+        "lost": True,  # every back-end says when its driver cannot reach a GPU
         "thermal": gpuhealth.thermal_slowdown(gpu),
         "power": gpuhealth.power_capped(gpu),
         "pcie": gpuhealth.pcie_degraded(gpu),
