@@ -28,6 +28,7 @@ from console.sources.replay import Replay
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.feed import feed_line
 from console.tui.messages import ApplyRequested
+from console.tui.pairing import pairing_text
 from console.tui.replay import ReplayApp, ReplayDashboard
 from console.tui.screens import ApplyConfirmScreen, HelpScreen
 from console.tui.view import display_boot
@@ -145,11 +146,14 @@ async def test_a_recorded_apply_replays_from_the_old_pool_to_the_new(
         assert "Keys (replay)" in rapp.screen.keys and "profiles" not in rapp.screen.keys.split("Nothing")[0]
         await pilot.press("escape")
         await until(pilot, "the dashboard", lambda: not isinstance(rapp.screen, HelpScreen))
-        # The start: the old boot once its ready line was read.
-        first_ready = replay.mark_named("ready")
-        assert first_ready is not None
-        rapp.go_to(str(first_ready.ts - replay.start))
+        # The start is the recording's first state: the old boot, once its ready line was read (in the
+        # journal backlog the session read first, or while it recorded when the twin was still starting).
+        old_ready = replay.mark_named(f"boot {new_index - 1} ready")
+        rapp.go_to(str(old_ready.ts - replay.start) if old_ready is not None else "start")
         await until(pilot, "the old pool", lambda: not rapp.seeking and pool_of(rdash.snap) == OLD_POOL)
+        # The console that recorded is this one: no other console was on the host (issue 34 item 6).
+        view = rapp.replay.hosts[twin.name].view
+        assert view is not None and "no other console" in pairing_text(view, rapp.me).plain
         # n goes from mark to mark: to "ready" of the new boot.
         for _ in range(40):
             await pilot.press("n")
@@ -177,6 +181,7 @@ async def test_a_recorded_apply_replays_from_the_old_pool_to_the_new(
     assert res.returncode in (0, 1), res.stderr
     report = json.loads(res.stdout)
     assert report["pool"]["pool_tokens"] == new_pool and report["boot"]["index"] == new_index
+    assert report["presence"] == []
     reader.close()
 
 

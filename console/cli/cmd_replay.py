@@ -35,8 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--at",
         metavar="TIME",
-        help="where to start (or the moment --json reports): 90s, +5m, -30s (from the end), 03:12:07 (UTC), "
-        "an ISO time, start or end",
+        help="where to start (or the moment --json reports): 90s, +5m, -30s (from the end: write --at=-30s), "
+        "03:12:07 (UTC), an ISO time, start (the recording's first state) or end",
     )
     p.add_argument(
         "--json", action="store_true", help="print the snapshot --json report at --at (default: the end)"

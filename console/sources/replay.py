@@ -106,6 +106,8 @@ class Replay:
         self.checkpoint_every_s = checkpoint_every_s
         self.host_names: list[str] = list(reader.hosts)
         self.keyframes_read = 0
+        self.folded = 0
+        """Records applied since the replay opened (what its seeks have cost, in input)."""
         self.keyframes_refused: set[int] = set()
         """Keyframes that did not read back: passed over (a seek folds from an earlier place)."""
         self.opening = self._read_opening()
@@ -242,6 +244,7 @@ class Replay:
             # The console that recorded is this screen's own: no other console on the host.
             record = dataclasses.replace(record, payload=others_only(record.payload, self.reader.consoles))
         self._host(record.host).apply(record)
+        self.folded += 1
         if on_record is not None:
             on_record(record)
         if not self._pending and self.position - self._last_checkpoint >= self.checkpoint_every_s:
@@ -291,24 +294,25 @@ class Replay:
 
     # ---- keyframes -------------------------------------------------------------------------------------
 
-    def _place_of(self, ref: KeyframeRef) -> Place | None:
-        """Where in the chunk list a keyframe stands; None when its chunk is not (or no longer) there."""
-        chunks = self.reader.chunks
-        if not chunks:
+    @staticmethod
+    def _place_of(ref: KeyframeRef, ids: list[int]) -> Place | None:
+        """Where in the chunk list (`ids`, ascending) a keyframe stands; None when its chunk is not (or no
+        longer) there."""
+        if not ids:
             return None
         if ref.chunk == 0:
-            return (0, 0) if chunks[0][0] == 1 else None  # before the first chunk of a file never trimmed
-        ids = [c[0] for c in chunks]
+            return (0, 0) if ids[0] == 1 else None  # before the first chunk of a file never trimmed
         i = bisect.bisect_left(ids, ref.chunk)
         return (i, ref.offset) if i < len(ids) and ids[i] == ref.chunk else None
 
     def _plan(self, ts: float) -> _Plan | None:
         """The keyframes a seek to `ts` starts from: each host's newest one at or before it."""
         frames: dict[str, tuple[Place, KeyframeRef]] = {}
+        ids = [c[0] for c in self.reader.chunks]
         for ref in self.reader.keyframes:
             if ref.ts > ts or ref.id in self.keyframes_refused:
                 continue
-            place = self._place_of(ref)
+            place = self._place_of(ref, ids)
             known = frames.get(ref.host)
             if place is not None and (known is None or place >= known[0]):
                 frames[ref.host] = (place, ref)

@@ -217,7 +217,9 @@ class ReplayApp(ConsoleApp):
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.run_worker(self._seek(self._start_at if self._start_at is not None else self.replay.start))
+        self.run_worker(
+            self._seek(self._start_at if self._start_at is not None else self.replay.start), group="seek"
+        )
         self.set_interval(TICK_S, self._tick)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -240,10 +242,15 @@ class ReplayApp(ConsoleApp):
 
     # ---- playing -------------------------------------------------------------------------------------
 
+    def _seek_scheduled(self) -> bool:
+        """A seek asked for and not yet over (a worker may not have started yet: space at the end plays
+        from the start, and a tick before the seek began saw the end and stopped the play)."""
+        return self.seeking or any(w.group == "seek" and not w.is_finished for w in self.workers)
+
     def _tick(self) -> None:
         now = time.monotonic()
         dt, self._last_tick = now - self._last_tick, now
-        if not self.playing or self.seeking:
+        if not self.playing or self._seek_scheduled():
             return
         replay = self.replay
         try:
