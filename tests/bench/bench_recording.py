@@ -199,9 +199,13 @@ class Writer:
     """One host's inputs through the Recorder, each recorded and then folded into the fold the recorder
     follows (as `HostSession`), committed once per recorded second (as the writer thread does)."""
 
+    keyframe_entries = KEYFRAME_ENTRIES
+
     def __init__(self, path: Path, start: float) -> None:
         self.now = start
-        self.rec = Recorder(path, hosts=[HOST], policy=None, clock=lambda: self.now)
+        self.rec = Recorder(
+            path, hosts=[HOST], policy=None, clock=lambda: self.now, keyframe_entries=self.keyframe_entries
+        )
         self.fold = HostFold(HOST)
         self.rec.follow(HOST, self.fold)
         self.gpu = gpu_sample()
@@ -333,9 +337,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--busy-minutes", type=float, default=10, help="busy input before each place sought to")
     ap.add_argument("--baseline-minutes", type=float, default=10, help="the old format's seek, scaled")
     ap.add_argument(
+        "--keyframe-entries",
+        type=int,
+        default=KEYFRAME_ENTRIES,
+        help=f"journal entries between two keyframes (default {KEYFRAME_ENTRIES:,}, the recorder's)",
+    )
+    ap.add_argument(
         "--write", action="store_true", help="replace the Recording section of docs/performance.md"
     )
     args = ap.parse_args(argv)
+    Writer.keyframe_entries = args.keyframe_entries
     lines = serving_lines()
     start = 1_780_000_000.0
     load_before = float(Path("/proc/loadavg").read_text().split()[0])
@@ -398,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"built {args.hours:g} h in {out['day_build_s']:.0f} s", flush=True)
             seeks(day, out, "day")
             day.unlink()
+    out["keyframe_entries"] = args.keyframe_entries
     out["minutes"] = args.minutes
     out["hours"] = args.hours
     out["busy_minutes"] = args.busy_minutes
@@ -451,8 +463,8 @@ just before the first keyframe after the middle (a whole interval folded).
 
 How: the recorder writes a keyframe of each host's fold (`console/core/keyframes.py`: the state, the event
 tail, the readings, the serving window, the link, follower, pairing view and audit entries) at each new
-boot, every {KEYFRAME_EVERY_S:g} s of recording and every {KEYFRAME_ENTRIES:,} journal entries ({KEYFRAME_ENTRIES / 2000:g} s
-at this rate). A seek starts from the nearest of the cursor, an in-memory checkpoint and the keyframes, so
+boot, every {KEYFRAME_EVERY_S:g} s of recording and every {f["keyframe_entries"]:,.0f} journal entries
+({f["keyframe_entries"] / RATE:g} s at this rate). A seek starts from the nearest of the cursor, an in-memory checkpoint and the keyframes, so
 it folds at most one keyframe interval of input, whatever the recording's length: the first seek costs
 the index ({f.get("day_chunks", f["hour_chunks"]):,.0f} chunks for the longest), the opening (the first
 chunks), one keyframe and that interval. The long recording is {f.get("busy_minutes", 0):g} min at 2,000 lines/s
