@@ -344,7 +344,8 @@ def report_of(
         gpus=[dataclasses.asdict(row) | {"free_gib": row.free_gib} for row in gpu_rows(snap, boot)],
         gpu_state=str(snap.gpus.state) if snap.gpus else None,
         gpu_events=[e.model_dump(mode="json") for e in snap.recent if isinstance(e, GpuXid)],
-        pool={k: v for k, v in dataclasses.asdict(gauge).items()},
+        # Each pool is the report's `pools`; the gauge keeps which of them bounds the target (`limit`).
+        pool={k: v for k, v in dataclasses.asdict(gauge).items() if k != "pools"},
         pools=[r.model_dump(mode="json") for r in pool_readings(boot, snap.recent)],
         server_health=str(snap.server.health) if snap.server else None,
         server_version=figures.version,
@@ -419,6 +420,11 @@ def _lines(r: SnapshotReport) -> list[str]:
             + f", context {_num(pool['context_length'])}, used {_num(pool['used_tokens'])}; {pool['level']}"
             + (f": {'; '.join(pool['reasons'])}" if pool["reasons"] else "")
         )
+    if len(r.pools) > 1:
+        out.append("pools: " + " · ".join(_pool_words(p) for p in r.pools))
+        limit = (r.pool or {}).get("limit")
+        if limit:
+            out.append(f"  limit ({limit[0]}): {limit[1]}")
     covered = f"{s.covered_s:.1f}s" if s.covered_s is not None else "one scrape or none"
     out.append(f"serving (window {s.window_s:g}s asked, {covered} covered, {s.scrapes} scrapes):")
     for name, lat in (("TTFT", s.ttft), ("ITL", s.itl), ("e2e", s.e2e), ("queue", s.queue_time)):
@@ -437,6 +443,7 @@ def _lines(r: SnapshotReport) -> list[str]:
         f"  gen {_num(s.gen_tok_s, '{:.1f}')} tok/s, prefill {_num(s.prefill_tok_s, '{:.1f}')} tok/s, "
         f"cache hit {_num(s.cache_hit_rate, '{:.2f}')}"
     )
+    out.extend(_serving_families(s))
     if s.spec_accept_length is not None:
         out.append(
             f"  spec accept length {s.spec_accept_length:.2f}, rate {_num(s.spec_accept_rate, '{:.2f}')}"
@@ -447,6 +454,53 @@ def _lines(r: SnapshotReport) -> list[str]:
     out.extend(f"alert ({a.severity}) {a.rule}: {a.message}" for a in r.alerts)
     out.append("problems: " + ("; ".join(r.problems) if r.problems else "none"))
     return [terminal_safe(line) for line in out]
+
+
+def _pool_words(p: dict[str, Any]) -> str:
+    """`mamba 82 slots (7.42 GiB), 20 used (100%)`: one of `SnapshotReport.pools`."""
+    size = "?" if p.get("size") is None else f"{p['size']:,}"
+    said = f"{p['pool']} {size} {p.get('unit') or 'tokens'}"
+    if p.get("gib") is not None:
+        said += f" ({p['gib']:.2f} GiB)"
+    used, usage = p.get("used"), p.get("usage")
+    if used is not None or usage is not None:
+        said += f", {_num(used)} used" + (f" ({usage:.0%})" if usage is not None else "")
+    return said
+
+
+def _serving_families(s: ServingFigures) -> list[str]:
+    """The newer /metrics families where the server exports them: the pools beside the full one, the
+    page layout, PD's KV transfers, the hierarchical cache, the engines, and what was read as today's."""
+    out = []
+    if any(p.name != "kv" for p in s.pools):
+        out.append(
+            "  pools: "
+            + "; ".join(
+                f"{p.name} {_num(p.used)} of {_num(p.capacity)}, usage {p.usage:.2f}" for p in s.pools
+            )
+        )
+    if s.page_size is not None or s.num_pages is not None:
+        out.append(f"  page size {_num(s.page_size)}, {_num(s.num_pages)} pages")
+    t = s.kv_transfer
+    if t is not None:
+        read = "over the window" if t.read == "window" else "the last transfer"
+        out.append(
+            f"  KV transfer ({read}): latency {_num(t.latency_ms, '{:.1f}')} ms, p99 "
+            f"{_num(t.latency_p99_ms, '{:.1f}')} ms, {_num(t.speed_gb_s, '{:.2f}')} GB/s, "
+            f"bootstrap {_num(t.bootstrap_ms, '{:.1f}')} ms, alloc {_num(t.alloc_ms, '{:.1f}')} ms, "
+            f"{_num(t.total_mb, '{:.1f}')} MB, {_num(t.transfers)} transfers"
+        )
+    h = s.hicache
+    if h is not None:
+        out.append(
+            f"  hicache: host {_num(h.host_used_tokens)} of {_num(h.host_total_tokens)} tokens; tok/s backup "
+            f"{_num(h.backup_tok_s)}, prefetch {_num(h.prefetch_tok_s)}, load back {_num(h.load_back_tok_s)}"
+        )
+    if s.engine_types and s.engine_types != ("unified",):
+        out.append("  engines: " + ", ".join(s.engine_types))  # PD disaggregation's prefill / decode
+    if s.read_as:
+        out.append("  read as today's: " + "; ".join(f"{old} -> {new}" for old, new in s.read_as.items()))
+    return out
 
 
 def _field(name: str) -> str:

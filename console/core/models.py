@@ -68,12 +68,13 @@ HYBRID_SWA_ARCHITECTURES = frozenset(
         "Step3p5ForCausalLM",
         "Gemma4ForCausalLM",
         "Gemma4ForConditionalGeneration",
+        "Gemma4UnifiedForConditionalGeneration",
     }
 )
 """The architectures whose sliding-window layers SGLang keeps in a pool of their own (v0.5.9
-`configs/model_config.py` `is_hybrid_swa_model`; Gemma 4 joined later). Any other model's sliding layers
-sit in the one full pool (SGLang sets `disable_hybrid_swa_memory` for Gemma 2/3 and Olmo), so they are
-counted as full layers here."""
+`configs/model_config.py` `is_hybrid_swa_model`; Gemma 4 joined later, and its unified form is in 0.5.23's
+list). Any other model's sliding layers sit in the one full pool (SGLang sets `disable_hybrid_swa_memory`
+for Gemma 2/3 and Olmo), so they are counted as full layers here."""
 
 
 class LinearStateShape(BaseModel, defer_build=True):

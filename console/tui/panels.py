@@ -32,7 +32,7 @@ from console.tui.view import (
     textual_text,
 )
 
-SEGMENTS = ("reserved", "weights", "kv", "graphs", "other", "procs", "used")
+SEGMENTS = ("reserved", "weights", "kv", "mamba", "draft", "graphs", "other", "procs", "used")
 """The memory segments of a GPU bar, left to right; each is coloured by the theme role of its name
 (`SEGMENT_ROLES` where another role draws it)."""
 SEGMENT_ROLES = {"reserved": "mark"}
@@ -109,7 +109,9 @@ class GpuPanel(Panel):
 
 When this boot's journal said how much each tensor-parallel rank loaded, the bar is split into
 [theme.weights]weights[/] (Load weight end: mem usage), [theme.kv]KV pool[/] (KV Cache is allocated: size),
-[theme.graphs]CUDA graphs[/] (Capture cuda graph end: mem usage), [theme.other]other[/] (the rest of the
+[theme.mamba]mamba pool[/] (a hybrid model's state pool: Mamba Cache is allocated), [theme.draft]draft model[/]
+(a speculative draft's weights and KV pool: a rank's second weights line, and its pools after Memory pool
+end), [theme.graphs]CUDA graphs[/] (Capture cuda graph end: mem usage), [theme.other]other[/] (the rest of the
 server's own memory: activations, NCCL buffers, the CUDA context) and [theme.procs]other processes[/]
 (memory of processes that are not this server). The dim rest is free. First, in grey, what the
 driver reserves for itself (NVML v2 / nvidia-smi; an old driver counts it in used).
@@ -242,6 +244,8 @@ COMPACT_LABELS = {
     "reserved": "rsvd",
     "weights": "weights",
     "kv": "KV",
+    "mamba": "mamba",
+    "draft": "draft",
     "graphs": "graphs",
     "other": "other",
     "procs": "procs",
@@ -290,7 +294,12 @@ class KvPanel(Panel):
 longest request the server accepts now: a pool smaller than either cannot hold one request that long.
 [b]headroom[/b] is the free GPU memory the scheduler reported when it became ready
 (available_gpu_mem); under 3 GiB is a warning, under 1.5 GiB critical (CUDA OOM under load).
-[b]in use[/b] is live token usage from /metrics, else from the last decode batch line."""
+[b]in use[/b] is live token usage from /metrics, else from the last decode batch line.
+A hybrid, sliding-window, DeepSeek-V4 or speculative boot has more than one pool: the line under the bar
+gives each with its use ([b]full[/b] the context pool, [b]SWA[/b] the sliding-window pool, [b]mamba[/b] its
+state slots and GiB, [b]c4[/b]/[b]c128[/b] DeepSeek-V4's compressed pools, [b]draft[/b] the draft model's),
+the one that bounds the target in bold; [b]limit[/b] says why (a request's whole context lives in the
+full pool; a hybrid model's mamba slots cap how many run at once). Over 90% of any pool in use warns."""
 
     def __init__(self, *, target: int | None, target_source: str | None, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
@@ -309,7 +318,7 @@ longest request the server accepts now: a pool smaller than either cannot hold o
         assert isinstance(sig, tuple) and isinstance(sig[0], KvGauge)
         g = sig[0]
         fields = (g.pool_tokens, g.target, g.context_length, g.headroom_gib)
-        return (*(v is None for v in fields), sig[2], len(g.reasons))
+        return (*(v is None for v in fields), sig[2], len(g.reasons), bool(g.pools), g.limit is None)
 
     def render(self) -> RenderableType:
         snap = self.snap
@@ -351,6 +360,12 @@ longest request the server accepts now: a pool smaller than either cannot hold o
             if not self.compact:
                 marks.no_wrap = True
                 lines.append(marks)
+        if g.pools:
+            lines.append(pools_line(g, self.content_region.width, compact=self.compact))
+            if g.limit is not None and not self.compact:
+                lines.append(
+                    Text.assemble(("limit ", palette().muted), g.limit[1], no_wrap=True, overflow="ellipsis")
+                )
         if self.compact:
             lines.append(compact_targets(g))
             return textual_text(Group(*lines))
@@ -383,6 +398,32 @@ longest request the server accepts now: a pool smaller than either cannot hold o
         for why in g.reasons:
             lines.append(Text(f"⚠ {why}", colour))
         return textual_text(Group(*lines))
+
+
+def pools_line(g: KvGauge, width: int, *, compact: bool) -> Text:
+    """`full 580,364 · mamba 82 slots (7.42 GiB) 100% · SWA 423k`: each pool with its use, the one that
+    bounds the target in bold. A narrow column gets the short form (`full 580k·mamba 82 slots`) and, in a
+    short pane that has no limit line, `◂limit` after the bounding pool where the line has room."""
+    limiting = g.limit[0] if g.limit is not None else None
+    mark = " ◂limit" if compact and limiting is not None else ""
+    forms = [(False, " · "), (True, " · "), (True, "·")]
+    for short, sep in forms:  # the widest form that fits, the limit's mark with it if it can
+        said = sep.join(p.words(short=short) for p in g.pools)
+        if len(said) + len(mark) <= width:
+            break
+    else:
+        mark = ""
+        for short, sep in forms:
+            if len(sep.join(p.words(short=short) for p in g.pools)) <= width:
+                break
+    line = Text(no_wrap=True, overflow="ellipsis")
+    for i, p in enumerate(g.pools):
+        if i:
+            line.append(sep, palette().muted)
+        line.append(p.words(short=short), "bold" if p.name == limiting else "")
+        if mark and p.name == limiting:
+            line.append(mark, palette().muted)
+    return line
 
 
 def compact_targets(g: KvGauge) -> Text:

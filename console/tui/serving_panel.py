@@ -138,6 +138,95 @@ def kv_line(figures: ServingFigures, compact: bool) -> Text:
     return line
 
 
+POOL_NAMES = {"swa": "SWA", "mamba": "mamba"}
+
+
+def pool_lines(figures: ServingFigures, compact: bool) -> list[Text]:
+    """A line per pool beside the full one (`kv_line`): `SWA used 20k / 342k (5.8%)`, `mamba used 42%`
+    (0.5.9-0.5.10 export the fraction only; a mamba pool counts slots)."""
+    lines = []
+    for p in figures.pools:
+        if p.name == "kv":
+            continue
+        label = POOL_NAMES.get(p.name, p.name)
+        line = Text(f"{label} " if compact else f"{label} used ", palette().muted)
+        if p.used is None:
+            line.append(f"{p.usage:.1%}", palette().warn if p.usage >= 0.9 else "")
+        else:
+            line.append(fmt_tokens(p.used))
+            share = p.usage
+            if p.capacity:
+                line.append(f" / {fmt_tokens(p.capacity)}", palette().muted)
+                share = p.used / p.capacity  # as `kv_line`: of all DP ranks' pools, not the fullest one's
+            line.append(f" ({share:.1%})", palette().warn if p.usage >= 0.9 else "")
+        lines.append(line)
+    return lines
+
+
+def transfer_line(figures: ServingFigures) -> Text | None:
+    """PD disaggregation's KV transfers: `KV xfer p99 45.0ms · 13.33 GB/s (3 in the window)`, or the
+    newest transfer's gauges from 0.5.2-0.5.9 (`last 11.5ms · 18.25 GB/s`)."""
+    t = figures.kv_transfer
+    if t is None:
+        return None
+    line = Text("KV xfer ", palette().muted)
+    said = []
+    if t.read == "last":
+        if t.latency_ms is not None:
+            said.append(f"last {fmt_seconds(t.latency_ms / 1000)}")
+    elif t.latency_p99_ms is not None:
+        said.append(f"p99 {fmt_seconds(t.latency_p99_ms / 1000)}")
+    if t.speed_gb_s is not None:
+        said.append(f"{t.speed_gb_s:.2f} GB/s")
+    if not said:
+        why = "no transfer in the window" if t.transfers == 0 else "absent: one scrape so far"
+        line.append(why, palette().faint)
+        return line
+    line.append(" · ".join(said))
+    if t.transfers is not None:
+        line.append(f" ({t.transfers:.0f} in the window)", palette().muted)
+    return line
+
+
+def hicache_line(figures: ServingFigures) -> Text | None:
+    """The hierarchical cache's host pool: `hicache host 240k / 2.00M (12%)`."""
+    h = figures.hicache
+    if h is None or (h.host_used_tokens is None and h.host_total_tokens is None):
+        return None
+    line = Text("hicache host ", palette().muted)
+    line.append(fmt_tokens(h.host_used_tokens))
+    if h.host_total_tokens is not None:
+        line.append(f" / {fmt_tokens(h.host_total_tokens)}", palette().muted)
+        if h.host_used_tokens is not None and h.host_total_tokens > 0:
+            line.append(f" ({h.host_used_tokens / h.host_total_tokens:.0%})")
+    if h.load_back_tok_s is not None:
+        line.append(f"  load back {fmt_tokens(h.load_back_tok_s)} tok/s", palette().muted)
+    return line
+
+
+def read_as_note(figures: ServingFigures) -> Text | None:
+    """Which older names (or units) the newest scrape was read as: `read as today's: name= → model_name=,
+    num_requests_running → num_running_reqs, …`; an `sglang_` re-export is one item."""
+    if not figures.read_as:
+        return None
+
+    def short(name: str) -> str:
+        return name.removeprefix("sglang:").removeprefix("label ").replace('"…"', "")
+
+    items = []
+    underscore = [k for k, v in figures.read_as.items() if k.startswith("sglang_") and v == f"sglang:{k[7:]}"]
+    if underscore:
+        items.append(f"sglang_* → sglang:* ({len(underscore)} famil{'y' if len(underscore) == 1 else 'ies'})")
+    for old, new in figures.read_as.items():
+        if old in underscore:
+            continue
+        if new.startswith(("sglang:", "label ")):
+            items.append(f"{short(old)} → {short(new)}")
+        else:
+            items.append(f"{short(old)} ({new})")
+    return Text("read as: " + ", ".join(items), palette().faint)
+
+
 def rank_line(figures: ServingFigures) -> Text:
     line = Text()
     for r in figures.kv_ranks:
@@ -236,6 +325,10 @@ def serving_body(
     lines.append(kv_line(figures, compact))
     if figures.kv_ranks:
         lines.append(rank_line(figures))
+    lines.extend(pool_lines(figures, compact))
+    if not tight:
+        # Seldom there (PD disaggregation, the hierarchical cache, an older server): below the 80x24 pane.
+        lines.extend(x for x in (transfer_line(figures), hicache_line(figures), read_as_note(figures)) if x)
     if figures.refused:
         # Values out of range the server sent (NaN, +Inf, negative): named, never drawn (issue 30).
         said = ", ".join(
@@ -262,7 +355,10 @@ class ServingPanel(Panel):
 time in the queue: p50 / p90 / p99 of the window's requests, read from SGLang's histograms
 (docs/serving.md); the sparkline is each scrape interval's p50 over the window, blank where no
 request ended. [b]running / queued[/b] against --max-running-requests (from /server_info), [b]KV used[/b]
-against the pool, per DP rank with DP attention. A figure this server does not export says
+against the pool, per DP rank with DP attention, then the sliding-window and mamba pools where the server
+exports them; [b]KV xfer[/b] a PD server's KV transfers (p99 latency and GB/s over the window, or the last
+transfer on 0.5.2-0.5.9), [b]hicache[/b] the hierarchical cache's host pool, and, faint, which older
+metric names or units the scrape was [b]read as[/b] today's. A figure this server does not export says
 [b]absent[/b] and why (too old an SGLang, metrics off): never 0.
 When the newest /metrics reading is older than three scrape intervals (10 s at least), or the link or
 the server is down, the figures are the last good ones: drawn faint under [b]stale[/b] and their age."""

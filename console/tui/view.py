@@ -16,20 +16,27 @@ from rich.console import Group
 from rich.style import Style
 from rich.text import Span, Text
 
-from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB
+from console.core.capacity import DEFAULT_MIN_HEADROOM_GIB, MAMBA_SLOTS_PER_REQUEST
 from console.core.events import (
     CudaGraph,
     DecodeBatch,
+    Dsv4Memory,
+    Dsv4Pool,
     Event,
     KvPoolAllocated,
+    MambaPoolAllocated,
+    MemoryPoolEnd,
+    PrefillBatch,
+    SwaPoolAllocated,
     Unit,
     WeightsLoaded,
 )
 from console.core.gpuhealth import faults, health_json
 from console.core.gpus import SamplerState
+from console.core.pools import PoolReading, pool_readings
 from console.core.restart import BOOT, PHASE_LABELS, Phase, RestartMachine
 from console.core.snapshot import HostSnapshot
-from console.core.state import Boot, HostState
+from console.core.state import Boot, HostState, Pool, rank_key
 from console.core.text import terminal_safe
 from console.tui.themes import palette
 
@@ -167,11 +174,13 @@ def fmt_tokens(n: float | None) -> str:
 
 # ---- GPUs ------------------------------------------------------------------------------------------
 
-SEGMENTS: tuple[str, ...] = ("weights", "kv", "graphs", "other", "procs")
+SEGMENTS: tuple[str, ...] = ("weights", "kv", "mamba", "draft", "graphs", "other", "procs")
 SEGMENT_LABELS: dict[str, str] = {
     "reserved": "driver reserved",
     "weights": "weights",
     "kv": "KV pool",
+    "mamba": "mamba pool",
+    "draft": "draft model",
     "graphs": "CUDA graphs",
     "other": "other (SGLang)",
     "procs": "other processes",
@@ -214,32 +223,79 @@ class RankMemory:
     weights: float | None = None
     kv: float | None = None
     graphs: float | None = None
+    mamba: float | None = None
+    """The mamba state pool (conv + SSM state) of a hybrid linear-attention model; None for any other."""
+    draft: float | None = None
+    """The speculative draft model's weights and pools; None without a draft."""
+
+
+GIB_BYTES = 1024.0**3
 
 
 def rank_memory(boot: Boot | None) -> dict[int, RankMemory]:
     """What SGLang said each TP rank holds, in GiB (SGLang prints GB for GiB): the weights' `mem usage`,
-    the KV pool's sizes, the CUDA graphs' `mem usage` (summed: speculative decoding captures twice)."""
+    the KV pools' sizes, the mamba state pool, the draft model's, the CUDA graphs' `mem usage` (summed:
+    speculative decoding captures twice).
+
+    The draft's is told apart as the fold tells it (`console/core/state.py`): a scheduler's second
+    weights line is the draft model's, and a pool it allocates after its own `Memory pool end` the draft
+    worker's. A sliding-window model's `SWAKVPool mem usage` is both its KV pools (the two KV lines add
+    up to it), DeepSeek-V4's pools are its bytes per full token times its full pool."""
     if boot is None:
         return {}
     weights: dict[int, float] = {}
     kv: dict[int, float] = {}
     graphs: dict[int, float] = {}
+    mamba: dict[int, float] = {}
+    draft: dict[int, float] = {}
+    whole_kv: dict[int, float] = {}
+    """Per rank: the KV pools' size from one line that counts all of them (SWAKVPool, DSv4)."""
+    dsv4: dict[int, tuple[float, int | None]] = {}
+    weights_lines: dict[str, int] = {}
+    ended: set[str] = set()
+
+    def add(to: dict[int, float], rank: int, gib: float) -> None:
+        to[rank] = to.get(rank, 0.0) + gib
+
     for e in boot.events:
         rank = e.tp_rank if e.tp_rank is not None else (0 if e.dp_rank is None else None)
         if rank is None:
             continue
-        if isinstance(e, WeightsLoaded) and e.mem_usage_gb is not None:
-            weights[rank] = weights.get(rank, 0.0) + e.mem_usage_gb
+        proc = rank_key(e) or "main"
+        if isinstance(e, WeightsLoaded):
+            weights_lines[proc] = seen = weights_lines.get(proc, 0) + 1
+            if e.mem_usage_gb is not None:
+                add(draft if seen >= 2 else weights, rank, e.mem_usage_gb)
         elif isinstance(e, KvPoolAllocated):
             size = e.kv_size_gb
             if size is None and (e.k_size_gb is not None or e.v_size_gb is not None):
                 size = (e.k_size_gb or 0.0) + (e.v_size_gb or 0.0)
             if size is not None:
-                kv[rank] = kv.get(rank, 0.0) + size
+                add(draft if proc in ended or e.label == "draft" else kv, rank, size)
+        elif isinstance(e, MambaPoolAllocated):
+            parts = [x for x in (e.conv_state_gb, e.ssm_state_gb) if x is not None]
+            if parts:
+                add(draft if proc in ended else mamba, rank, sum(parts))
+        elif isinstance(e, SwaPoolAllocated) and e.mem_usage_gb is not None and proc not in ended:
+            whole_kv[rank] = e.mem_usage_gb
+        elif isinstance(e, Dsv4Memory) and e.bytes_per_full_token is not None and proc not in ended:
+            dsv4[rank] = (e.bytes_per_full_token, e.full_tokens)
+            if e.full_tokens is not None:
+                whole_kv[rank] = e.bytes_per_full_token * e.full_tokens / GIB_BYTES
+            elif e.available_gb is not None:
+                whole_kv[rank] = e.available_gb
+        elif isinstance(e, Dsv4Pool) and e.full_tokens is not None and rank in dsv4 and proc not in ended:
+            # `DSV4 pool sizes: full=…` is printed again, smaller, when a constraint cut the pool.
+            whole_kv[rank] = dsv4[rank][0] * e.full_tokens / GIB_BYTES
+        elif isinstance(e, MemoryPoolEnd):
+            ended.add(proc)
         elif isinstance(e, CudaGraph) and e.phase == "end" and e.mem_usage_gb is not None:
-            graphs[rank] = graphs.get(rank, 0.0) + e.mem_usage_gb
-    ranks = set(weights) | set(kv) | set(graphs)
-    return {r: RankMemory(weights.get(r), kv.get(r), graphs.get(r)) for r in ranks}
+            add(graphs, rank, e.mem_usage_gb)
+    kv.update(whole_kv)
+    ranks = set(weights) | set(kv) | set(graphs) | set(mamba) | set(draft)
+    return {
+        r: RankMemory(weights.get(r), kv.get(r), graphs.get(r), mamba.get(r), draft.get(r)) for r in ranks
+    }
 
 
 def gpu_rows(snap: HostSnapshot, boot: Boot | None = None) -> list[GpuRow]:
@@ -267,7 +323,13 @@ def gpu_rows(snap: HostSnapshot, boot: Boot | None = None) -> list[GpuRow]:
                 procs = max(0.0, used - ours)
             left = ours
             split: list[tuple[str, float]] = []
-            for name, value in (("weights", mem.weights), ("kv", mem.kv), ("graphs", mem.graphs)):
+            segments = [("weights", mem.weights), ("kv", mem.kv)]
+            # A boot with neither keeps the split it always had (no empty segments in snapshot --json).
+            segments += [
+                (name, v) for name, v in (("mamba", mem.mamba), ("draft", mem.draft)) if v is not None
+            ]
+            segments.append(("graphs", mem.graphs))
+            for name, value in segments:
                 take = min(max(0.0, value or 0.0), left)
                 split.append((name, take))
                 left -= take
@@ -313,6 +375,108 @@ class KvGauge:
     usage_source: str | None
     level: Level
     reasons: tuple[str, ...] = field(default_factory=tuple)
+    pools: tuple[PoolGauge, ...] = ()
+    """Each pool of a boot that has more than one (hybrid, sliding-window, DeepSeek-V4, a speculative
+    draft), the full (context) pool first; empty for a boot with the one KV pool, drawn as it always was."""
+    limit: tuple[str, str] | None = None
+    """(pool, why): the pool that bounds the context target (else --context-length), in a few words;
+    None where `pools` is empty."""
+
+
+POOL_LABELS = {
+    "full": "full",
+    "swa": "SWA",
+    "mamba": "mamba",
+    "draft": "draft",
+    "dsv4_c4": "c4",
+    "dsv4_c128": "c128",
+}
+
+
+@dataclass(frozen=True)
+class PoolGauge:
+    """One pool of the boot, at the precision the gauge prints it."""
+
+    name: str
+    """`full`, `swa`, `mamba`, `draft`, `dsv4_c4`, `dsv4_c128` (`console/core/pools.PoolReading`)."""
+    size: int | None
+    unit: str = "tokens"
+    gib: float | None = None
+    usage: float | None = None
+    """In use now, 0..1, rounded to the whole percent printed: a repaint only when that changes."""
+
+    @property
+    def label(self) -> str:
+        return POOL_LABELS.get(self.name, self.name)
+
+    def words(self, *, short: bool = False) -> str:
+        """`full 580,364 14%`, `mamba 82 slots (7.42 GiB)`, `SWA 423k`; `short`: for a narrow column."""
+        if self.size is None:
+            size = "—"
+        elif self.unit == "slots":
+            size = f"{self.size:,} slots"
+        elif self.name == "full" and not short:
+            size = f"{self.size:,}"
+        else:
+            size = fmt_tokens(self.size)
+        said = f"{self.label} {size}"
+        if self.gib is not None and not short:
+            said += f" ({self.gib:.2f} GiB)"
+        if self.usage is not None:
+            said += f" {self.usage:.0%}"
+        return said
+
+
+_SERVED_POOLS = {"full": "kv", "swa": "swa", "mamba": "mamba"}
+"""A pool of the boot → its name among /metrics' pools (`ServingFigures.pools`)."""
+
+
+def _several_pools(pool: Pool) -> bool:
+    return any(
+        v is not None for v in (pool.swa_tokens, pool.mamba_slots, pool.draft_kv_tokens, pool.dsv4_c4_tokens)
+    )
+
+
+def pool_gauges(
+    snap: HostSnapshot, boot: Boot | None, batch: DecodeBatch | PrefillBatch | None, full_usage: float | None
+) -> tuple[PoolGauge, ...]:
+    """The boot's pools with their use (`/metrics`, else the newest batch line of this boot), or () for a
+    boot with one pool."""
+    if boot is None or not _several_pools(boot.pool):
+        return ()
+    readings: list[PoolReading] = pool_readings(boot, () if batch is None else (batch,))
+    served = {p.name: p.usage for p in snap.serving.pools} if snap.serving is not None else {}
+    out = []
+    for r in readings:
+        usage = full_usage if r.pool == "full" else served.get(_SERVED_POOLS.get(r.pool, ""), r.usage)
+        out.append(PoolGauge(r.pool, r.size, r.unit, r.gib, None if usage is None else round(usage, 2)))
+    return tuple(out)
+
+
+def pool_limit(
+    pools: tuple[PoolGauge, ...], boot: Boot | None, target: int | None, ctx: int | None
+) -> tuple[str, str] | None:
+    """Which pool bounds the context target, as the planner names it (`capacity_plan._pools`): a request's
+    whole context lives in the full pool (a sliding-window pool keeps only the window, DeepSeek-V4's c4 /
+    c128 pools a compressed copy, the mamba pool one state per request); once the full pool holds it, a
+    hybrid model's mamba slots cap how many requests run at once."""
+    if not pools or boot is None:
+        return None
+    by = {p.name: p for p in pools}
+    full = by["full"].size
+    aim, what = (target, "T") if target is not None else (ctx, "--context-length")
+    if full is not None and aim is not None and full < aim:
+        return "full", f"full {full:,} < {what} {aim:,}"
+    holds = f"full holds {what}" if aim is not None else "full holds each request's context"
+    mamba = by.get("mamba")
+    if mamba is not None and mamba.size is not None:
+        per = 1 if boot.arg("disable_radix_cache") else MAMBA_SLOTS_PER_REQUEST
+        running = max(1, mamba.size // per)
+        return "mamba", f"mamba: ≤ {running:,} running ({mamba.size:,} slots, {per} each); {holds}"
+    swa = by.get("swa")
+    if swa is not None and swa.size is not None:
+        return "full", f"{holds}; SWA {fmt_tokens(swa.size)} holds the running windows"
+    return "full", holds
 
 
 def _int(value: object) -> int | None:
@@ -369,6 +533,14 @@ def kv_gauge(
     used: float | None = None
     usage: float | None = None
     source: str | None = None
+    several = boot is not None and _several_pools(boot.pool)
+    batch: DecodeBatch | PrefillBatch | None = None
+    if several:
+        # The newest batch line of this boot: a hybrid model's other pools' use (a prefill line says it too).
+        for e in reversed(snap.recent):
+            if isinstance(e, DecodeBatch | PrefillBatch):
+                batch = e if of_boot(e, boot) else None
+                break
     if metrics is not None and metrics.kv_used_tokens is not None and snap.server is not None:
         used = metrics.kv_used_tokens
         usage = metrics.token_usage if metrics.token_usage is not None else None
@@ -416,7 +588,25 @@ def kv_gauge(
             )
         if usage is not None and usage >= 0.9:
             worse("critical" if usage >= 0.98 else "warn", f"pool {usage:.0%} in use")
-    return KvGauge(pool, target, target_source, ctx, headroom, used, usage, source, level, tuple(reasons))
+    pools = pool_gauges(snap, boot, batch, usage) if several else ()
+    for p in pools[1:]:
+        if p.usage is not None and p.usage >= 0.9 and p.name != "draft":
+            # A full mamba or sliding-window pool holds requests back though the full pool has room.
+            worse("critical" if p.usage >= 0.98 else "warn", f"{p.label} pool {p.usage:.0%} in use")
+    return KvGauge(
+        pool,
+        target,
+        target_source,
+        ctx,
+        headroom,
+        used,
+        usage,
+        source,
+        level,
+        tuple(reasons),
+        pools,
+        pool_limit(pools, boot, target, ctx),
+    )
 
 
 # ---- restart timeline ------------------------------------------------------------------------------
