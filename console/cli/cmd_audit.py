@@ -11,14 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
-from rich.table import Table
 
 from console.cli.errors import EXIT_OK, UsageError
-from console.cli.tables import cell, render, table
 from console.core.audit import AuditEntry, AuditLog, AuditRecord
 from console.core.text import json_safe, terminal_safe
+
+if TYPE_CHECKING:  # rich draws the table only: `audit --json` (what scripts run) never imports it
+    from rich.table import Table
 
 
 class AuditReport(BaseModel, defer_build=True):
@@ -108,6 +110,8 @@ _OUTCOME_STYLE = {"ok": "green", "refused": "yellow", "started": "cyan"}
 def _table(records: list[AuditRecord]) -> Table:
     """One row per change; under it, FORCED with why, and its flag diff, finished or not (what was
     changed is the point of the trail). Every cell is drawn safe: all of it comes from the host."""
+    from console.cli.tables import cell, table
+
     rows = table("when", "who", "action", "profile", "outcome", "what", wrap=("what",))
     for record in records:
         when = record.ts.astimezone().strftime("%Y-%m-%d %H:%M:%S")
@@ -146,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
             f"no audit entries on {terminal_safe(args.host)} (in {terminal_safe(state_dir)}/audit.jsonl).\n"
         )
     if shown:
+        from console.cli.tables import render
+
         sys.stdout.write(render(_table(shown)))
     if cut is not None:
         sys.stderr.write(f"k26-console: {terminal_safe(cut)}\n")

@@ -8,9 +8,16 @@ starts ~300 of them: most of a short command is the interpreter importing what i
 A twin with its service up serves the commands that reach a host, over SSH on loopback. `--against DIR`
 runs another checkout's commands in the same rounds (a change measured against main, on one noisy machine).
 
-Baselines, in the same run: the bare interpreter (`python -c pass`), and the libraries a command that
-reaches a host cannot do without (`import asyncssh, pydantic`): what is above that line is ours.
-CPU is the child's user + system time (its own `wait4` rusage), median over the runs.
+Baselines, in the same run: the bare interpreter (`python -c pass`), the libraries a command that
+reaches a host cannot do without (`import asyncssh, pydantic`: the floor the table's ratios are taken
+against), and those libraries doing what such a command cannot skip: one SSH connection to the twin
+(key exchange, host key check, public-key auth) and one command on it (`true`), with asyncssh alone.
+What is above that last line is ours. CPU is the child's user + system time (its own `wait4` rusage,
+children included), median over the runs.
+
+The commands run with their bytecode written (PYTHONDONTWRITEBYTECODE is left out of their environment):
+with it set and a source newer than its .pyc (a shared tree, a checkout just pulled), every run
+recompiled those modules, ~0.1 s of CPU a command that is no cost an installed console pays.
 
 Not a timed test: pytest ignores tests/bench. Figures go in docs/performance.md (by hand).
 """
@@ -35,6 +42,20 @@ from console.twin.host import TwinHost  # noqa: E402
 
 JOURNAL = REPO.parent / "shared" / "corpus" / "seed-restart-mfs094.journal"
 
+FLOOR = "baseline: import asyncssh, pydantic"
+
+# asyncssh alone, as a host command uses it: connect (the twin's key and known_hosts, no ssh config),
+# run one command, close. argv: port, user, identity file, known_hosts file.
+_SSH_FLOOR = """
+import asyncio, sys
+import asyncssh, pydantic
+async def main(port, user, key, known):
+    async with asyncssh.connect("127.0.0.1", port=int(port), username=user, client_keys=[key],
+                                known_hosts=known, config=[]) as conn:
+        await conn.run("true", check=True)
+asyncio.run(main(*sys.argv[1:]))
+"""
+
 
 def _one(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
     """(CPU s, wall s, exit status, stderr) of one process; the CPU is its own and its children's."""
@@ -51,13 +72,28 @@ def _one(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
     return usage.ru_utime + usage.ru_stime, wall, proc.returncode, err.decode(errors="replace")
 
 
-def _cases(tree: Path, hosts: str) -> list[tuple[str, list[str], set[int]]]:
+def _cases(tree: Path, hosts: str, twin: TwinHost) -> list[tuple[str, list[str], set[int]]]:
     """Each command as (name, argv, the exit codes it may end with), run by `tree`'s own venv and code."""
     py = [str(tree / ".venv" / "bin" / "python")] if tree != REPO else [sys.executable]
     cli = [*py, "-m", "console.cli.main"]
     return [
         ("baseline: python -c pass", [*py, "-c", "pass"], {0}),
-        ("baseline: import asyncssh, pydantic", [*py, "-c", "import asyncssh, pydantic"], {0}),
+        (FLOOR, [*py, "-c", "import asyncssh, pydantic"], {0}),
+        (
+            "baseline: + one SSH command (asyncssh)",
+            [
+                *py,
+                "-W",
+                "ignore",
+                "-c",
+                _SSH_FLOOR,
+                str(twin.ssh_port),
+                twin.user,
+                str(twin.client_key),
+                str(twin.known_hosts),
+            ],
+            {0},
+        ),
         ("completion bash", [*cli, "completion", "bash"], {0}),
         ("profiles list", [*cli, "profiles", "list"], {0}),
         ("parse FILE --kinds pool_summary", [*cli, "parse", str(JOURNAL), "--kinds", "pool_summary"], {0}),
@@ -104,10 +140,11 @@ def main() -> int:
                 "XDG_CONFIG_HOME": str(root / "home" / "config"),
                 "XDG_STATE_HOME": str(root / "home" / "state"),
             }
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
             runs = [
-                (tree, name, argv, ok, {**os.environ, **home, "PYTHONPATH": str(tree)})
+                (tree, name, argv, ok, {**env, **home, "PYTHONPATH": str(tree)})
                 for tree in trees
-                for name, argv, ok in _cases(tree, hosts)
+                for name, argv, ok in _cases(tree, hosts, twin)
             ]
             # Round-robin (each round runs every command of every tree once): a neighbour's load on this
             # shared machine then weighs on every command alike instead of on whichever ran during it.
@@ -137,10 +174,11 @@ def main() -> int:
         }
     this = report[str(REPO)]
     other = report.get(str(trees[-1])) if len(trees) > 1 else None
-    head = f"{'command':40s} {'cpu ms':>8s} {'wall ms':>8s}"
+    floor = this[FLOOR]["cpu_ms"]
+    head = f"{'command':40s} {'cpu ms':>8s} {'wall ms':>8s} {'x floor':>7s}"
     print(head + (f" {'against':>8s} {'diff':>7s}" if other else ""))
     for name, row in this.items():
-        line = f"{name:40s} {row['cpu_ms']:8.1f} {row['wall_ms']:8.1f}"
+        line = f"{name:40s} {row['cpu_ms']:8.1f} {row['wall_ms']:8.1f} {row['cpu_ms'] / floor:7.2f}"
         if other:
             line += f" {other[name]['cpu_ms']:8.1f} {row['cpu_ms'] - other[name]['cpu_ms']:+7.1f}"
         print(line)
