@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+# Re-exported: the other commands that take these types import them from here (or from argtypes).
+from console.cli.argtypes import finite_float as finite_float
+from console.cli.argtypes import fraction as fraction
+from console.cli.argtypes import human_int as human_int
+from console.cli.argtypes import positive_int as positive_int
 from console.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from console.core.capacity import (
     DEFAULT_MIN_HEADROOM_GIB,
@@ -38,51 +42,9 @@ from console.core.planning import (
 from console.core.profiles import Profile, ProfileError
 from console.core.state import Boot, fold_boots
 from console.core.text import LineSplitter, json_safe, terminal_safe
-from console.core.token_count import TokenCountError, read_token_count
 from console.sources.profile_store import ProfileStore
 
 # ------------------------------------------------------------------ shared with `verify`
-
-
-def human_int(text: str) -> int:
-    """An argparse type for a number of tokens, read by the console's one token-count reader."""
-    try:
-        return read_token_count(text)
-    except TokenCountError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    return value
-
-
-def fraction(text: str) -> float:
-    """A `--mem-fraction-static`: a number strictly between 0 and 1."""
-    try:
-        value = finite_float(text)
-    except argparse.ArgumentTypeError as exc:
-        raise argparse.ArgumentTypeError(f"{exc} (a fraction strictly between 0 and 1)") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction strictly between 0 and 1")
-    return value
-
-
-def positive_int(text: str) -> int:
-    if len(text.strip()) > 30:
-        raise argparse.ArgumentTypeError(f"{text[:30]!r}… is too large")
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return value
 
 
 def ranged(

@@ -7,7 +7,7 @@ import json
 import sys
 from datetime import UTC, datetime
 
-from console.cli.cmd_plan import human_int, read_boots
+from console.cli.argtypes import human_int
 from console.cli.errors import EXIT_OK, CheckFailed, UsageError
 from console.cli.remote_journal import remote_boots
 from console.core.apply import Verdict, judge
@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
             "give the journal to judge with --journal FILE ('-' reads standard input) or a HOST."
         )
     else:
+        from console.cli.cmd_plan import read_boots  # the planner's file reader, for a file only
+
         boots = read_boots(args.journal)
     verdict = judge(boots, args.target_context)
     if args.json:
