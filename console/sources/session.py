@@ -114,6 +114,10 @@ class HostSession:
         self.recorder: RecordSink | None = None
         """Where the session's inputs are recorded as they arrive (`console.sources.recording`); None:
         not recording. Set and cleared at any time (the console's record key)."""
+        self.on_journal: Callable[[HostFold], None] | None = None
+        """Called with the fold each time journal lines made events, before a snapshot holds them: a
+        reader that must show a line at once (the console's feed) takes it here, where the snapshot
+        cadence would add up to `publish_interval_s`."""
         self._seq = 0
         self._snapshot = self._build()
         self._published = asyncio.Event()
@@ -287,6 +291,8 @@ class HostSession:
         if rec is not None and events:
             for kind, label in marks_between(before, self.fold.state):
                 rec.mark(self.host.name, kind, label)
+        if events and self.on_journal is not None:
+            self.on_journal(self.fold)
         return events
 
     async def _consume_journal(self) -> None:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import TabbedContent, TabPane
 
+from console.core.hostfold import HostFold
 from console.core.pairing import Identity
 from console.core.snapshot import HostSnapshot
 from console.core.text import terminal_safe
@@ -191,7 +193,11 @@ class ConsoleApp(App[int]):
         self.set_interval(1.0, self.recording.show)
         if self.connect:
             for name, host in self.hosts.items():
-                self.run_worker(host.pump(self.post_snapshot), name=f"session-{name}", group="sessions")
+                self.run_worker(
+                    host.pump(self.post_snapshot, partial(self.post_lines, name)),
+                    name=f"session-{name}",
+                    group="sessions",
+                )
             # The lock's age counts up, and what this console looks at changes with its screens.
             self.set_interval(1.0, self._tick_pairing)
 
@@ -239,6 +245,16 @@ class ConsoleApp(App[int]):
         if not host.posted:
             host.posted = True
             self.post_message(SnapshotReady(snap.host))
+
+    def post_lines(self, name: str, fold: HostFold) -> None:
+        """Journal lines just folded, straight to the feed of a host on screen: a line is drawn in the
+        next frame, not after the next snapshot (the session publishes at most ten a second, which
+        added up to 100 ms to every line). The panels still wait for the snapshot, coalesced."""
+        host = self.hosts.get(name)
+        if host is None or not self.is_running or self._exit:
+            return
+        if self.fleet is None or self.active_dashboard is host.dashboard:
+            host.dashboard.feed.take(fold.state, fold.recent, fold.events_total)
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         host = self.hosts.get(message.host)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.text import Text
+from textual.reactive import reactive
 from textual.widget import Widget
 
 from console.core.alerts import Alert
@@ -29,9 +30,18 @@ from console.tui.view import (
 
 
 class HeaderBar(Widget):
-    """Host, service, link, server and model, and how old the newest sample is."""
+    """Host, service, link, server and model, and how old the newest sample is.
+
+    Its two lines are a reactive attribute, made again from what it shows whenever that may have
+    changed (a snapshot, an alert, the host's facts, the note, the clock's tick, the width): Textual
+    repaints the header when their text changes, and only then."""
 
     DEFAULT_CLASSES = "header-bar"
+
+    lines: reactive[tuple[Text, Text] | None] = reactive(None, init=False)
+    """What the header says (styled), as it was last made: a change repaints it."""
+    note: reactive[str | None] = reactive(None, init=False)
+    """What the link's place says before a session exists ("preparing…", "could not start: …")."""
 
     def __init__(
         self,
@@ -49,43 +59,38 @@ class HeaderBar(Widget):
         self.read_only = read_only
         self.clock = clock
         self.snap: HostSnapshot | None = None
-        self.note: str | None = None
         self.facts: HostFacts | None = None
         self._drawn_age: tuple[str, Style] | None = None
         self.alert: tuple[Alert, int] | None = None
         """The worst firing alert and how many fire (the badge), None when none does."""
 
     def show(self, snap: HostSnapshot) -> None:
-        prev, self.snap = self.snap, snap
-        # The age of the freshest sample ticks on its own timer; a snapshot repaints the header only when
-        # something it shows changed (ten snapshots a second under load), such as a stale age now fresh.
-        if prev is None or self._key(prev) != self._key(snap) or self.age_label() != self._drawn_age:
-            self.refresh()
+        # Ten snapshots a second under load: the lines are made again (a fraction of a millisecond) and
+        # the header repaints only when they read differently, such as a stale age now fresh.
+        self.snap = snap
+        self._update()
 
     def show_alert(self, worst: Alert | None, firing: int) -> None:
         self.alert = (worst, firing) if worst is not None else None
-        self.refresh()
+        self._update()
 
     def show_facts(self, facts: HostFacts) -> None:
         """What the console learned of the host: its SGLang when the server does not say, the KV cell of
         the model's own config.json."""
         self.facts = facts
-        self.refresh()
+        self._update()
 
-    @staticmethod
-    def _key(snap: HostSnapshot) -> object:
-        boot = display_boot(snap.state)
-        server = snap.server
-        return (
-            boot.index if boot is not None else None,
-            unit_state(snap, boot),
-            snap.connection,
-            (server.health, server.version, server.model, server.detail) if server is not None else None,
-            model_name(boot),
-            freshest(snap) is None,
-        )
+    def watch_note(self) -> None:
+        self._update()
+
+    def on_resize(self) -> None:
+        self._update()  # the second line's order depends on the width
+
+    def _update(self) -> None:
+        self.lines = self._make()
 
     def on_mount(self) -> None:
+        self._update()
         # The age of the freshest sample moves with the clock even when the host is quiet.
         self.set_interval(1.0, self._tick)
 
@@ -108,9 +113,14 @@ class HeaderBar(Widget):
 
     def _tick(self) -> None:
         if self.age_label() != self._drawn_age:
-            self.refresh()
+            self._update()
 
     def render(self) -> RenderableType:
+        # Made again, not the reactive's: a theme change repaints the header in its new colours.
+        return Group(*self._make())
+
+    def _make(self) -> tuple[Text, Text]:
+        """The header's two lines, from what it shows now."""
         snap = self.snap
         line1 = Text()
         line1.append(f" {self.host} ", "bold reverse")
@@ -184,7 +194,7 @@ class HeaderBar(Widget):
         if not width or width >= self.WIDE_COLUMNS:
             wide = self._wide_line(version, model, boot, age)
             if not width or wide.cell_len <= width:
-                return textual_text(Group(line1, wide))
+                return textual_text(line1), textual_text(wide)
         # Narrow (or the wide line does not fit): the age first, where the edge cannot cut it off; the
         # model last.
         line2 = Text(" ", no_wrap=True, overflow="ellipsis")
@@ -196,7 +206,7 @@ class HeaderBar(Widget):
         line2.append(version or "—", "bold" if version else palette().faint)
         line2.append("  ", palette().muted)
         line2.append(model or "—", "bold")
-        return textual_text(Group(line1, line2))
+        return textual_text(line1), textual_text(line2)
 
     def _wide_line(
         self, version: str | None, model: str | None, boot: Boot | None, age: tuple[str, Style]

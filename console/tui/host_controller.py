@@ -18,6 +18,7 @@ from console.core.alerts import Alert, Rule, alert_inputs, evaluate
 from console.core.audit import AuditEntry
 from console.core.flags import FlagList
 from console.core.hostfacts import HostFacts
+from console.core.hostfold import HostFold
 from console.core.pairing import Identity, PairingView
 from console.core.profiles import ProfileError
 from console.core.recording import RecordSink
@@ -130,25 +131,27 @@ class HostController(HostChanges):
 
     # ---- the session -------------------------------------------------------------------------------
 
-    async def pump(self, post: Callable[[HostSnapshot], None]) -> None:
-        """Prepare the host if needed, run its session and hand every snapshot to `post`."""
+    async def pump(
+        self, post: Callable[[HostSnapshot], None], lines: Callable[[HostFold], None] | None = None
+    ) -> None:
+        """Prepare the host if needed, run its session and hand every snapshot to `post`, and the fold
+        to `lines` each time journal lines were folded (the feed draws them before the next snapshot)."""
         from console.sources.session import HostSession
 
         entry, header = self.entry, self.dashboard.header
         config = entry.config
         if config is None and entry.prepare is not None:
             header.note = "starting the simulated host…" if entry.simulated else "preparing…"
-            header.refresh()
             try:
                 config = await asyncio.to_thread(entry.prepare)
             except Exception as exc:
                 header.note = f"could not start: {exc}"
-                header.refresh()
                 self.ui.notify(f"{self.name}: {exc}", severity="error", timeout=30)
                 return
         if config is None:
             return
         session = HostSession(config, **entry.session_options)  # type: ignore[arg-type]
+        session.on_journal = lines
         self.session = session
         tasks: list[asyncio.Task[None]] = []
         if self.recorder is not None:

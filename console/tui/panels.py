@@ -3,6 +3,7 @@ burst of snapshots costs one repaint and nothing here waits on the host."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Sequence
 from dataclasses import replace
@@ -11,6 +12,7 @@ from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
+from textual.reactive import reactive
 from textual.widgets import Static
 
 from console.core.restart import BOOT, Phase
@@ -58,49 +60,49 @@ def level_style(level: str) -> Style:
 
 
 class Panel(Static, can_focus=True):
-    """A focusable panel; `HELP` is what F1 shows while it has focus."""
+    """A focusable panel; `HELP` is what F1 shows while it has focus.
+
+    What the panel shows of a snapshot (`view_of`: its figures at the precision it prints them) is a
+    reactive attribute, and so is what decides its height (`extent_of`): Textual repaints the panel when
+    the first changes and lays the screen out again only when the second does. A snapshot that changes
+    nothing the panel draws costs no repaint and no bytes to the terminal (over SSH to a jump host that
+    is most of the console's idle cost); a full layout pass costs tens of milliseconds."""
 
     HELP = ""
     snap: HostSnapshot | None = None
-    _sig: object = None
-    _shape: object = None
-    compact = False
+
+    view: reactive[object] = reactive(None, init=False)
+    """What the panel draws, comparable (`view_of`)."""
+    extent: reactive[object] = reactive(None, layout=True, repaint=False, init=False)
+    """What decides the panel's height (`extent_of`): auto-height panels grow when the host says more
+    (the first GPU sample, a new phase)."""
+    compact: reactive[bool] = reactive(False, layout=True, init=False)
     """Drawn for a short pane: fewer rows, the same figures."""
 
     def set_compact(self, compact: bool) -> None:
-        if compact != self.compact:
-            self.compact = compact
-            self.refresh(layout=True)
+        self.compact = compact
 
-    def signature(self, snap: HostSnapshot) -> object:
-        """What the panel shows of `snap`, comparable; None means "always repaint"."""
-        return None
+    def watch_compact(self) -> None:
+        if self.snap is not None:
+            self.show(self.snap)  # what a panel draws may depend on its form
 
-    def shape(self, sig: object) -> object:
-        """What decides the panel's height; a change asks Textual for a new layout."""
+    def view_of(self, snap: HostSnapshot) -> object:
+        """What the panel shows of `snap`, comparable."""
+        return snap
+
+    def extent_of(self, view: object) -> object:
+        """What of `view` decides the panel's height."""
         return None
 
     def restyle(self) -> None:
-        """Paint again in the app's new theme: the same figures, so the signature alone would not."""
-        self._sig = None
-        if self.snap is not None:
-            self.show(self.snap)
-        else:
-            self.refresh()
+        """Paint again in the app's new theme: the same figures, drawn in other colours."""
+        self.refresh()
 
     def show(self, snap: HostSnapshot) -> None:
         self.snap = snap
-        sig = self.signature(snap)
-        # A snapshot that changes nothing this panel draws costs nothing: no repaint, no bytes to the
-        # terminal (over SSH to a jump host that is most of the console's idle cost).
-        if sig is not None and sig == self._sig:
-            return
-        shape = self.shape(sig) if sig is not None else object()
-        # Auto-height panels grow when the host says more (the first GPU sample, a new phase); a full
-        # layout pass costs tens of milliseconds, so only a change of height asks for one.
-        layout = shape != self._shape
-        self._sig, self._shape = sig, shape
-        self.refresh(layout=layout)
+        view = self.view_of(snap)
+        self.extent = self.extent_of(view)
+        self.view = view
 
 
 class GpuPanel(Panel):
@@ -123,14 +125,17 @@ heat or the power limit while it works), [b]PCIe x8[/b] (a link below its maximu
 A GPU that fell off the bus (its driver cannot reach it: XID 79, NVML's GPU is lost) reads [b]LOST[/b]
 where its bar was. The alerts say each in words."""
 
-    _rows: tuple[int, tuple[GpuRow, ...]] | None = None
+    _rows: tuple[object, object, tuple[GpuRow, ...]] | None = None
 
     def _gpu_rows(self, snap: HostSnapshot) -> tuple[GpuRow, ...]:
-        if self._rows is None or self._rows[0] != id(snap):
-            self._rows = (id(snap), tuple(gpu_rows(snap)))
-        return self._rows[1]
+        # Made from the sample and the boots alone: a snapshot that brings a server reading only (every
+        # other snapshot at idle) reuses them.
+        made = self._rows
+        if made is None or made[0] is not snap.gpus or made[1] is not snap.state:
+            made = self._rows = (snap.gpus, snap.state, tuple(gpu_rows(snap)))
+        return made[2]
 
-    def signature(self, snap: HostSnapshot) -> object:
+    def view_of(self, snap: HostSnapshot) -> object:
         sample = snap.gpus
         if sample is None:
             return ("none",)
@@ -155,10 +160,10 @@ where its bar was. The alerts say each in words."""
             ),
         )
 
-    def shape(self, sig: object) -> object:
-        assert isinstance(sig, tuple)
-        rows = sig[1] if len(sig) == 2 and isinstance(sig[1], tuple) else ()
-        return (sig[0], len(rows), any(row[5] for row in rows))
+    def extent_of(self, view: object) -> object:
+        assert isinstance(view, tuple)
+        rows = view[1] if len(view) == 2 and isinstance(view[1], tuple) else ()
+        return (view[0], len(rows), any(row[5] for row in rows))
 
     def render(self) -> RenderableType:
         snap = self.snap
@@ -308,17 +313,17 @@ full pool; a hybrid model's mamba slots cap how many run at once). Over 90% of a
 
     _gauge: KvGauge | None = None
 
-    def signature(self, snap: HostSnapshot) -> object:
+    def view_of(self, snap: HostSnapshot) -> object:
         g = self._gauge = kv_gauge(snap, target=self.target, target_source=self.target_source)
         # Live usage moves with every decode batch: it repaints only when the printed figures change.
         used = (fmt_tokens(g.used_tokens), None if g.usage is None else f"{g.usage:.1%}")
         return (replace(g, used_tokens=None, usage=None), used, g.usage is None and g.used_tokens is None)
 
-    def shape(self, sig: object) -> object:
-        assert isinstance(sig, tuple) and isinstance(sig[0], KvGauge)
-        g = sig[0]
+    def extent_of(self, view: object) -> object:
+        assert isinstance(view, tuple) and isinstance(view[0], KvGauge)
+        g = view[0]
         fields = (g.pool_tokens, g.target, g.context_length, g.headroom_gib)
-        return (*(v is None for v in fields), sig[2], len(g.reasons), bool(g.pools), g.limit is None)
+        return (*(v is None for v in fields), view[2], len(g.reasons), bool(g.pools), g.limit is None)
 
     def render(self) -> RenderableType:
         snap = self.snap
@@ -462,20 +467,18 @@ after it, and the timeline ends in the verification verdict (R rolls back after 
     track_boot: int | None = None
     """The boot shown when the controller's restart began: the journal's steps count once a newer one opens."""
 
-    note: Text | None = None
+    note: reactive[Text | None] = reactive(None, layout=True, init=False)
     """A line under the timeline from the host's pairing state: who holds the lock and for what, or the
     audit trail's last word on the restart ("alice applied ctx-200k; restart 5m12s; verified ...")."""
 
     def set_note(self, note: Text | str | None) -> None:
-        note = Text(note, palette().info) if isinstance(note, str) else note
-        if note == self.note:
-            return
-        self.note = note
-        self.refresh(layout=True)
+        self.note = Text(note, palette().info) if isinstance(note, str) else note
 
     def set_track(self, track: ApplyTrack | None, boot_index: int | None = None) -> None:
         self.track = track
         self.track_boot = boot_index
+        if self.snap is not None:
+            self.show(self.snap)
         self.refresh(layout=True)
 
     def render(self) -> RenderableType:
@@ -483,22 +486,34 @@ after it, and the timeline ends in the verification verdict (R rolls back after 
         # The note quotes the host (a lock's holder, an audit line), the body a failure's reasons.
         return textual_text(body if self.note is None else Group(body, self.note))
 
-    _tl: tuple[int, Timeline | None] | None = None
+    _tl: tuple[object, float, Timeline | None] | None = None
 
     def _timeline(self, snap: HostSnapshot) -> Timeline | None:
-        if self._tl is None or self._tl[0] != id(snap):
-            self._tl = (id(snap), restart_timeline(snap.state, snap.ts))
-        return self._tl[1]
+        # Made from the boots and, while a phase runs, the snapshot's time: the boots of a quiet host
+        # are the same object from one snapshot to the next, and a finished boot's timeline stands.
+        made = self._tl
+        if (
+            made is None
+            or made[0] is not snap.state
+            or (made[1] != snap.ts and made[2] is not None and made[2].outcome == "running")
+        ):
+            made = self._tl = (snap.state, snap.ts, restart_timeline(snap.state, snap.ts))
+        return made[2]
 
-    def signature(self, snap: HostSnapshot) -> object:
-        if self.track is not None:
-            return None  # the controller's own steps tick with the clock
-        return self._timeline(snap)
+    def view_of(self, snap: HostSnapshot) -> object:
+        tl = self._timeline(snap)
+        if self.track is None:
+            return tl
+        # The controller's own steps, as they stand now (the track changes in place as it runs).
+        return (copy.copy(self.track), self.track_boot, tl)
 
-    def shape(self, sig: object) -> object:
-        if not isinstance(sig, Timeline):
-            return None
-        return (len(sig.steps), sig.reason is not None)
+    def extent_of(self, view: object) -> object:
+        if isinstance(view, Timeline):
+            return (len(view.steps), view.reason is not None)
+        if isinstance(view, tuple) and isinstance(view[0], ApplyTrack):
+            body = self._render_track(view[0], view[2])
+            return len(body.renderables) if isinstance(body, Group) else 1
+        return None
 
     def _render_body(self) -> RenderableType:
         snap = self.snap

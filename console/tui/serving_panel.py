@@ -379,8 +379,9 @@ the server is down, the figures are the last good ones: drawn faint under [b]sta
         if snap is not None and staleness(snap, self.clock()) != self._stale:
             self.show(snap)
 
-    _held: tuple[object, ...] | None = None
-    _body: RenderableType | None = None
+    _made: tuple[object, object, RenderableType | None, object] | None = None
+    """What the panel last made: its key (`_key`), the view and the body made from it (None once drawn),
+    and the figures they were made of."""
     tight = False
     """A pane too short for every latency (`TIGHT_LATENCIES`), set by the dashboard."""
 
@@ -391,29 +392,37 @@ the server is down, the figures are the last good ones: drawn faint under [b]sta
                 self.show(self.snap)
 
     def restyle(self) -> None:
-        self._held, self._body = None, None  # the held body is coloured in the old theme
+        self._made = None  # the body is coloured in the old theme
         super().restyle()
 
-    def signature(self, snap: HostSnapshot) -> object:
-        # The session computes the figures once per scrape and hands the same object until the next: a
-        # snapshot that brings none costs nothing. A new scrape that changes no printed figure (an idle
-        # server) repaints nothing either: the signature is the panel's text.
-        serving = snap.serving
-        width = self.content_region.width
-        self._stale = stale = staleness(snap, self.clock())
-        key = (
-            id(serving),
+    def on_resize(self) -> None:
+        if self.snap is not None:
+            self.show(self.snap)
+
+    def _key(self, snap: HostSnapshot, stale: str | None) -> tuple[object, ...]:
+        # The session computes the figures once per scrape and hands the same object until the next.
+        return (
+            id(snap.serving),
             snap.serving_trend[-1].ts if snap.serving_trend else None,
-            width,
+            self.content_region.width,
             self.compact,
             self.tight,
             stale,
         )
-        if self._held is not None and self._held[0] == key:
-            return self._held[1]
-        sig: tuple[object, ...]
+
+    def view_of(self, snap: HostSnapshot) -> object:
+        # The panel's text: a snapshot that brings no new scrape costs nothing, and a new scrape that
+        # changes no printed figure (an idle server) repaints nothing either.
+        serving = snap.serving
+        self._stale = stale = staleness(snap, self.clock())
+        key = self._key(snap, stale)
+        made = self._made
+        if made is not None and made[0] == key:
+            return made[1]
+        width = self.content_region.width
+        view: tuple[object, ...]
         if serving is None:
-            self._body, sig = None, ("none", self.compact)
+            body, view = None, ("none", self.compact)
         else:
             body = serving_body(
                 serving,
@@ -424,18 +433,17 @@ the server is down, the figures are the last good ones: drawn faint under [b]sta
                 tight=self.tight,
             )
             lines = body.renderables if isinstance(body, Group) else [body]
-            self._body = body
-            sig = (
+            view = (
                 self.compact,
                 width,
                 tuple(line.plain if isinstance(line, Text) else id(line) for line in lines),
             )
-        self._held = (key, sig, serving)  # holds the figures: their id is not reused while compared
-        return sig
+        self._made = (key, view, body, serving)  # holds the figures: their id is not reused while compared
+        return view
 
-    def shape(self, sig: object) -> object:
-        assert isinstance(sig, tuple)
-        return (sig[0], len(sig[2]) if len(sig) > 2 else 0)
+    def extent_of(self, view: object) -> object:
+        assert isinstance(view, tuple)
+        return (view[0], len(view[2]) if len(view) > 2 else 0)
 
     def render(self) -> RenderableType:
         # A console in an 80-column tmux pane once failed in layout with this panel's render() returning
@@ -448,16 +456,11 @@ the server is down, the figures are the last good ones: drawn faint under [b]sta
         snap = self.snap
         if snap is None or snap.serving is None:
             return textual_text(Text("no server reading yet", palette().muted))
-        held = self._held
-        if (
-            self._body is not None
-            and held is not None
-            and held[2] is snap.serving
-            and isinstance(held[0], tuple)
-            and held[0][2] == self.content_region.width
-        ):
-            body, self._body = self._body, None  # a Group's Texts are styled once; rebuilt when reused
-            return body
+        made = self._made
+        if made is not None and made[2] is not None and made[0] == self._key(snap, self._stale):
+            # drawn once: a Group's Texts are styled as they are drawn, so a second draw makes them again
+            self._made = (made[0], made[1], None, made[3])
+            return made[2]
         width = max(10, self.content_region.width)
         return serving_body(
             snap.serving, snap.serving_trend, width, compact=self.compact, stale=self._stale, tight=self.tight

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rich.text import Text
+from textual.reactive import reactive
+from textual.timer import Timer
 from textual.widget import Widget
 
 from console.core.probe_history import throughput_points
@@ -41,8 +43,12 @@ def quiet_reason(snap: HostSnapshot) -> str | None:
 
 
 def ago(seconds: float) -> str:
+    """How old a figure is, in steps of ten seconds (then of a minute): the chart's words change, and
+    it repaints, every ten seconds at most, not every second."""
     s = int(seconds)
-    return f"{s} s ago" if s < 120 else f"{s // 60} min ago"
+    if s < 10:
+        return "< 10 s ago"
+    return f"{s // 10 * 10} s ago" if s < 120 else f"{s // 60} min ago"
 
 
 def latest_figure(last: tuple[float, float], now: float, idle_at: float | None) -> Text:
@@ -174,7 +180,9 @@ class ThroughputChart(Widget):
 
     A busy server logs a `Decode batch` line per rank every few steps, thousands a second: the chart reads
     only the events that are new since the last snapshot, folds them into one bucket per second (at most
-    `window_s` of them), and redraws at most once a second — plotext's cost grows with the points drawn."""
+    `window_s` of them), and redraws at most once a second — plotext's cost grows with the points drawn.
+    It redraws only when what it draws changed (`picture`): new points, or the clock moving them along
+    the time axis; with no point left in its window nothing moves, and its tick stops until data comes."""
 
     DEFAULT_CLASSES = "throughput-chart"
     HELP = (
@@ -183,8 +191,12 @@ class ThroughputChart(Widget):
         "where decode lines are sparse, /metrics generation_tokens_total per scrape interval."
     )
     REDRAW_S = 1.0
-    AXIS_TICK_S = 5.0
-    """How often a quiet chart is redrawn so its time axis moves on."""
+    AXIS_TICK_S = 10.0
+    """How often a quiet chart is redrawn so its points move along the time axis: counted from its newest
+    point, as the newest figure's age is (`ago`), so that both change in one repaint."""
+
+    picture: reactive[object] = reactive(None, init=False)
+    """What the chart draws, comparable (`_picture`), set by its tick: Textual repaints it when it changes."""
 
     def __init__(
         self, *, window_s: float = 600.0, clock: Callable[[], float] = time.time, id: str | None = None
@@ -196,8 +208,9 @@ class ThroughputChart(Widget):
         """The empty chart names the probe's key (a replay, which has no probe, turns it off)."""
         self._buckets: dict[int, tuple[float, int]] = {}
         self._seen_total: int | None = None
-        self._dirty = False
-        self._drawn_at = 0.0
+        self._version = 0
+        """Counts the changes of what is plotted (points, why nothing can be read)."""
+        self._timer: Timer | None = None
         self.idle_at: float | None = None
         """When the server last reported no running request (its /metrics)."""
         self._line_at = -1e18
@@ -212,7 +225,12 @@ class ThroughputChart(Widget):
         self._seen_total = None
         self.idle_at = None
         self._line_at = self._trend_at = -1e18
-        self._dirty = True
+        self._changed()
+
+    def _changed(self) -> None:
+        self._version += 1
+        if self._timer is not None:
+            self._timer.resume()
 
     @property
     def samples(self) -> list[tuple[float, float]]:
@@ -233,16 +251,17 @@ class ThroughputChart(Widget):
         horizon = self.clock() - self.window_s - 1
         if buckets and min(buckets) < horizon:
             self._buckets = {k: v for k, v in buckets.items() if k >= horizon}
-        self._dirty = True
+        self._changed()
 
     def set_samples(self, points: Sequence[tuple[float, float]]) -> None:
         self._add(points)
-        self.refresh()
+        self._tick()
 
     def show(self, snap: HostSnapshot) -> None:
         why = quiet_reason(snap)
         if why != self.quiet_why:
-            self.quiet_why, self._dirty = why, True
+            self.quiet_why = why
+            self._changed()
         new = snap.events_total - (self._seen_total if self._seen_total is not None else 0)
         self._seen_total = snap.events_total
         fresh = snap.recent[-new:] if 0 < new <= len(snap.recent) else snap.recent if new > 0 else ()
@@ -264,9 +283,10 @@ class ThroughputChart(Widget):
             busy = (running or 0) > 0
             if server.metrics.gen_throughput is not None and busy:
                 points.append((server.ts, server.metrics.gen_throughput))
-            if running is not None and not busy and server.ts != self.idle_at:
+            if running is not None and not busy:
+                # Each idle reading moves it on; what the chart says changes only when it turns "now"
+                # into "idle" (its tick compares the words).
                 self.idle_at = server.ts
-                self._dirty = True
         if points:
             self._add(points)
 
@@ -281,20 +301,28 @@ class ThroughputChart(Widget):
         )
 
     def on_mount(self) -> None:
-        self.set_interval(self.REDRAW_S, self._tick)
+        self._timer = self.set_interval(self.REDRAW_S, self._tick)
+
+    def _picture(self, now: float) -> tuple[object, bool]:
+        """What the chart would draw now, comparable, and whether the clock alone can change it (a
+        point is in the window: it moves left, then out)."""
+        shown = [(t, v) for t, v in self.samples if now - self.window_s <= t <= now]
+        if not shown:
+            return ("empty", self.quiet_why, self.probe_hint), False
+        last = shown[-1]
+        words = latest_figure(last, now, self.idle_at).plain
+        return (self._version, int((now - last[0]) // self.AXIS_TICK_S), words), True
 
     def _tick(self) -> None:
-        now = self.clock()
-        if self._dirty or (self._buckets and now - self._drawn_at >= self.AXIS_TICK_S):
-            self.refresh()
+        self.picture, moving = self._picture(self.clock())
+        if not moving and self._timer is not None:
+            self._timer.pause()  # until new data (`_changed`)
 
     def render(self) -> Text:
-        self._dirty = False
-        self._drawn_at = self.clock()
         return textual_text(
             throughput_chart(
                 self.samples,
-                self._drawn_at,
+                self.clock(),
                 self.window_s,
                 self.size.width,
                 self.size.height,

@@ -82,6 +82,12 @@ def child_console(hosts: str, name: str, gpu_interval: float, preload_day: bool)
     looplog = os.environ.get("K26_BENCH_LOOPLOG")
     if looplog:
         _log_loop_stalls(looplog)
+    spans = os.environ.get("K26_BENCH_SPANS")
+    if spans:
+        _log_marker_spans(spans)
+    paints = os.environ.get("K26_BENCH_PAINTS")
+    if paints:
+        _log_paints(paints)
     profile = os.environ.get("K26_BENCH_PROFILE")
     if not profile:
         app.run()
@@ -147,6 +153,145 @@ def _log_loop_stalls(path: str) -> None:
             out.write(json.dumps([t0, round(ms, 2), _handle_name(handle)]) + "\n")
 
     asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+
+
+def _log_paints(path: str) -> None:
+    """How often each widget asks for a repaint (`refresh`) and is drawn again (its `render`, or its
+    rows for a line widget), counted since the start and written every half second as one JSON line
+    `{"t": monotonic, "refresh": {widget: n}, "render": {widget: n}}`: the parent diffs the lines
+    around its idle window (`paints_between`)."""
+    from textual.widget import Widget
+
+    from console.tui.feed import FeedLog
+
+    refreshes: dict[str, int] = {}
+    renders: dict[str, int] = {}
+
+    def name(widget: Widget) -> str:
+        return f"{type(widget).__name__}#{widget.id}" if widget.id else type(widget).__name__
+
+    refresh = Widget.refresh
+
+    def counted_refresh(self: Widget, *regions: object, **kw: object) -> Widget:
+        if kw.get("repaint", True) or kw.get("layout"):
+            key = name(self)
+            refreshes[key] = refreshes.get(key, 0) + 1
+        return refresh(self, *regions, **kw)  # type: ignore[arg-type]
+
+    render = Widget._render
+
+    def counted_render(self: Widget) -> object:
+        if self._layout_cache.get("_render.visual") is None:
+            key = name(self)
+            renders[key] = renders.get(key, 0) + 1
+        return render(self)
+
+    render_lines = FeedLog.render_lines
+
+    def counted_lines(self: FeedLog, crop: object) -> object:
+        key = name(self)
+        renders[key] = renders.get(key, 0) + 1
+        return render_lines(self, crop)  # type: ignore[arg-type]
+
+    Widget.refresh = counted_refresh  # type: ignore[method-assign,assignment]
+    Widget._render = counted_render  # type: ignore[method-assign,assignment]
+    FeedLog.render_lines = counted_lines  # type: ignore[method-assign,assignment]
+    out = open(path, "w", buffering=1)  # noqa: SIM115 - open for the child's whole life
+
+    def dump() -> None:
+        while True:
+            line = {"t": time.monotonic(), "refresh": dict(refreshes), "render": dict(renders)}
+            out.write(json.dumps(line) + "\n")
+            time.sleep(0.5)
+
+    threading.Thread(target=dump, daemon=True).start()
+
+
+def paints_between(path: str, t0: float, t1: float) -> dict[str, dict[str, int]]:
+    """Per widget, the repaints asked for and the renders done between `t0` and `t1` (`_log_paints`)."""
+    lines = [json.loads(raw) for raw in Path(path).read_text().splitlines() if raw.strip()]
+    before = max((x for x in lines if x["t"] <= t0), key=lambda x: x["t"], default=None)
+    after = min((x for x in lines if x["t"] >= t1), key=lambda x: x["t"], default=None)
+    if before is None or after is None:
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for kind in ("refresh", "render"):
+        for widget, n in after[kind].items():
+            done = n - before[kind].get(widget, 0)
+            if done:
+                out.setdefault(widget, {"refresh": 0, "render": 0})[kind] = done
+    return out
+
+
+MARKER = re.compile(r"benchmark-[a-z]{10}")
+
+
+def _log_marker_spans(path: str) -> None:
+    """Where each marker line's time goes inside the console, one JSON line per marker
+    `[marker, folded, published, shown, drawn]` in `time.monotonic` seconds (the parent's clock, which
+    has when it was written and when its bytes arrived): the session folds the journal batch that holds
+    it, a snapshot that holds it is published, the app hands that snapshot (or the line alone) to the
+    feed, and the next frame is written to the terminal."""
+    from textual.app import App
+
+    import console.sources.session as session_mod
+    from console.core.hostfold import HostFold
+    from console.tui.feed import FeedLog
+    from console.tui.view import feed_line
+
+    out = open(path, "w", buffering=1)  # noqa: SIM115 - open for the child's whole life
+    folded: list[tuple[str, float]] = []
+    published: list[tuple[str, float, float]] = []
+    shown: list[tuple[str, float, float, float]] = []
+
+    journal = HostFold.journal
+
+    def traced_journal(self: HostFold, entries: list[dict[str, object]]) -> list[object]:
+        result = journal(self, entries)
+        now = time.monotonic()
+        for entry in entries:
+            found = MARKER.search(str(entry.get("MESSAGE", "")))
+            if found:
+                folded.append((found.group(0), now))
+        return result  # type: ignore[return-value]
+
+    publish = session_mod.HostSession._publish_now
+
+    def traced_publish(self: session_mod.HostSession) -> None:
+        publish(self)
+        now = time.monotonic()
+        published.extend((m, t, now) for m, t in folded)
+        folded.clear()
+
+    append = FeedLog.append_rows
+
+    def traced_append(self: FeedLog, rows: object) -> None:
+        rows = list(rows)  # type: ignore[call-overload]
+        append(self, rows)
+        now = time.monotonic()
+        texts = " ".join(feed_line(e) for e in rows)
+        for item in [p for p in published if p[0] in texts]:
+            published.remove(item)
+            shown.append((*item, now))
+        # a marker folded straight to the feed, before any snapshot holds it
+        for item in [f for f in folded if f[0] in texts]:
+            folded.remove(item)
+            shown.append((item[0], item[1], float("nan"), now))
+
+    display = App._display
+
+    def traced_display(self: App[object], screen: object, renderable: object) -> None:
+        display(self, screen, renderable)  # type: ignore[arg-type]
+        if shown:
+            now = time.monotonic()
+            for item in shown:
+                out.write(json.dumps([*item, now]) + "\n")
+            shown.clear()
+
+    HostFold.journal = traced_journal  # type: ignore[method-assign,assignment]
+    session_mod.HostSession._publish_now = traced_publish  # type: ignore[method-assign]
+    FeedLog.append_rows = traced_append  # type: ignore[method-assign]
+    App._display = traced_display  # type: ignore[method-assign]
 
 
 def _handle_name(handle: object) -> str:
@@ -440,11 +585,38 @@ def _percentile(values: list[float], q: float) -> float:
 
 def marker_latencies(term: Terminal, load: JournalLoad, since_marker: int, timeout: float) -> list[float]:
     out: list[float] = []
+    arrived: dict[str, tuple[float, float]] = {}
     for m, t_written in load.markers[since_marker:]:
         t = term.wait_for(m.encode(), 0, timeout)
         if t is not None:
             out.append(max(0.0, t - t_written))
+            arrived[m] = (t_written, t)
+    spans = os.environ.get("K26_BENCH_SPANS")
+    if spans:
+        span_report(spans, arrived)
     return out
+
+
+def span_report(path: str, arrived: dict[str, tuple[float, float]]) -> None:
+    """Each marker's time split by stage (the child's `_log_marker_spans` and the parent's times)."""
+    stages: dict[str, list[float]] = {k: [] for k in ("read", "publish", "show", "frame", "write", "total")}
+    for raw in Path(path).read_text().splitlines():
+        marker, folded, published, shown, drawn = json.loads(raw)
+        if marker not in arrived:
+            continue
+        written, seen = arrived[marker]
+        stages["read"].append(folded - written)
+        if published == published:  # not NaN: the line went through a snapshot
+            stages["publish"].append(published - folded)
+            stages["show"].append(shown - published)
+        else:
+            stages["show"].append(shown - folded)
+        stages["frame"].append(drawn - shown)
+        stages["write"].append(seen - drawn)
+        stages["total"].append(seen - written)
+    for name, values in stages.items():
+        ms = _ms(values)
+        _say(f"span {name:8} n {ms['n']}  p50 {ms['p50']} ms  p95 {ms['p95']} ms  max {ms['max']} ms")
 
 
 def journal_baseline(twin: object, load: JournalLoad, seconds: float, cpus: set[int] | None) -> list[float]:
@@ -519,6 +691,12 @@ def idle_window(term: Terminal, seconds: float) -> dict[str, float]:
     cpu0, t0 = term.cpu_seconds(), time.monotonic()
     time.sleep(seconds)
     cpu1, t1 = term.cpu_seconds(), time.monotonic()
+    paints = os.environ.get("K26_BENCH_PAINTS")
+    if paints:
+        time.sleep(0.6)  # the child writes its counts every half second
+        for widget, n in sorted(paints_between(paints, t0, t1).items()):
+            said = f"refresh {n['refresh']:4}  render {n['render']:4}  in {t1 - t0:.0f} s"
+            _say(f"idle paints {widget:28} {said}")
     return {
         "cpu_pct": 100 * (cpu1 - cpu0) / (t1 - t0),
         "rss_mb": term.rss_mb(),
