@@ -87,7 +87,7 @@ rm -f -- "$d/.pending-rollback.disarmed.$2" "$d/$3"
 async def read_pending(state: HostStateDir, unit: str, *, sudo: bool = False) -> PendingRollback | None:
     """The armed rollback of `unit` on the host of `state`, if it has a record of one; `active` says
     whether its timer still waits (read with `systemctl is-active`)."""
-    record = (await state.view()).pending_rollback
+    record = await state.pending_rollback()
     if record is None:
         return None
     argv = ["systemctl", "is-active", f"{rollback_unit(unit)}.timer"]
