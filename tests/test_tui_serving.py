@@ -8,7 +8,6 @@ import asyncio
 import functools
 import io
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -25,6 +24,7 @@ from console.twin.load import LoadGenerator
 from console.twin.scenarios import get_scenario
 from console.twin.server_engine import Engine
 from console.twin.server_logs import LogWriter
+from tests.support.twins import module_twin
 from tests.test_serving_core import engine_config
 from tests.tui_support import NOW, corpus_events, gpu_sample, make_app, snapshot
 
@@ -139,14 +139,7 @@ async def test_a_figure_the_server_does_not_export_is_absent_never_zero() -> Non
         assert "absent: SGLang < 0.5.7" in kv and "/ 0" not in kv
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
-    host = TwinHost(tmp_path_factory.mktemp("serving-twin") / "state", time_scale=0.002)
-    host.start_sync()
-    try:
-        yield host
-    finally:
-        host.stop_sync()
+twin = module_twin("serving-twin", time_scale=0.002)
 
 
 @pytest.mark.timeout(180)
