@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from rich.style import Style
-from rich.text import Text
 from textual.color import Color
 from textual.strip import Strip
 
@@ -24,9 +23,9 @@ from console.tui.themes import (
     LIGHT,
     ROLES,
     THEMES,
-    palette,
     palette_for,
-    themed,
+    role_style,
+    themed_content,
 )
 from tests.test_tui_serving import _show, serving_snapshot
 from tests.tui_support import make_app
@@ -40,10 +39,15 @@ _MARKUP_TAG = re.compile(r"\[([a-z#][^\[\]/]*)\]")
 _CSS_COLOUR = re.compile(r"#[0-9a-fA-F]{3,8}\b|\b(?:rgb|rgba|hsl|hsla)\(")
 
 
+_VARIABLE = re.compile(r"\$[\w-]+")
+
+
 def _style_colours(text: str) -> list[str]:
-    """The colours a Rich style string names (`bold grey62 on red`), [] when it is no style."""
+    """The colours a Rich style string names (`bold grey62 on red`), or a Textual one beside its
+    variables (`$k26-bad on red`: the variables are the theme's, the rest is not); [] when it is no
+    style."""
     try:
-        style = Style.parse(text)
+        style = Style.parse(_VARIABLE.sub("", text) if "$" in text else text)
     except Exception:  # not a style: a sentence, a key, a label
         return []
     return [
@@ -63,6 +67,20 @@ def python_colours(source: str) -> list[str]:
             if len(value) < 60 and "\n" not in value and _style_colours(value):
                 found.append(repr(value))
             found += [f"[{tag}]" for tag in _MARKUP_TAG.findall(value) if _style_colours(tag)]
+    return found
+
+
+def default_css_colours(source: str) -> list[str]:
+    """Colours written in the stylesheets of Python source (a widget's `DEFAULT_CSS` or `CSS`, which
+    the Rich-style scan does not read: a CSS rule is no style string)."""
+    found: list[str] = []
+    if "CSS" not in source:
+        return found  # most modules: parsing them again was a quarter of the scan
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            if {"DEFAULT_CSS", "CSS"} & set(names) and isinstance(node.value.value, str):
+                found += tcss_colours(node.value.value)
     return found
 
 
@@ -89,13 +107,21 @@ def test_the_scan_finds_a_colour_where_one_is_written() -> None:
     ]
     assert tcss_colours(".a { background: rgb(1, 2, 3) 50%; }") == ["rgb("]
     assert tcss_colours(".a { border: tall $error; text-wrap: nowrap; }") == []
+    widget = 'class W:\n    DEFAULT_CSS = """\n    W { background: $panel; color: #ff0000; }\n    """\n'
+    assert default_css_colours(widget) == ["#ff0000"]
+    assert default_css_colours(widget.replace("#ff0000", "$k26-muted")) == []
+    # a role's variable written in Textual content's style (`$k26-bad`) is no colour
+    assert python_colours('Content.styled("x", "bold $k26-bad")') == []
+    assert python_colours('Content.styled("x", "$k26-bad on red")') == ["'$k26-bad on red'"]
 
 
 def test_no_colour_is_written_in_the_widgets_or_the_styles() -> None:
     found = []
     for path in sorted((REPO / "console/tui").glob("*.py")):
         if path not in ALLOWED:
-            found += [f"{path.relative_to(REPO)}: {c}" for c in python_colours(path.read_text())]
+            source = path.read_text()
+            found += [f"{path.relative_to(REPO)}: {c}" for c in python_colours(source)]
+            found += [f"{path.relative_to(REPO)}: {c}" for c in default_css_colours(source)]
     for path in sorted((REPO / "styles").glob("*.tcss")):
         found += [f"{path.relative_to(REPO)}: {c}" for c in tcss_colours(path.read_text())]
     assert found == [], "colours belong in console/tui/themes.py (a role of the palette)"
@@ -132,8 +158,41 @@ def test_each_theme_names_every_role_and_its_text_reads() -> None:
 
 
 def test_help_markup_names_its_colours_by_role() -> None:
-    text = themed(Text.from_markup("[bold theme.bad]errors[/] and [theme.kv]KV[/]"))
-    assert [s.style for s in text.spans] == [palette().style("bad", bold=True), palette().style("kv")]
+    text = themed_content("[bold theme.bad]errors[/] and [theme.kv]KV[/], \\[flags] [b]as typed[/b]")
+    assert text.plain == "errors and KV, [flags] as typed"
+    assert [s.style for s in text.spans] == ["bold $k26-bad", "$k26-kv", "b"]
+    assert role_style("text") == "$foreground" and role_style("muted", bold=True) == "bold $k26-muted"
+    with pytest.raises(ValueError, match="'grey' is no role"):
+        themed_content("[theme.grey]x[/]")
+
+
+def _help_texts() -> list[tuple[str, str]]:
+    """Every HELP text of the console's widgets (F1 shows them through `themed_content`)."""
+    import importlib
+    import pkgutil
+
+    import console.tui
+
+    found = []
+    for info in pkgutil.iter_modules(console.tui.__path__):
+        module = importlib.import_module(f"console.tui.{info.name}")
+        for name, obj in vars(module).items():
+            text = getattr(obj, "HELP", None)
+            if isinstance(obj, type) and obj.__module__ == module.__name__ and isinstance(text, str) and text:
+                found.append((f"{info.name}.{name}", text))
+    return found
+
+
+def test_every_help_names_roles_the_themes_have() -> None:
+    helps = _help_texts()
+    assert {"panels.GpuPanel", "feed.FeedLog"} <= {name for name, _ in helps}  # the two that name roles
+    variables = {v for theme in THEMES.values() for v in theme.variables}
+    for name, text in helps:
+        content = themed_content(text)  # ValueError on a role the palette does not have
+        for span in content.spans:
+            for word in str(span.style).split():
+                if word.startswith("$k26-"):
+                    assert word[1:] in variables, (name, word)
 
 
 def test_the_theme_comes_from_the_command_line_then_the_config() -> None:

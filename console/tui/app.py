@@ -57,7 +57,7 @@ from console.tui.pairing import activity, held_by_other
 from console.tui.profiles import ProfilesScreen
 from console.tui.recording import RecordSwitch
 from console.tui.screens import HelpScreens, focused_help, help_keys
-from console.tui.themes import DEFAULT_THEME, THEMES
+from console.tui.themes import DEFAULT_THEME, THEMES, restyle_screens
 
 __all__ = ["ConsoleApp", "HostEntry"]
 
@@ -202,12 +202,18 @@ class ConsoleApp(App[int]):
             self.set_interval(1.0, self._tick_pairing)
 
     def watch_theme(self) -> None:
-        # After Textual's own watcher has restyled the CSS: the widgets' Rich text follows (the first
-        # theme, set before the app runs, is drawn from the start).
+        # After Textual's own watcher, which refreshes the CSS variables (what content naming a role's
+        # variable reads) and redraws the widgets: those that keep Rich text made in the old theme's colours
+        # make it again (console/tui/themes.py), on every screen held: under the top one, and the help
+        # screens kept off the stack. The first theme, set before the app runs, is drawn from the start.
         if not self.is_running:
             return
-        for dash in self.dashboards.values():
-            self.call_next(dash.restyle)
+
+        def restyle() -> None:
+            stack = self.screen_stack
+            restyle_screens([*stack, *(s for s in self._help.screens(self) if s not in stack)])
+
+        self.call_next(restyle)
 
     # ---- hosts ---------------------------------------------------------------------------------------
 

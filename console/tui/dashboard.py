@@ -130,17 +130,6 @@ class HostDashboard(Vertical):
     def on_resize(self) -> None:
         self.fit()
 
-    def restyle(self) -> None:
-        """Everything drawn again in the app's new theme: the widgets that build Rich text keep it (a
-        panel repaints only when its figures change, a feed row is cached), so a theme change alone
-        would leave them in the old colours."""
-        for panel in (self.gpus, self.kv, self.timeline, self.serving):
-            panel.restyle()
-        self.verdict.restyle()
-        self.feed.restyle()
-        for widget in (self.header, self.pairing, self.throughput):
-            widget.refresh()
-
     def on_event_feed_chrome_changed(self) -> None:
         self.fit()
 

@@ -128,6 +128,10 @@ class FleetView(Vertical):
                     self.table.update_cell(row.host, key, self._text(cell), update_width=wider)
             self._shown[row.host] = row
 
+    def restyle(self) -> None:
+        """At once in the app's new theme, on screen or not (the tick redraws only on screen)."""
+        self.refresh_rows()
+
     def _restyle(self) -> None:
         theme = getattr(self.app, "theme", None)
         if theme == self._theme and self._styles:

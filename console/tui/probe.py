@@ -29,7 +29,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Input, Label
 from textual.worker import Worker
 
 from console.core.pairing import Identity
@@ -47,6 +47,7 @@ from console.core.probe_history import Curve, report_curve
 from console.sources.profile_store import ProfileStore
 from console.tui.footer import KeyFooter
 from console.tui.plot import axis_style, current_style, earlier_styles, plot_text
+from console.tui.themed import Painted
 from console.tui.themes import palette
 from console.tui.view import textual_text
 
@@ -217,7 +218,7 @@ class ProbePanel(Vertical, can_focus=False):
         self.report: ProbeReport | None = None
         self.earlier: list[Curve] = []
         self.running = False
-        self.status = Text("Ready: Enter or Fire sends the probe.", palette().muted)
+        self._say: Callable[[], Text] = lambda: Text("Ready: Enter or Fire sends the probe.", palette().muted)
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="probe-controls"):
@@ -227,11 +228,17 @@ class ProbePanel(Vertical, can_focus=False):
             yield Input(str(self.default_tokens), id="probe-tokens", type="integer")
             yield Button("Fire", id="probe-fire", variant="primary")
             yield Button("Cancel", id="probe-cancel", variant="error", disabled=True)
-        yield Static(textual_text(self.status), id="probe-status")
+        # Painted: made again in the new theme when it changes (console/tui/themes.py).
+        yield Painted(self._say, id="probe-status")
         with Horizontal(id="probe-body"):
-            yield Static(id="probe-table")
+            yield Painted(id="probe-table")
             yield DepthChart(id="probe-chart")
-        yield Static(id="probe-notes")
+        yield Painted(id="probe-notes")
+
+    @property
+    def status(self) -> Text:
+        """What the panel says, in the theme in force."""
+        return self._say()
 
     # ---- input ----------------------------------------------------------------------------------
 
@@ -276,27 +283,16 @@ class ProbePanel(Vertical, can_focus=False):
         self.live = None
         self.report = None
         self.set_running(True)
-        self._status(Text(f"Probing {len(depths)} depth(s), {tokens} new tokens each…", palette().warn))
+        self._status(
+            lambda: Text(f"Probing {len(depths)} depth(s), {tokens} new tokens each…", palette().warn)
+        )
         self._draw()
 
     def show_progress(self, p: ProbeProgress) -> None:
         self.live = p
         if p.result is not None and p.index < len(self.rows):
             self.rows[p.index] = (p.depth, p.result)
-        where = f"[{p.index + 1}/{p.total}] {fmt_depth(p.depth)}"
-        if p.phase is ProbePhase.PREFILL:
-            line = Text(f"{where}: prefill of {p.depth:,} tokens…", palette().warn)
-        elif p.phase is ProbePhase.DECODING:
-            line = Text(f"{where}: decoding {p.tokens}/{p.requested_tokens}", palette().warn)
-            if p.live_tok_s is not None:
-                line.append(f"   {p.live_tok_s:.2f} tok/s live", palette().style("warn", bold=True))
-            if p.ttft_s is not None:
-                line.append(f"   TTFT {p.ttft_s:.2f} s", palette().muted)
-        elif p.phase is ProbePhase.DONE and p.result is not None:
-            line = Text(f"{where}: {p.result.diagnosis}", palette().ok)
-        else:
-            line = Text(f"{where}: {p.phase.value}: {p.detail or ''}", palette().bad)
-        self._status(line)
+        self._status(lambda: progress_text(p))
         self._draw()
 
     def show_report(self, report: ProbeReport, earlier: Sequence[Curve] | None = None) -> None:
@@ -306,8 +302,7 @@ class ProbePanel(Vertical, can_focus=False):
         if earlier is not None:
             self.earlier = list(earlier)
         self.set_running(False)
-        colour = palette().ok if report.ok else palette().warn
-        self._status(Text(report.summary(), colour))
+        self._status(lambda: Text(report.summary(), palette().ok if report.ok else palette().warn))
         self._draw()
 
     def set_earlier(self, curves: Sequence[Curve]) -> None:
@@ -316,19 +311,19 @@ class ProbePanel(Vertical, can_focus=False):
 
     def show_error(self, sentence: str) -> None:
         self.set_running(False)
-        self._status(Text(sentence.rstrip(".") + ".", palette().style("bad", bold=True)))
+        self._status(lambda: Text(sentence.rstrip(".") + ".", palette().style("bad", bold=True)))
 
-    def _status(self, text: Text) -> None:
-        self.status = text
+    def _status(self, say: Callable[[], Text]) -> None:
+        self._say = say
         if self.is_mounted:
-            self.query_one("#probe-status", Static).update(textual_text(text))
+            self.query_one("#probe-status", Painted).paint(say)
 
     def _draw(self) -> None:
         if not self.is_mounted:
             # A probe cancelled as its screen closes still reports; there is nothing left to draw on.
             return
-        table = results_table(self.rows, self.live, target_line(self.report))
-        self.query_one("#probe-table", Static).update(table)
+        rows, live, report, title = list(self.rows), self.live, self.report, target_line(self.report)
+        self.query_one("#probe-table", Painted).paint(lambda: results_table(rows, live, title))
         current = None
         if self.report is not None:
             current = report_curve(self.report)
@@ -336,24 +331,38 @@ class ProbePanel(Vertical, can_focus=False):
             done = [(d, r.decode_tok_s) for d, r in self.rows if r is not None and r.decode_tok_s]
             current = Curve(label="this run", points=sorted(done)) if done else None
         self.query_one("#probe-chart", DepthChart).plot(current, self.earlier)
-        notes = Text()
-        for depth, result in self.rows:
-            if result is not None:
-                style = (
-                    palette().style("bad", bold=True)
-                    if result.verdict.value == "attention_bound"
-                    else palette().muted
-                )
-                notes.append(f"{fmt_depth(depth)}: {result.diagnosis}\n", style)
-        if self.report is not None and self.report.fit is not None:
-            fit = self.report.fit
-            style = (
-                palette().style("bad", bold=True)
-                if fit.verdict.value == "attention_bound"
-                else palette().muted
-            )
-            notes.append(f"sweep: {fit.diagnosis}", style)
-        self.query_one("#probe-notes", Static).update(textual_text(notes))
+        self.query_one("#probe-notes", Painted).paint(lambda: notes_text(rows, report))
+
+
+def progress_text(p: ProbeProgress) -> Text:
+    where = f"[{p.index + 1}/{p.total}] {fmt_depth(p.depth)}"
+    if p.phase is ProbePhase.PREFILL:
+        return Text(f"{where}: prefill of {p.depth:,} tokens…", palette().warn)
+    if p.phase is ProbePhase.DECODING:
+        line = Text(f"{where}: decoding {p.tokens}/{p.requested_tokens}", palette().warn)
+        if p.live_tok_s is not None:
+            line.append(f"   {p.live_tok_s:.2f} tok/s live", palette().style("warn", bold=True))
+        if p.ttft_s is not None:
+            line.append(f"   TTFT {p.ttft_s:.2f} s", palette().muted)
+        return line
+    if p.phase is ProbePhase.DONE and p.result is not None:
+        return Text(f"{where}: {p.result.diagnosis}", palette().ok)
+    return Text(f"{where}: {p.phase.value}: {p.detail or ''}", palette().bad)
+
+
+def notes_text(rows: Sequence[tuple[int, ProbeResult | None]], report: ProbeReport | None) -> Text:
+    """Each depth's diagnosis, then the sweep's: attention-bound ones stand out."""
+
+    def style(verdict: str) -> Style:
+        return palette().style("bad", bold=True) if verdict == "attention_bound" else palette().muted
+
+    notes = Text()
+    for depth, result in rows:
+        if result is not None:
+            notes.append(f"{fmt_depth(depth)}: {result.diagnosis}\n", style(result.verdict.value))
+    if report is not None and report.fit is not None:
+        notes.append(f"sweep: {report.fit.diagnosis}", style(report.fit.verdict.value))
+    return notes
 
 
 # ------------------------------------------------------------------------------------------------
@@ -402,7 +411,7 @@ class ProbeScreen(Screen[None]):
         self._worker: Worker[None] | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(self._title(), id="probe-title")
+        yield Painted(self._title, id="probe-title")
         yield self.panel
         yield KeyFooter()
 
@@ -413,7 +422,7 @@ class ProbeScreen(Screen[None]):
             title.append(f"\n{self.not_in_force[:1].upper()}{self.not_in_force[1:]}.", palette().warn)
         elif self.profile:
             title.append(f"   profile {self.profile}", palette().muted)
-        return textual_text(title)
+        return title
 
     def on_mount(self) -> None:
         self.run_worker(self._load_earlier(), group="probe-history")
@@ -428,7 +437,7 @@ class ProbeScreen(Screen[None]):
         self.not_in_force = await self.profile_check(self.profile)
         self.profile_checked = True
         if self.is_mounted:
-            self.query_one("#probe-title", Static).update(self._title())
+            self.query_one("#probe-title", Painted).paint(self._title)
         return None if self.not_in_force else self.profile
 
     async def _earlier(self, exclude: str | None = None) -> list[Curve]:

@@ -17,6 +17,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Button, OptionList, Static, TextArea
@@ -38,7 +39,8 @@ from console.tui.profile_check import (
     named_in,
 )
 from console.tui.screens import ConfirmScreen, diff_text
-from console.tui.themes import palette
+from console.tui.themed import Painted, outside_content
+from console.tui.themes import palette, role_style
 from console.tui.view import fmt_tokens, outside_text, textual_text
 
 CHECK_DELAY_S = 0.25
@@ -131,7 +133,7 @@ class ProfilesScreen(Screen[None]):
     # ---- layout --------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Static(id="profiles-title")
+        yield Painted(id="profiles-title")
         with Horizontal(id="profiles-body"):
             yield ProfileList(id="profile-list")
             with Vertical(id="profile-editor-box"):
@@ -140,12 +142,15 @@ class ProfilesScreen(Screen[None]):
                 )
                 yield Static(id="profile-status")
             with CheckPane(id="profile-side"):
-                yield Static(id="profile-issues")
-                yield Static(id="profile-whatif")
+                yield Painted(id="profile-issues")
+                yield Painted(id="profile-whatif")
                 yield Static(id="profile-diff")
         yield KeyFooter()
 
     def _title(self) -> None:
+        self.query_one("#profiles-title", Painted).paint(self._title_text)
+
+    def _title_text(self) -> Text:
         """The title names the profile shown: the one ctrl+s saves and ctrl+r applies."""
         title = Text()
         title.append(" Profiles ", "bold reverse")
@@ -157,7 +162,7 @@ class ProfilesScreen(Screen[None]):
                 title.append(" ● unsaved", palette().style("warn", bold=True))
         if self.read_only:
             title.append("  READ-ONLY: applying is refused; saving is local", palette().badge("step"))
-        self.query_one("#profiles-title", Static).update(textual_text(title))
+        return title
 
     def on_mount(self) -> None:
         self._title()
@@ -195,10 +200,12 @@ class ProfilesScreen(Screen[None]):
             head = f"{target:,} tokens" if target is not None else "unreadable"
             options.append(Option(Text(head, "bold"), disabled=True))
             for e in members:
-                prompt = Text()
-                prompt.append("● " if self._dirty(e.name) else "  ", palette().warn)
-                prompt.append(e.name, "bold" if e.name == self.current else "")
-                prompt.append(f"  {self.origin(e)}", palette().faint)
+                name = outside_content(e.name)
+                prompt = Content.assemble(
+                    ("● " if self._dirty(e.name) else "  ", role_style("warn")),
+                    name.stylize("bold") if e.name == self.current else name,
+                    (f"  {self.origin(e)}", role_style("faint")),
+                )
                 options.append(Option(prompt, id=e.name))
         plist = self.query_one(ProfileList)
         plist.clear_options()
@@ -275,17 +282,16 @@ class ProfilesScreen(Screen[None]):
             self._timer.stop()
         self._timer = self.set_timer(self.check_delay_s, self.run_check)
 
-    def _status(self, note: Text | None = None) -> None:
+    def _status(self, note: Content | None = None) -> None:
         self._title()
-        status = Text()
+        parts = []
         if self.current is not None and self._dirty(self.current):
-            status.append("● unsaved", palette().style("warn", bold=True))
+            parts.append(Content.styled("● unsaved", role_style("warn", bold=True)))
         elif self.current is not None:
-            status.append("saved", palette().ok)
+            parts.append(Content.styled("saved", role_style("ok")))
         if note is not None:
-            status.append("  ")
-            status.append_text(note)
-        self.query_one("#profile-status", Static).update(textual_text(status))
+            parts.append(note)
+        self.query_one("#profile-status", Static).update(Content("  ").join(parts))
 
     # ---- checks --------------------------------------------------------------------------------
 
@@ -309,14 +315,16 @@ class ProfilesScreen(Screen[None]):
             model=view.model,
             host_flags=view.host_flags,
         )
-        self.query_one("#profile-issues", Static).update(textual_text(issues_text(self.check)))
-        self.query_one("#profile-whatif", Static).update(textual_text(whatif_text(self.check.whatif)))
-        diff = Text("diff against the running ExecStart\n", "bold")
-        if self.check.diff:
-            diff.append_text(diff_text(list(self.check.diff)))
-        if self.check.diff_note:
-            diff.append(("\n" if self.check.diff else "") + self.check.diff_note, palette().muted)
-        self.query_one("#profile-diff", Static).update(textual_text(diff))
+        check = self.check
+        self.query_one("#profile-issues", Painted).paint(lambda: issues_text(check))
+        self.query_one("#profile-whatif", Painted).paint(lambda: whatif_text(check.whatif))
+        diff = [Content.styled("diff against the running ExecStart", "bold")]
+        if check.diff:
+            diff.append(diff_text(list(check.diff)))
+        if check.diff_note:
+            diff.append(outside_content(check.diff_note, "muted"))
+        # All bold, as it was drawn (the head's style ran on under the lines).
+        self.query_one("#profile-diff", Static).update(Content("\n").join(diff).stylize_before("bold"))
         self._status()
         return self.check
 
@@ -342,7 +350,7 @@ class ProfilesScreen(Screen[None]):
             path = self.store.save_text(name, text)
         except ProfileError as exc:
             self.notify(f"not saved: {exc}", severity="error", timeout=10)
-            self._status(Text(f"not saved: {exc}", palette().style("bad", bold=True)))
+            self._status(outside_content(f"not saved: {exc}", "bad", bold=True))
             return None
         except OSError as exc:
             self.notify(f"not saved: {exc.strerror or exc}.", severity="error", timeout=10)
@@ -359,9 +367,9 @@ class ProfilesScreen(Screen[None]):
         self.reload_list()
         self.run_check()
         errors = len(self.check.errors) if self.check else 0
-        note = Text(f"saved to {path}", palette().ok)
+        note = outside_content(f"saved to {path}", "ok")
         if errors:
-            note.append(f" with {errors} error(s): applying it is refused", palette().warn)
+            note += Content.styled(f" with {errors} error(s): applying it is refused", role_style("warn"))
         self._status(note)
         self.notify(f"saved {name} to {path}", timeout=4)
         return name
@@ -383,7 +391,7 @@ class ProfilesScreen(Screen[None]):
 
         def answered(yes: bool | None) -> None:
             if not yes:
-                self._status(Text("not saved: the edit stays in the editor", palette().muted))
+                self._status(Content.styled("not saved: the edit stays in the editor", role_style("muted")))
                 return
             name = self.save()
             if name is not None and then is not None:
@@ -446,33 +454,34 @@ class SaveConfirmScreen(ConfirmScreen):
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box"):
             yield Static(textual_text(Text(self.question, "bold")), id="confirm-question")
-            yield Static(textual_text(edit_text(self.edit, self.where, self.shipped)), id="save-edit")
+            yield Static(edit_text(self.edit, self.where, self.shipped), id="save-edit")
             with Horizontal(id="confirm-buttons"):
                 yield Button("Save (y)", id="yes", variant="warning")
                 yield Button("Cancel (n)", id="no", variant="primary")
 
 
-def edit_text(edit: EditDiff, where: str | None, shipped: bool) -> Text:
-    out = Text()
+def edit_text(edit: EditDiff, where: str | None, shipped: bool) -> Content:
+    out = Content("")
     if where is not None:
-        out.append("to ", palette().muted)
-        out.append(where)
+        out = Content.styled("to ", role_style("muted")) + outside_content(where)
         if shipped:
             shipped_name = edit.renamed_from or edit.name
-            out.append(f"\n(a user copy: the shipped {shipped_name} stays as it is)", palette().muted)
+            out += outside_content(f"\n(a user copy: the shipped {shipped_name} stays as it is)", "muted")
     if edit.renamed_from is not None:
-        out.append(
-            f"\nname = {edit.name!r}: a new profile; {edit.renamed_from} keeps its file", palette().warn
+        out += outside_content(
+            f"\nname = {edit.name!r}: a new profile; {edit.renamed_from} keeps its file", "warn"
         )
     for line in edit.lines[:EDIT_LINES_SHOWN]:
         sign = line.split(": ", 1)[1][:1] if ": " in line else ""
-        out.append("\n" + line, palette().ok if sign == "+" else palette().bad if sign == "-" else "")
+        out += outside_content("\n" + line, "ok" if sign == "+" else "bad" if sign == "-" else None)
     if len(edit.lines) > EDIT_LINES_SHOWN:
-        out.append(f"\n… {len(edit.lines) - EDIT_LINES_SHOWN} more changed line(s)", palette().muted)
+        out += Content.styled(
+            f"\n… {len(edit.lines) - EDIT_LINES_SHOWN} more changed line(s)", role_style("muted")
+        )
     if edit.profile_changed is False:
-        out.append(
+        out += Content.styled(
             "\nthe profile itself does not change: no flag, target or version differs (only the text)",
-            palette().warn,
+            role_style("warn"),
         )
     return out
 

@@ -92,6 +92,10 @@ class ReplayBar(Vertical):
     def on_resize(self) -> None:
         self.show()
 
+    def restyle(self) -> None:
+        # The line is Rich text in the theme's colours, made again at each tick only while playing.
+        self.show()
+
     def show(self) -> None:
         self.line.update(self.render_text(max(20, self.size.width - 2)))
 

@@ -9,11 +9,13 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
+from textual.content import Content
+from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Button, Input, Static
 
-from console.tui.themes import palette, themed
+from console.tui.themed import outside_content
+from console.tui.themes import role_style, themed_content
 from console.tui.view import textual_text
 
 KEYS = """\
@@ -83,10 +85,12 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         body = self.panel_help or "[b]k26-console[/b] — move the focus to a panel (tab) for help on it."
         keys = self.keys
+        # Content naming the theme's variables: a help screen is kept installed, and it is drawn in the
+        # theme in force whenever it is shown.
         with VerticalScroll(id="help-box"):
-            yield Static(textual_text(themed(Text.from_markup(body))), id="help-panel")
-            yield Static(textual_text(themed(Text.from_markup(keys))), id="help-keys")
-            yield Static(Text("Esc closes", palette().muted), id="help-close")
+            yield Static(themed_content(body), id="help-panel")
+            yield Static(themed_content(keys), id="help-keys")
+            yield Static(Content.styled("Esc closes", role_style("muted")), id="help-close")
 
     def on_mount(self) -> None:
         # Focused, so that the arrows and PgUp/PgDn reach what a short terminal cuts off.
@@ -115,7 +119,7 @@ class ConfirmScreen(ModalScreen[bool]):
             # and intent, a rollback's target and diff).
             yield Static(textual_text(Text(self.question, "bold")), id="confirm-question")
             if self.detail:
-                yield Static(textual_text(Text(self.detail, palette().muted)), id="confirm-detail")
+                yield Static(outside_content(self.detail, "muted"), id="confirm-detail")
             with Horizontal(id="confirm-buttons"):
                 yield Button("Yes (y)", id="yes", variant="warning")
                 yield Button("No (n)", id="no", variant="primary")
@@ -156,7 +160,7 @@ class ApplyConfirmScreen(ModalScreen[ApplyChoice | None]):
         *,
         ok: bool,
         diff: list[str],
-        prediction: Text,
+        prediction: Content,
         errors: list[str],
         warnings: list[str],
         name_gate: str | None = None,
@@ -175,18 +179,15 @@ class ApplyConfirmScreen(ModalScreen[ApplyChoice | None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="apply-box"):
             yield Static(textual_text(Text(self.question, "bold")), id="apply-question")
-            yield Static(textual_text(diff_text(self.diff)), id="apply-diff")
-            yield Static(textual_text(self.prediction), id="apply-prediction")
-            notes = Text()
-            for e in self.errors:
-                notes.append(f"✘ {e}\n", palette().style("bad", bold=True))
-            for w in self.warnings:
-                notes.append(f"⚠ {w}\n", palette().warn)
-            if self.note:
-                notes.append(f"{self.note}\n", palette().muted)
-            if notes.plain:
-                notes.rstrip()
-                yield Static(textual_text(notes), id="apply-notes")
+            yield Static(diff_text(self.diff), id="apply-diff")
+            yield Static(self.prediction, id="apply-prediction")
+            notes = [
+                *(outside_content(f"✘ {e}", "bad", bold=True) for e in self.errors),
+                *(outside_content(f"⚠ {w}", "warn") for w in self.warnings),
+                *([outside_content(self.note, "muted")] if self.note else []),
+            ]
+            if notes:
+                yield Static(Content("\n").join(notes), id="apply-notes")
             if self.name_gate is not None:
                 yield Static(
                     textual_text(
@@ -234,35 +235,38 @@ class ApplyConfirmScreen(ModalScreen[ApplyChoice | None]):
         self.dismiss(ApplyChoice(choice) if choice else None)
 
 
-def diff_text(lines: list[str]) -> Text:
+DIFF_ROLES = {"+": "ok", "-": "bad", "~": "warn"}
+
+
+def diff_text(lines: list[str]) -> Content:
     """Diff lines coloured as a diff reads: + green, - red, ~ yellow."""
-    out = Text()
     if not lines:
-        out.append("no change against the running ExecStart", palette().muted)
-        return out
-    for i, line in enumerate(lines):
-        style = {"+": palette().ok, "-": palette().bad, "~": palette().warn}.get(line[:1], "")
-        out.append(("\n" if i else "") + line, style)
-    return out
+        return outside_content("no change against the running ExecStart", "muted")
+    return Content("\n").join(outside_content(line, DIFF_ROLES.get(line[:1])) for line in lines)
 
 
-def prediction_text(preview: Any, target: int) -> Text:
+def prediction_text(preview: Any, target: int) -> Content:
     """The planner's verdict as the confirmation shows it."""
-    out = Text()
-    out.append("predicted: ", "bold")
+    head = Content.styled("predicted: ", "bold")
     pool = preview.predicted_pool_tokens
     if pool is None:
-        out.append("no prediction (the host's journal has not shown a pool to calibrate on)", palette().muted)
-        return out
-    out.append(f"pool {pool:,} tokens", palette().ok if pool >= target else palette().style("bad", bold=True))
-    out.append(f" {'≥' if pool >= target else '<'} target {target:,}")
+        return head + Content.styled(
+            "no prediction (the host's journal has not shown a pool to calibrate on)", role_style("muted")
+        )
+    parts = [
+        head,
+        Content.styled(
+            f"pool {pool:,} tokens", role_style("ok") if pool >= target else role_style("bad", bold=True)
+        ),
+        Content(f" {'≥' if pool >= target else '<'} target {target:,}"),
+    ]
     if preview.headroom_gib is not None:
-        out.append(f", headroom {preview.headroom_gib:.2f} GiB")
+        parts.append(Content(f", headroom {preview.headroom_gib:.2f} GiB"))
     if preview.fits is True:
-        out.append("  ✔ fits", palette().style("ok", bold=True))
+        parts.append(Content.styled("  ✔ fits", role_style("ok", bold=True)))
     elif preview.fits is False:
-        out.append("  ✘ does not fit", palette().style("bad", bold=True))
-    return out
+        parts.append(Content.styled("  ✘ does not fit", role_style("bad", bold=True)))
+    return Content("").join(parts)
 
 
 def focused_help(node: Widget | None) -> str:
@@ -283,6 +287,10 @@ class HelpScreens:
     def __init__(self, read_only: bool) -> None:
         self.read_only = read_only
         self._names: dict[tuple[str, str], str] = {}
+
+    def screens(self, app: App[Any]) -> list[Screen[Any]]:
+        """The help screens installed so far (kept while off the stack)."""
+        return [app.get_screen(name) for name in self._names.values()]
 
     def name_for(self, app: App[Any], text: str, keys: str) -> str:
         name = self._names.get((text, keys))

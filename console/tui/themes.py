@@ -7,16 +7,28 @@ Rich text in Python (bars, gauge, charts, feed rows, the header's badges) take t
 theme names a role with a `k26-<role>` variable; a theme that does not (one of Textual's own) gets the
 role from its standard colours, so any theme draws the whole console. This module is the one place in
 the widgets where colours are written (tests/test_tui_themes.py scans for others).
+
+A theme change must repaint every screen. Three ways, best first:
+- Textual content whose styles name the role's variable (`role_style`, `themed_content`: `$k26-bad`): the
+  variable is read when the content is drawn, and Textual redraws every widget when the theme changes.
+- A widget that builds its Rich text in `render()` with `palette()`: the same redraw rebuilds it.
+- A widget that builds its text once (a `Static` updated with Rich text, a cache of drawn rows) is a
+  `Restyles`: after a theme change the app calls `restyle()` on every one, on every screen it holds
+  (`restyle_screens`).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from rich.style import Style
-from rich.text import Span, Text
 from textual._context import active_app
 from textual.color import Color
+from textual.content import Content
+from textual.dom import DOMNode
 from textual.theme import Theme
 
 DARK, LIGHT, HIGH_CONTRAST = "dark", "light", "high-contrast"
@@ -295,24 +307,55 @@ def check_theme(name: str) -> str:
     return name
 
 
-THEME_TAG = "theme."
+_OWN_VARIABLES = {"text": "foreground", "accent": "accent"}
+"""The roles every theme has as a variable of its own (the others are `k26-<role>`)."""
 
 
-def themed(text: Text) -> Text:
-    """`text` (from markup) with `theme.<role>` styles (`[theme.bad]errors[/]`, `[bold theme.ok]`) in the
-    app's theme: help text names its colours by role, so that it reads in every theme."""
+def role_variable(role: str) -> str:
+    """The theme variable that holds `role` (`k26-bad`, `foreground`)."""
+    if role not in ROLES:
+        raise ValueError(f"{role!r} is no role of the palette")
+    return _OWN_VARIABLES.get(role, f"k26-{role}")
 
-    def resolve(style: str | Style) -> str | Style:
-        if not isinstance(style, str) or THEME_TAG not in style:
-            return style
-        words = style.split()
-        roles = [w.removeprefix(THEME_TAG) for w in words if w.startswith(THEME_TAG)]
-        rest = " ".join(w for w in words if not w.startswith(THEME_TAG))
-        out = Style.parse(rest) if rest else Style()
-        for role in roles:
-            out += palette().style(role) if role in ROLES else Style()
-        return out
 
-    text.spans = [Span(s.start, s.end, resolve(s.style)) for s in text.spans]
-    text.style = resolve(text.style)
-    return text
+def role_style(role: str, *, bold: bool = False) -> str:
+    """A Textual style naming the role's variable (`bold $k26-bad`), for `Content`: the colour is read
+    when the content is drawn, so it is the theme in force then. (In a theme without `k26-*` variables,
+    one of Textual's own, such text is drawn in the foreground colour.)"""
+    return f"{'bold ' if bold else ''}${role_variable(role)}"
+
+
+_MARKUP_TAG = re.compile(r"(?<!\\)\[([^\[\]]*)\]")
+_THEME_WORD = re.compile(r"(?<![\w.-])theme\.([a-z0-9-]+)")
+
+
+def themed_content(markup: str) -> Content:
+    """Help markup (`[b]`, `[bold theme.bad]errors[/]`) as Textual content whose roles are the theme's
+    variables (`$k26-bad`): help screens are kept, and a help drawn this way is in whatever theme is in
+    force when it is shown. The markup is ours (help texts), never text from outside."""
+
+    def tag(match: re.Match[str]) -> str:
+        inside = _THEME_WORD.sub(lambda r: f"${role_variable(r.group(1))}", match.group(1))
+        return f"[{inside}]"
+
+    return Content.from_markup(_MARKUP_TAG.sub(tag, markup))
+
+
+@runtime_checkable
+class Restyles(Protocol):
+    """A widget (or screen) that keeps text built in the theme's colours and builds it again when told.
+    `restyle()` repaints the node itself; the walk reaches every node, so it need not walk its children."""
+
+    def restyle(self) -> None: ...
+
+
+def restyle_screens(screens: Iterable[DOMNode]) -> int:
+    """`restyle()` on every `Restyles` node of `screens` (the screens themselves included), each once,
+    parents before children; how many were restyled."""
+    seen: set[int] = set()
+    for screen in screens:
+        for node in screen.walk_children(with_self=True):
+            if isinstance(node, Restyles) and id(node) not in seen:
+                seen.add(id(node))
+                node.restyle()
+    return len(seen)
