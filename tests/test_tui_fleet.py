@@ -11,7 +11,7 @@ from console.sources.profile_store import ProfileStore, shipped_profile_dir
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.fleet import FLEET_TAB, FleetPacer
 from console.tui.fleet_rows import Cell, seen_cell
-from tests.tui_support import NOW, corpus_events, gpu_sample, snapshot
+from tests.tui_support import NOW, corpus_events, gpu_sample, plain, snapshot
 
 SIZE = (160, 48)
 GIB = 1024.0
@@ -79,14 +79,17 @@ async def test_four_hosts_open_on_the_overview_with_a_row_each_and_drill_in() ->
         assert rows["gpu-b"]["alert"] == "queue > 16"
         assert rows["gpu-c"]["state"].startswith("unreachable: retrying")
         assert rows["gpu-d"]["state"] == "not connected" and rows["gpu-d"]["pool"] == "—"
-        # The dashboards behind their tabs were not drawn: they hold the newest snapshot for later.
-        assert app.dashboards["gpu-a"].snap is None
-        # Enter on the second row opens gpu-b's dashboard, with its snapshot shown at once.
+        # No host's dashboard is composed before it is shown: the rows come from the controllers.
+        assert app.dashboards == {}
+        # Enter on the second row opens gpu-b's dashboard, composed now, with its snapshot shown at once.
         fleet.table.focus()
         await pilot.press("down", "enter")
         await pilot.pause()
-        assert app.active_dashboard is app.dashboards["gpu-b"]
-        assert app.dashboards["gpu-b"].snap is not None
+        assert list(app.dashboards) == ["gpu-b"]
+        dash = app.dashboards["gpu-b"]
+        assert app.active_dashboard is dash and dash.composed
+        assert dash.snap is app.latest_snapshot("gpu-b") and dash.snap is not None
+        assert "capturing CUDA graphs" in plain(dash.header.render())
         assert app.fleet_pacer is not None and app.fleet_pacer.on_screen == "gpu-b"
         assert app.looking_at("gpu-b") == "dashboard"
         # `o` comes back to the overview.

@@ -37,11 +37,20 @@ from console.sources.shipped import stylesheets as css_paths
 from console.tui.alert_router import AlertRouter
 from console.tui.commands import ConsoleCommands
 from console.tui.dashboard import MUTATING_ACTIONS, HostDashboard, dom_id
-from console.tui.fleet import FLEET_MIN_HOSTS, FLEET_TAB, OPENS_ON_FLEET, FleetPacer, FleetRows, FleetView
+from console.tui.fleet import (
+    FLEET_MIN_HOSTS,
+    FLEET_TAB,
+    OPENS_ON_FLEET,
+    FleetPacer,
+    FleetRows,
+    FleetView,
+    RowInputs,
+)
 from console.tui.footer import KeyFooter
 from console.tui.gcpace import GcPacer
 from console.tui.host_controller import HostController
 from console.tui.host_entry import HostEntry
+from console.tui.host_ui import HostUi
 from console.tui.messages import (
     AlertChanged,
     ApplyRequested,
@@ -115,27 +124,22 @@ class ConsoleApp(App[int]):
         self.connect = connect
         self.store = store if store is not None else ProfileStore()
         self.profile = profile
-        self.dashboards: dict[str, HostDashboard] = {}
         self.hosts: dict[str, HostController] = {}
         """Each host's controller: its session, lock, apply, rollback and restart."""
         for entry in entries:
-            dash = HostDashboard(
-                entry,
-                read_only=read_only,
-                target=target,
-                target_source=target_source,
-                clock=clock,
-                me=self.me,
-            )
-            self.dashboards[entry.name] = dash
             self.hosts[entry.name] = HostController(
-                entry, dash, self, me=self.me, store=self.store, read_only=read_only
+                entry, self, me=self.me, store=self.store, read_only=read_only
             )
+        self.dashboards: dict[str, HostDashboard] = {}
+        """Each host's dashboard once composed: the host the console opens on from the start, another when
+        it is first shown (a host followed on the overview costs its session, not a dashboard's widgets)."""
+        if entries and len(entries) < OPENS_ON_FLEET:
+            self.dashboards[entries[0].name] = self.new_dashboard(entries[0])
         self.alerts = alerts
         self.alert_router = (
             AlertRouter(
                 alerts,
-                self.dashboards,
+                say=lambda host, events: self.hosts[host].add_lines(events),
                 bell=lambda: self.bell(),
                 run=lambda flow: self.run_worker(flow, group="alerts"),
                 running=lambda: self.is_running,
@@ -151,13 +155,27 @@ class ConsoleApp(App[int]):
         self.fleet: FleetView | None = None
         """The overview (console/tui/fleet.py), with two hosts or more."""
         self.fleet_pacer: FleetPacer | None = None
-        self._held: dict[str, HostSnapshot] = {}
-        """The newest snapshot of each host whose dashboard is not on screen, shown when it comes back."""
+        self._held: set[str] = set()
+        """The hosts whose newest snapshot is not on their dashboard (behind another tab): shown when it
+        comes back."""
         if len(entries) >= FLEET_MIN_HOSTS:
             self.fleet_pacer = FleetPacer(entries)
             self.fleet_pacer.show(None if len(entries) >= OPENS_ON_FLEET else entries[0].name)
-            rows = FleetRows(self, self.fleet_pacer)
+            rows = FleetRows(
+                [e.name for e in entries], self.row_inputs, self.fleet_pacer, target=target, clock=clock
+            )
             self.fleet = FleetView([e.name for e in entries], rows.rows, plan=self.fleet_pacer.background)
+
+    def new_dashboard(self, entry: HostEntry) -> HostDashboard:
+        """A host's dashboard, made when it is first composed."""
+        return HostDashboard(
+            entry,
+            read_only=self.read_only,
+            target=self.target,
+            target_source=self.target_source,
+            clock=self.clock,
+            me=self.me,
+        )
 
     def compose(self) -> ComposeResult:
         if len(self.entries) == 1:
@@ -173,7 +191,9 @@ class ConsoleApp(App[int]):
                 for entry in self.entries:
                     # Content, not a string: a string title is read as markup, and a host may be gpu[1].
                     with TabPane(Content(terminal_safe(entry.name)), id=f"tab-{dom_id(entry.name)}"):
-                        yield self.dashboards[entry.name]
+                        dash = self.dashboards.get(entry.name)
+                        if dash is not None:  # the others are composed when first shown
+                            yield dash
         yield self.recording.badge
         # Compact: an 80-column pane still shows restart, roll back, quit and help.
         yield KeyFooter(compact=True)
@@ -218,29 +238,58 @@ class ConsoleApp(App[int]):
     # ---- hosts ---------------------------------------------------------------------------------------
 
     @property
-    def active_dashboard(self) -> HostDashboard | None:
-        if not self.dashboards:
+    def active_host(self) -> str | None:
+        """The host whose tab is on screen; None on the overview."""
+        if not self.entries:
             return None
         if len(self.entries) == 1:
-            return self.dashboards[self.entries[0].name]
+            return self.entries[0].name
         with contextlib.suppress(Exception):
             active = self.query_one(TabbedContent).active
             if active == FLEET_TAB:
                 return None
             for entry in self.entries:
                 if f"tab-{dom_id(entry.name)}" == active:
-                    return self.dashboards[entry.name]
-        return self.dashboards[self.entries[0].name]
+                    return entry.name
+        return self.entries[0].name if len(self.entries) < OPENS_ON_FLEET else None
+
+    @property
+    def active_dashboard(self) -> HostDashboard | None:
+        host = self.active_host
+        return self.dashboards.get(host) if host is not None else None
+
+    def on_screen(self, host: str) -> bool:
+        """`host`'s dashboard is the one shown (a single host's always is)."""
+        return self.fleet is None or self.active_host == host
+
+    def dashboard_of(self, host: str) -> HostDashboard:
+        """`host`'s dashboard, composed now if it was not yet: it starts from what its controller has
+        published and the newest snapshot."""
+        dash = self.dashboards.get(host)
+        if dash is not None:
+            return dash
+        ctl = self.hosts[host]
+        dash = self.new_dashboard(ctl.entry)
+        self.dashboards[host] = dash
+        dash.present(ctl.published, ctl.latest)
+        self._held.discard(host)
+        if self.is_running and len(self.entries) > 1:
+            self.query_one(f"#tab-{dom_id(host)}", TabPane).mount(dash)
+        return dash
 
     def switch_host(self, name: str) -> None:
+        dash = self.dashboard_of(name)
         if len(self.entries) > 1:
             self.query_one(TabbedContent).active = f"tab-{dom_id(name)}"
-        dash = self.dashboards.get(name)
-        held = self._held.pop(name, None)
-        if dash is not None and held is not None:
-            dash.show(held)  # now: a controller reads the dashboard's snapshot right after this
-        if dash is not None:
-            self.call_after_refresh(dash.feed.log_widget.focus)
+        self._show_held(name)  # now: a controller reads the dashboard's snapshot right after this
+        self.call_after_refresh(dash.feed.log_widget.focus)
+
+    def _show_held(self, name: str) -> None:
+        """The newest snapshot of a host back on screen, which its dashboard did not take behind a tab."""
+        dash, latest = self.dashboards.get(name), self.hosts[name].latest
+        if name in self._held and dash is not None and latest is not None:
+            self._held.discard(name)
+            dash.show(latest)
 
     def post_snapshot(self, snap: HostSnapshot) -> None:
         """Hand a snapshot to the dashboard of its host. Only the newest waits; one message is in flight."""
@@ -256,11 +305,11 @@ class ConsoleApp(App[int]):
         """Journal lines just folded, straight to the feed of a host on screen: a line is drawn in the
         next frame, not after the next snapshot (the session publishes at most ten a second, which
         added up to 100 ms to every line). The panels still wait for the snapshot, coalesced."""
-        host = self.hosts.get(name)
-        if host is None or not self.is_running or self._exit:
+        dash = self.dashboards.get(name)
+        if dash is None or not self.is_running or self._exit:
             return
-        if self.fleet is None or self.active_dashboard is host.dashboard:
-            host.dashboard.feed.take(fold.state, fold.recent, fold.events_total)
+        if dash.composed and self.on_screen(name):
+            dash.feed.take(fold.state, fold.recent, fold.events_total)
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         host = self.hosts.get(message.host)
@@ -270,14 +319,39 @@ class ConsoleApp(App[int]):
         snap, host.pending = host.pending, None
         # A snapshot that arrives while the app shuts down finds its widgets already gone.
         if snap is not None and self.is_running and not self._exit:
-            if self.fleet is None or self.active_dashboard is host.dashboard:
-                host.dashboard.show(snap)
-            else:
-                # Behind another tab the dashboard would be laid out for nobody: it gets the newest
-                # snapshot when it comes on screen (the feed takes the events in between from it).
-                self._held[host.name] = snap
+            self.take_snapshot(snap)
             if self.alerts is not None:
                 host.check_alerts(snap, self.alerts.rules, snap.serving)
+
+    def take_snapshot(self, snap: HostSnapshot) -> None:
+        """The newest snapshot of its host: on its dashboard if on screen; behind another tab (or not yet
+        composed) the dashboard would be laid out for nobody, and gets it when it comes on screen (the
+        feed takes the events in between from it)."""
+        host = self.hosts.get(snap.host)
+        if host is None:
+            return
+        host.latest = snap
+        dash = self.dashboards.get(snap.host)
+        if dash is None or not self.is_running or self._exit:
+            return
+        if self.on_screen(snap.host):
+            self._held.discard(snap.host)
+            dash.show(snap)
+        else:
+            self._held.add(snap.host)
+
+    def publish(self, host: str, state: HostUi) -> None:
+        """A controller's new state: to its host's dashboard, if composed (the overview's rows read it
+        from the controller at their next refresh)."""
+        dash = self.dashboards.get(host)
+        if dash is not None and self.is_running and not self._exit:
+            dash.present(state, self.hosts[host].latest)
+
+    def row_inputs(self, host: str) -> RowInputs:
+        """What the overview's row of `host` is made of."""
+        ctl = self.hosts[host]
+        state = ctl.published
+        return RowInputs(self.latest_snapshot(host), state.view, state.note, tuple(ctl.alerts.values()))
 
     def on_alert_changed(self, message: AlertChanged) -> None:
         """A firing or a clearing: the header's badge, a feed line, the bell once per firing, the hook."""
@@ -316,28 +390,31 @@ class ConsoleApp(App[int]):
         self.switch_host(host)
 
     def looking_at(self, host: str) -> str:
-        overview = self.fleet is not None and self.active_dashboard is None
+        overview = self.fleet is not None and self.active_host is None
         screen = self.screen if self.is_running else None
         return activity(screen, host, self.hosts.get(host), overview=overview, read_only=self.read_only)
 
     # ---- the fleet overview -------------------------------------------------------------------------
 
     def latest_snapshot(self, host: str) -> HostSnapshot | None:
-        held = self._held.get(host)
-        return held if held is not None else self.dashboards[host].snap
+        """The newest snapshot of `host`: its dashboard's, or the one it holds for it behind a tab (a
+        replay shows its seeks on the dashboards directly)."""
+        dash = self.dashboards.get(host)
+        if host in self._held or dash is None or dash.snap is None:
+            return self.hosts[host].latest
+        return dash.snap
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if self.fleet is None or event.tabbed_content.id != "hosts":
             return
-        dash = self.active_dashboard
-        if dash is not None:
-            held = self._held.pop(dash.entry.name, None)
-            if held is not None:
-                dash.show(held)
+        host = self.active_host
+        if host is not None:
+            self.dashboard_of(host)  # a tab clicked for the first time
+            self._show_held(host)
         else:
             self.fleet.refresh_rows()
         if self.fleet_pacer is not None:
-            self.fleet_pacer.show(dash.entry.name if dash is not None else None, self.hosts)
+            self.fleet_pacer.show(host, self.hosts)
 
     def action_fleet(self) -> None:
         if self.fleet is None:
@@ -381,10 +458,9 @@ class ConsoleApp(App[int]):
         self.open_probe(message.host)
 
     def open_profiles(self, host: str | None = None, select: str | None = None) -> None:
-        dash = self.dashboards.get(host) if host else self.active_dashboard
-        if dash is None or isinstance(self.screen, ProfilesScreen):
+        ctl = self.hosts.get(host or self.active_host or "")
+        if ctl is None or isinstance(self.screen, ProfilesScreen):
             return
-        ctl = self.hosts[dash.entry.name]
         screen = ProfilesScreen(
             host=ctl.name,
             store=self.store,
@@ -465,7 +541,7 @@ class ConsoleApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "fleet":
-            return self.fleet is not None and self.active_dashboard is not None
+            return self.fleet is not None and self.active_host is not None
         if action == "refused":
             # Only while another console holds the lock (read-only keys stay silent and hidden).
             dash = self.active_dashboard
@@ -473,6 +549,6 @@ class ConsoleApp(App[int]):
                 not self.read_only
                 and dash is not None
                 and len(self.screen_stack) == 1
-                and held_by_other(dash.pairing.view, self.me)
+                and held_by_other(self.hosts[dash.entry.name].published.view, self.me)
             )
         return not (action in MUTATING_ACTIONS and self.read_only)

@@ -1,26 +1,31 @@
 """One host's dashboard: header, pairing bar, GPUs, generation chart, KV capacity, serving figures,
-restart timeline and the event feed. It shows snapshots and the controller's tracks; what the operator asks of the host
-leaves it as messages (console/tui/messages.py)."""
+restart timeline and the event feed. It shows snapshots, the state its host's controller publishes
+(`HostUi`, console/tui/host_ui.py: `present`) and the controller's tracks; what the operator asks of the
+host leaves it as messages (console/tui/messages.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.text import Text
 from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 
+from console.core.audit import AuditEntry
 from console.core.pairing import Identity
 from console.core.snapshot import HostSnapshot
 from console.sources.hoststate import local_identity
 from console.tui.feed import EventFeed
 from console.tui.header import HeaderBar
 from console.tui.host_entry import HostEntry
+from console.tui.host_ui import HostUi
 from console.tui.messages import ProbeRequested, ProfilesRequested, RestartRequested, RollbackRequested
-from console.tui.pairing import PairingBar, held_by_other
+from console.tui.pairing import TIMELINE_ACTIONS, PairingBar, held_by_other, lock_note
 from console.tui.panels import GpuPanel, KvPanel, TimelinePanel, VerdictBanner
 from console.tui.serving_panel import ServingPanel
+from console.tui.themes import palette
 from console.tui.throughput import ThroughputChart
 from console.tui.track import ApplyTrack
 from console.tui.view import display_boot
@@ -83,10 +88,19 @@ class HostDashboard(Vertical):
         self.serving = ServingPanel(clock=clock, id="serving", classes="panel")
         self.throughput = ThroughputChart(window_s=300.0, clock=clock, id="throughput")
         self.throughput.add_class("panel")
-        self.pairing = PairingBar(me or local_identity(), id="pairing")
+        self.me = me or local_identity()
+        self.pairing = PairingBar(self.me, id="pairing")
         self.feed = EventFeed(id="feed")
         self.verdict = VerdictBanner(id="verdict")
         self.snap: HostSnapshot | None = None
+        self.ui = HostUi()
+        """The controller's state as last presented."""
+        self._ui_drawn = HostUi()
+        self._ui_snap: HostSnapshot | None = None
+        self._lines_taken = 0
+        """The serial of the newest batch of outside lines the feed has."""
+        self.composed = False
+        """Its widgets are mounted: what it is given before is drawn then."""
         self.bindings_lock_state: tuple[bool, bool] | None = None
         self.track: ApplyTrack | None = None
         self._gpu_rows_fitted = 0
@@ -109,6 +123,7 @@ class HostDashboard(Vertical):
         yield self.feed
 
     def on_mount(self) -> None:
+        self.composed = True
         self.verdict.display = False
         # Shown once the host's state directory has been read (a console without a session has none).
         self.pairing.display = False
@@ -123,6 +138,11 @@ class HostDashboard(Vertical):
         # The side column grows and shrinks with its panels (the serving figures come, a restart's
         # phases): the chart beside it follows, so that the two columns end level.
         self.watch(self.query_one("#side"), "virtual_size", self._side_resized, init=False)
+        # Composed after its host had been followed a while (the overview's hosts are composed when
+        # first shown): what was presented before, then the newest snapshot.
+        self._draw_ui()
+        if self.snap is not None:
+            self.show(self.snap)
 
     def _side_resized(self) -> None:
         self.fit()
@@ -171,6 +191,70 @@ class HostDashboard(Vertical):
             self.throughput.styles.height = min(room, max(self.CHART_ROWS, side - bars))
         self.show_figure()
 
+    # ---- the controller's state ------------------------------------------------------------------
+
+    def present(self, ui: HostUi, snap: HostSnapshot | None = None) -> None:
+        """The host controller's newest state. `snap` is the host's newest snapshot: the feed takes its
+        events up to where each new outside line arrived, so that the lines keep the order they were
+        read in, even behind another tab or before the dashboard is composed."""
+        self.ui = ui
+        self._ui_snap = snap
+        if self.composed:
+            self._draw_ui()
+        elif self.snap is None:
+            self.snap = snap  # what it starts from (a change flow reads it at once)
+
+    def _draw_ui(self) -> None:
+        before, ui, snap = self._ui_drawn, self.ui, self._ui_snap
+        self._ui_drawn, self._ui_snap = ui, None
+        if ui.note != before.note:
+            self.header.note = ui.note
+        if ui.facts is not None and ui.facts is not before.facts:
+            self.header.show_facts(ui.facts)
+        if ui.alert != before.alert:
+            worst, firing = ui.alert if ui.alert is not None else (None, 0)
+            self.header.show_alert(worst, firing)
+        if ui.applied is not None and ui.applied != before.applied:
+            self.learn_applied_target(*ui.applied)
+        for batch in ui.lines_after(self._lines_taken):
+            if snap is not None:
+                self.feed.take_until(snap, batch.after)
+            self.feed.add_external(list(batch.events))
+            self._changed_elsewhere(batch.entries)
+            self._lines_taken = batch.serial
+        if (ui.view, ui.view_at, ui.link_error) != (before.view, before.view_at, before.link_error):
+            self.pairing.link_error = ui.link_error
+            if ui.pairing_known:
+                self.show_pairing()
+            self.pairing.set_view(ui.view, ui.view_at)
+            view = ui.view
+            if view is not None:
+                # The footer recomposes on every bindings refresh: only when what it greys out can change.
+                locked = (held_by_other(view, self.me), view.lock_stale)
+                if locked != self.bindings_lock_state:
+                    self.bindings_lock_state = locked
+                    self.refresh_bindings()
+        if (ui.view, ui.view_at, ui.last_change) != (before.view, before.view_at, before.last_change):
+            self.timeline.set_note(self.timeline_note(ui))
+
+    def timeline_note(self, ui: HostUi) -> Text | str | None:
+        """Under the timeline: who is changing the host now, else how its last change ended."""
+        note = lock_note(ui.view, self.me, ui.view_at)
+        if note is not None:
+            stale = ui.view is not None and ui.view.lock_stale
+            style = palette().style("bad" if stale else "warn", bold=True)
+            return Text(note, style)
+        return ui.last_change.line() if ui.last_change is not None else None
+
+    def _changed_elsewhere(self, entries: tuple[AuditEntry, ...]) -> None:
+        for entry in entries:
+            if (entry.action in TIMELINE_ACTIONS or entry.action == "confirm") and (
+                entry.console_id != self.me.console_id
+            ):
+                # Made elsewhere: this console's own last verdict no longer describes the host.
+                ok = None if entry.outcome == "started" else entry.outcome == "ok"
+                self.supersede(ok, entry.line())
+
     def learn_applied_target(self, profile: str, target: int | None) -> None:
         """No target given: the gauge takes that of the profile the host's audit trail says it was last
         applied with, as `snapshot` and `export` do (the console said "none" where `export` said 200,000).
@@ -196,6 +280,8 @@ class HostDashboard(Vertical):
 
     def show(self, snap: HostSnapshot) -> None:
         self.snap = snap
+        if not self.composed:
+            return  # drawn once mounted
         self.header.show(snap)
         self.gpus.show(snap)
         self.kv.show(snap)
@@ -219,7 +305,7 @@ class HostDashboard(Vertical):
             return False
         # Another console holds the lock: shown disabled; the key falls through to the app, which
         # says who holds it and for what.
-        return None if held_by_other(self.pairing.view, self.pairing.me) else True
+        return None if held_by_other(self.ui.view, self.me) else True
 
     def action_probe(self) -> None:
         self.post_message(ProbeRequested(self.entry.name))

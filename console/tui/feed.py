@@ -3,6 +3,7 @@ acknowledged and earlier boots folded into one line each."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import re
 from collections import deque
@@ -10,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from rich.cells import cell_len
+from rich.console import Console
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
@@ -47,6 +49,10 @@ Pieces = list[tuple[str, Style | str]]
 HISTORY = 5000
 """Events kept per host (all boots together); older ones fall off."""
 PINS_SHOWN = 3
+
+SEGMENTS = Console(file=io.StringIO(), color_system="truecolor", width=10_000)
+"""What a row's Rich text is cut into segments with: `Text.render` asks a console for nothing but the
+styles named by a string, and a row's styles are `Style` objects, so the widget needs no app's console."""
 
 
 @dataclass(frozen=True)
@@ -228,7 +234,7 @@ every console on the host adds two every few seconds and they would bury real tr
         for text, style in self._pieces(event):
             line.append(terminal_safe(text), style)
         cut_between_words(line, width)
-        return Strip(list(line.render(self.app.console)), width)
+        return Strip(list(line.render(SEGMENTS)), width)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -405,6 +411,15 @@ class EventFeed(Vertical):
             self.log_widget.append_rows(r.event for r in fresh if self._visible(r))
         self._update_pins()
         self._update_folded()
+
+    def take_until(self, snap: HostSnapshot, events_total: int) -> None:
+        """The events of `snap` up to the `events_total`-th the host made (nothing when the feed has
+        them already): lines from outside the journal go after them, in the order they were read."""
+        upto = min(events_total, snap.events_total)
+        if upto <= self._seen_total:
+            return
+        base = snap.events_total - len(snap.recent)
+        self.take(snap.state, snap.recent[: max(0, upto - base)], upto)
 
     def restyle(self) -> None:
         """The rows, the pins and the folded line in the app's new theme."""

@@ -13,17 +13,20 @@ entry sets itself (the tests, the demo's single host) is left alone.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
-from textual.color import Color, ColorParseError
 from textual.containers import Vertical
 from textual.widgets import DataTable
 
+from console.core.alerts import Alert
 from console.core.fleet import PollPlan, poll_plan
+from console.core.pairing import PairingView
+from console.core.snapshot import HostSnapshot
 from console.tui.fleet_rows import COLUMNS, FRESH_S, Cell, FleetRow, host_row, seen_cell, with_seen
 from console.tui.host_entry import HostEntry
 from console.tui.messages import HostChosen
@@ -38,13 +41,10 @@ every host at 80 columns, and which host needs looking at is the first question.
 
 FLEET_TAB = "tab-fleet"
 
-LEVEL_VARIABLES = {
-    "ok": "success",
-    "warn": "warning",
-    "critical": "error",
-}
-"""Each level's theme variable: the overview's colours follow the console's theme. A muted cell (no
-figure yet) is dim text of the theme's own foreground."""
+LEVELS = ("ok", "warn", "critical", "muted")
+"""How a cell is coloured, each a component class of the overview (`fleet--ok`...): its colour is the
+theme's (`$success`, `$warning`, `$error`); a muted cell (no figure yet) is dim text of the theme's own
+foreground."""
 
 
 class FleetTable(DataTable[Text]):
@@ -73,6 +73,14 @@ class FleetTable(DataTable[Text]):
 class FleetView(Vertical):
     """The overview tab's content: the table, titled with the pace in force."""
 
+    COMPONENT_CLASSES: ClassVar[set[str]] = {f"fleet--{level}" for level in LEVELS}
+    DEFAULT_CSS = """
+    FleetView > .fleet--ok { color: $success; text-style: not bold; }
+    FleetView > .fleet--warn { color: $warning; text-style: not bold; }
+    FleetView > .fleet--critical { color: $error; text-style: bold; }
+    FleetView > .fleet--muted { text-style: dim; }
+    """
+
     def __init__(
         self, hosts: list[str], rows: Callable[[], list[FleetRow]], *, plan: PollPlan, **kw: Any
     ) -> None:
@@ -84,7 +92,6 @@ class FleetView(Vertical):
         self.plan = plan
         self._shown: dict[str, FleetRow] = {}
         self._styles: dict[str, Style] = {}
-        self._theme: str | None = None
 
     def compose(self) -> ComposeResult:
         yield self.table
@@ -133,19 +140,10 @@ class FleetView(Vertical):
         self.refresh_rows()
 
     def _restyle(self) -> None:
-        theme = getattr(self.app, "theme", None)
-        if theme == self._theme and self._styles:
+        # The component classes' styles follow the theme (Textual applies its CSS again on a change).
+        styles = {level: self.get_component_rich_style(f"fleet--{level}", partial=True) for level in LEVELS}
+        if styles == self._styles:
             return
-        self._theme = theme
-        variables = self.app.theme_variables
-        styles: dict[str, Style] = {}
-        for level, name in LEVEL_VARIABLES.items():
-            try:
-                colour = Color.parse(variables[name])
-            except (KeyError, ColorParseError):
-                continue
-            styles[level] = Style(color=colour.rich_color, bold=level == "critical")
-        styles["muted"] = Style(dim=True)
         self._styles = styles
         self._shown.clear()  # every cell is drawn again in the theme's colours
 
@@ -168,40 +166,63 @@ class FleetView(Vertical):
         self.table.focus()
 
 
-class FleetRows:
-    """The overview's rows off the app's controllers. A row is computed again only when its host's
-    snapshot, alerts, presence view or note changed (all immutable, replaced when they change: compared
-    by identity); otherwise only its `last heard` cell moves with the clock."""
+@dataclass(frozen=True)
+class RowInputs:
+    """What a host's overview row is made of: its newest snapshot and, from its controller's published
+    state, its pairing view, note and firing alerts."""
 
-    def __init__(self, app: Any, pacer: FleetPacer) -> None:
-        self.app = app
-        """The `ConsoleApp`: its controllers (`hosts`), `latest_snapshot`, `target` and `clock`."""
+    snap: HostSnapshot | None
+    view: PairingView | None
+    note: str | None
+    alerts: tuple[Alert, ...]
+
+    def same(self, other: RowInputs) -> bool:
+        # Snapshots and views are immutable and replaced when they change: compared by identity.
+        return (
+            self.snap is other.snap
+            and self.view is other.view
+            and self.note == other.note
+            and self.alerts == other.alerts
+        )
+
+
+class FleetRows:
+    """The overview's rows, each from its host's `RowInputs` (`inputs`, which the app reads off the host's
+    controller). A row is computed again only when they changed; otherwise only its `last heard` cell
+    moves with the clock."""
+
+    def __init__(
+        self,
+        hosts: list[str],
+        inputs: Callable[[str], RowInputs],
+        pacer: FleetPacer,
+        *,
+        target: int | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.hosts = list(hosts)
+        self.inputs = inputs
         self.pacer = pacer
-        self._cache: dict[str, tuple[tuple[object, ...], FleetRow]] = {}
+        self.target = target
+        self.clock = clock
+        self._cache: dict[str, tuple[RowInputs, FleetRow]] = {}
 
     def rows(self) -> list[FleetRow]:
-        app = self.app
-        now = app.clock()
+        now = self.clock()
         # A host sampled every 4 s is never fresher than that: fresh is twice the GPU interval in force.
         fresh = max(FRESH_S, 2 * self.pacer.background.gpu_s)
         rows = []
-        for name, ctl in app.hosts.items():
-            snap = app.latest_snapshot(name)
-            view = ctl.link.view if ctl.link is not None else None
-            alerts = tuple(ctl.alerts.values())
-            note = ctl.dashboard.header.note
-            key = (snap, view, *alerts, note)
+        for name in self.hosts:
+            got = self.inputs(name)
             cached = self._cache.get(name)
-            if (
-                cached is not None
-                and len(cached[0]) == len(key)
-                and all(a is b for a, b in zip(cached[0], key, strict=True))
-            ):
+            if cached is not None and cached[0].same(got):
                 row = cached[1]
             else:
-                row = host_row(name, snap, target=app.target, alerts=alerts, view=view, note=note)
-                self._cache[name] = (key, row)
-            rows.append(with_seen(row, seen_cell(snap, now, fresh)))
+                row = host_row(
+                    name, got.snap, target=self.target, alerts=got.alerts, view=got.view, note=got.note
+                )
+                self._cache[name] = (got, row)
+            rows.append(with_seen(row, seen_cell(got.snap, now, fresh)))
         return rows
 
 

@@ -67,7 +67,6 @@ class HostChanges:
 
     entry: HostEntry
     name: str
-    dashboard: HostDashboard
     ui: ConsoleUi
     me: Identity
     store: ProfileStore
@@ -78,6 +77,11 @@ class HostChanges:
     pool_before: int | None
     applied: str | None
     service_controller: Callable[..., ServiceController | None]
+
+    @property
+    def dashboard(self) -> HostDashboard:
+        """The host's dashboard, where the change in flight plays (`HostController` has it composed)."""
+        raise NotImplementedError
 
     def refuse_locked(self, what: str) -> bool:
         """Refuse at once, naming the holder and its intent, while another console holds the lock."""

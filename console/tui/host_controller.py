@@ -3,19 +3,24 @@ operator makes to it.
 
 The app keeps one per host and hands it the operator's requests. The controller asks first, takes the
 host's lock, runs apply / rollback / restart inside it, keeps the audit trail and plays the progress on
-its dashboard; it reaches the app only through `ConsoleUi`.
+its dashboard; it reaches the app only through `ControllerUi`. What the widgets show of the host beyond
+its snapshots (the note, the link's error, the pairing view, the trail's last change and applied target,
+the alerts, the feed's outside lines) it publishes as one immutable `HostUi` (console/tui/host_ui.py):
+it never writes into a widget.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
 
-from rich.text import Text
+from textual.message import Message
 
 from console.core.alerts import Alert, Rule, alert_inputs, evaluate
 from console.core.audit import AuditEntry
+from console.core.events import Event
 from console.core.flags import FlagList
 from console.core.hostfacts import HostFacts
 from console.core.hostfold import HostFold
@@ -25,28 +30,44 @@ from console.core.recording import RecordSink
 from console.core.serving import ServingFigures
 from console.core.snapshot import FollowState, HostSnapshot
 from console.sources.profile_store import ProfileStore, applied_target
-from console.tui.dashboard import HostDashboard
+from console.tui.alert_router import alert_line
 from console.tui.host_changes import ConsoleUi, HostChanges
 from console.tui.host_entry import HostEntry
+from console.tui.host_ui import HostUi
 from console.tui.messages import AlertChanged
-from console.tui.pairing import TIMELINE_ACTIONS, PairingLink, held_by_other, lock_note
+from console.tui.pairing import TIMELINE_ACTIONS, PairingLink
 from console.tui.profiles import HostView
-from console.tui.themes import palette
 from console.tui.view import display_boot
 
 if TYPE_CHECKING:
     from console.sources.service import ServiceController
+    from console.tui.dashboard import HostDashboard
 
 CONSOLE_HEARTBEAT_S = 5.0
 CONSOLE_POLL_S = 4.0
+
+
+class ControllerUi(ConsoleUi, Protocol):
+    """What a controller needs of the app besides `ConsoleUi`: where its state goes."""
+
+    def publish(self, host: str, state: HostUi) -> None:
+        """`host`'s new state, for its dashboard (if composed) and the overview's row."""
+
+    def take_snapshot(self, snap: HostSnapshot) -> None:
+        """Show `snap` now, as a snapshot the session published (the audit lines go after its events)."""
+
+    def post_message(self, message: Message) -> bool: ...
+
+    def dashboard_of(self, host: str) -> HostDashboard:
+        """`host`'s dashboard, composed if it was not yet (the change flows play on its timeline)."""
+        ...
 
 
 class HostController(HostChanges):
     def __init__(
         self,
         entry: HostEntry,
-        dashboard: HostDashboard,
-        ui: ConsoleUi,
+        ui: ControllerUi,
         *,
         me: Identity,
         store: ProfileStore,
@@ -54,8 +75,11 @@ class HostController(HostChanges):
     ) -> None:
         self.entry = entry
         self.name = entry.name
-        self.dashboard = dashboard
-        self.ui = ui
+        self.ui: ControllerUi = ui
+        self.published = HostUi()
+        """What the widgets show of the host beyond its snapshots, as last published."""
+        self.latest: HostSnapshot | None = None
+        """The newest snapshot the app took (shown, or held while the host is not on screen)."""
         self.facts: HostFacts | None = None
         """What the console learned of the host (`k26-console host`), once it has."""
         self.host_flags: FlagList | None = None
@@ -70,8 +94,6 @@ class HostController(HostChanges):
         self.service: ServiceController | None = None
         self.link: PairingLink | None = None
         """The host's presence, lock and audit trail, once its state directory is being read."""
-        self.last_audit: AuditEntry | None = None
-        """The newest apply / restart / rollback on the host's trail: its line goes under the timeline."""
         self.running_argv: list[str] | None = None
         """The running ExecStart argv, for the editor's diff; dropped after every restart."""
         self.busy: str | None = None
@@ -88,6 +110,26 @@ class HostController(HostChanges):
         """The host's firing alerts, by rule."""
         self.recorder: RecordSink | None = None
         """Where this host's inputs are being recorded (`console/tui/recording.py`), or None."""
+
+    @property
+    def dashboard(self) -> HostDashboard:
+        """The host's dashboard, for the change flows (console/tui/host_changes.py), which run with it on
+        screen; everything else the controller shows goes out as its published `HostUi`."""
+        return self.ui.dashboard_of(self.name)
+
+    # ---- what the widgets show -----------------------------------------------------------------------
+
+    def _publish(self, state: HostUi) -> None:
+        self.published = state
+        self.ui.publish(self.name, state)
+
+    def _events_now(self) -> int:
+        """Journal events folded so far (outside lines are placed after them)."""
+        return self.latest.events_total if self.latest is not None else 0
+
+    def add_lines(self, events: Sequence[Event], entries: Sequence[AuditEntry] = ()) -> None:
+        """Lines for the feed from outside the journal: after the events folded so far."""
+        self._publish(self.published.with_lines(self._events_now(), events, entries))
 
     # ---- recording -----------------------------------------------------------------------------------
 
@@ -109,8 +151,8 @@ class HostController(HostChanges):
     def check_alerts(
         self, snap: HostSnapshot, rules: tuple[Rule, ...], serving: ServingFigures | None = None
     ) -> None:
-        """Evaluate the rules on a snapshot; each alert that fires or clears goes to the app as an
-        `AlertChanged` (posted on the dashboard, so it bubbles up). The service's state is the boot's
+        """Evaluate the rules on a snapshot; what fires or clears goes into the published state (the
+        header's badge, a feed line) and to the app as an `AlertChanged` (the bell, the hook). The service's state is the boot's
         (the live view runs no `systemctl show`); `serving` is the session's window of `/metrics`
         scrapes (the snapshot's), and without it the gauges come from the newest `/metrics` reading and
         the window's latencies are absent, so their rules do not fire."""
@@ -125,9 +167,20 @@ class HostController(HostChanges):
         )
         result = evaluate(rules, inputs, self.alerts, host=self.name, ts=snap.ts)
         self.alerts = result.firing
+        if not result.transitions:
+            return
+        # The badge and the feed's lines are the host's state; the bell and the hook are the app's.
+        state = replace(self.published, alerts=tuple(result.firing.values()))
+        lines = [alert_line(alert) for alert in result.transitions]
+        self._publish(state.with_lines(snap.events_total, lines))
         worst = result.worst()
         for alert in result.transitions:
-            self.dashboard.post_message(AlertChanged(self.name, alert, worst, len(result.firing)))
+            self.ui.post_message(AlertChanged(self.name, alert, worst, len(result.firing)))
+
+    def clear_alerts(self) -> None:
+        """None firing: the rules start again (a replay's seek)."""
+        self.alerts = {}
+        self._publish(replace(self.published, alerts=()))
 
     # ---- the session -------------------------------------------------------------------------------
 
@@ -138,14 +191,15 @@ class HostController(HostChanges):
         to `lines` each time journal lines were folded (the feed draws them before the next snapshot)."""
         from console.sources.session import HostSession
 
-        entry, header = self.entry, self.dashboard.header
+        entry = self.entry
         config = entry.config
         if config is None and entry.prepare is not None:
-            header.note = "starting the simulated host…" if entry.simulated else "preparing…"
+            note = "starting the simulated host…" if entry.simulated else "preparing…"
+            self._publish(replace(self.published, note=note))
             try:
                 config = await asyncio.to_thread(entry.prepare)
             except Exception as exc:
-                header.note = f"could not start: {exc}"
+                self._publish(replace(self.published, note=f"could not start: {exc}"))
                 self.ui.notify(f"{self.name}: {exc}", severity="error", timeout=30)
                 return
         if config is None:
@@ -188,7 +242,7 @@ class HostController(HostChanges):
                 timeout=10,
             )
             return
-        self.dashboard.header.show_facts(self.facts)
+        self._publish(replace(self.published, facts=self.facts))
         if self.facts.flags.flags_from == "host":  # a shipped fallback is no news about the host
             self.host_flags = flags
             if self.service is not None:
@@ -256,73 +310,36 @@ class HostController(HostChanges):
     def _on_view(self, view: PairingView) -> None:
         if self.recorder is not None:
             self.recorder.record(self.name, "view", view)
-        dash = self.dashboard
-        if not self.ui.is_running:
-            return
-        dash.pairing.link_error = None
-        dash.show_pairing()
-        dash.pairing.set_view(view, self.link.state.now() if self.link is not None else None)
-        # The footer recomposes on every bindings refresh: only when what it greys out can change.
-        locked = (held_by_other(view, self.me), view.lock_stale)
-        if locked != dash.bindings_lock_state:
-            dash.bindings_lock_state = locked
-            dash.refresh_bindings()
-        self._show_note()
+        at = self.link.state.now() if self.link is not None else None
+        self._publish(replace(self.published, view=view, view_at=at, link_error=None))
 
     def _on_note(self, sentence: str) -> None:
         if self.ui.is_running:
             self.ui.notify(f"{self.name}: {sentence}", title="audit trail", severity="warning", timeout=20)
 
     def _on_error(self, sentence: str) -> None:
-        if not self.ui.is_running:
-            return
-        self.dashboard.pairing.link_error = sentence
-        self.dashboard.show_pairing()
-        self.dashboard.pairing.refresh()
+        self._publish(replace(self.published, link_error=sentence))
 
     def _on_audit(self, entries: list[AuditEntry]) -> None:
         if entries and self.recorder is not None:
             self.recorder.record(self.name, "audit", entries)
-        if not entries or not self.ui.is_running:
+        if not entries:
             return
         current = getattr(self.session, "current", None)
-        if callable(current):
+        if callable(current) and self.ui.is_running:
             # The audit lines go after every journal line read before them (a snapshot still waiting
             # to be shown would put them earlier): the feed's order is then the inputs' order, which a
             # replay of a recording reproduces line for line.
             self.pending = None
-            self.dashboard.show(current())
-        self.dashboard.feed.add_external([e.to_event() for e in entries])
+            self.ui.take_snapshot(current())
+        state = self.published
         applied, target = applied_target(entries, self.store)
         if applied is not None:
-            self.dashboard.learn_applied_target(applied, target)
-        for entry in entries:
-            if entry.action in TIMELINE_ACTIONS:
-                self.last_audit = entry
-            if (entry.action in TIMELINE_ACTIONS or entry.action == "confirm") and (
-                entry.console_id != self.me.console_id
-            ):
-                # Made elsewhere: this console's own last verdict no longer describes the host.
-                ok = None if entry.outcome == "started" else entry.outcome == "ok"
-                self.dashboard.supersede(ok, entry.line())
-        self._show_note()
-
-    def _show_note(self) -> None:
-        """Under the timeline: who is changing the host now, else how its last change ended."""
-        link = self.link
-        if link is None:
-            return
-        view = link.view
-        note = lock_note(view, self.me, link.state.now())
-        if note is not None:
-            style = (
-                palette().style("bad", bold=True)
-                if view is not None and view.lock_stale
-                else palette().style("warn", bold=True)
-            )
-            self.dashboard.timeline.set_note(Text(note, style))
-            return
-        self.dashboard.timeline.set_note(self.last_audit.line() if self.last_audit is not None else None)
+            state = replace(state, applied=(applied, target))
+        changes = [e for e in entries if e.action in TIMELINE_ACTIONS]
+        if changes:
+            state = replace(state, last_change=changes[-1])
+        self._publish(state.with_lines(self._events_now(), [e.to_event() for e in entries], entries))
 
     def tick(self) -> None:
         """Once a second: what this console looks at, and the lock's age or an armed rollback's countdown."""
@@ -332,14 +349,13 @@ class HostController(HostChanges):
         link.state.looking_at = self.ui.looking_at(self.name)
         view = link.view
         if view is not None and (view.lock or view.pending_rollback):
-            self.dashboard.pairing.set_view(view, link.state.now())
-            self._show_note()
+            self._publish(replace(self.published, view_at=link.state.now()))
 
     # ---- what the screens read ---------------------------------------------------------------------
 
     def host_view(self) -> HostView:
         """The host as the profile editor's what-if and diff need it, from the newest snapshot."""
-        snap = self.dashboard.snap
+        snap = self.latest
         config = self.entry.config
         return HostView(
             boots=snap.state.boots if snap is not None else (),

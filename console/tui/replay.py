@@ -200,9 +200,7 @@ class ReplayApp(ConsoleApp):
             )
             dash.throughput.probe_hint = False  # a replay has no probe to suggest
             self.dashboards[entry.name] = dash
-            self.hosts[entry.name] = HostController(
-                entry, dash, self, me=self.me, store=self.store, read_only=True
-            )
+            self.hosts[entry.name] = HostController(entry, self, me=self.me, store=self.store, read_only=True)
         self.playing = False
         self.seeking = False
         self.speed = speed
@@ -316,8 +314,7 @@ class ReplayApp(ConsoleApp):
                 continue
             snap = replay.snapshot(name)
             ctl.pending = None
-            ctl.alerts = {}
-            dash.header.show_alert(None, 0)
+            ctl.clear_alerts()
             dash.feed.reset()
             dash.throughput.reset()
             base = snap.events_total - len(snap.recent)
