@@ -3,10 +3,13 @@ state and verdict, drill-in and back, and the snapshot of the overview."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
-from console.core.alerts import Alert, Severity, TransitionKind
+from console.core.alerts import Alert, Severity, TransitionKind, parse_rules
+from console.core.audit import AuditEntry
 from console.core.snapshot import ConnectionStatus, ConnState, HostSnapshot
+from console.sources.alerts import AlertConfig
 from console.sources.profile_store import ProfileStore, shipped_profile_dir
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.fleet import FLEET_TAB, FleetPacer
@@ -177,3 +180,59 @@ async def test_f1_names_the_overview_key_only_where_there_is_an_overview() -> No
             await pilot.pause()
             assert isinstance(app.screen, HelpScreen)
             assert ("o            the fleet overview" in app.screen.keys) is listed, hosts
+
+
+async def test_a_host_composed_when_first_shown_has_its_trail_and_alerts_in_the_order_read() -> None:
+    # gpu-b is followed on the overview, its dashboard not composed: half its boot is read, then an
+    # audit entry from another console, then the rest of the boot and an alert firing (the bell rings
+    # for a host off screen). Shown at last, its feed has the entry where it was read, the alert after
+    # the rest, the header's badge and the note under the timeline.
+    shipped = shipped_profile_dir()
+    app = ConsoleApp(
+        [HostEntry(h) for h in HOSTS],
+        clock=lambda: NOW,
+        connect=False,
+        store=ProfileStore([shipped] if shipped else []),
+        alerts=AlertConfig(rules=parse_rules(["gpu_mem_free_gib < 1"]), bell=True),
+    )
+    events = corpus_events("case-31")
+    half = len(events) // 2
+    full = gpu_sample([287.5 * GIB] * 8, 288 * GIB)  # 0.5 GiB free: the rule fires
+    entry = AuditEntry(
+        ts=datetime.fromtimestamp(NOW, UTC),
+        user="bob",
+        console_id="another console",
+        host="gpu-b",
+        action="restart",
+        outcome="ok",
+        summary="verified",
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        rings: list[str] = []
+        app.bell = lambda: rings.append("ring")  # type: ignore[method-assign]
+        app.post_snapshot(snapshot(events[:half], None).model_copy(update={"host": "gpu-b"}))
+        await pilot.pause()
+        app.hosts["gpu-b"]._on_audit([entry])  # as the host's trail follower hands it over
+        app.post_snapshot(snapshot(events, full, seq=2).model_copy(update={"host": "gpu-b"}))
+        await pilot.pause()
+        assert app.dashboards == {} and rings == ["ring"]
+        assert app.fleet is not None
+        app.fleet.refresh_rows()
+        assert app.fleet.row_text("gpu-b")["alert"] == "gpu_mem_free_gib < 1"
+        app.switch_host("gpu-b")
+        await pilot.pause()
+        dash = app.dashboards["gpu-b"]
+        lines = dash.feed.visible_lines()
+        said = [i for i, line in enumerate(lines) if entry.line() in line]
+        alerted = [i for i, line in enumerate(lines) if "ALERT (warning) gpu_mem_free_gib < 1" in line]
+        assert len(said) == 1 and alerted == [len(lines) - 1]
+        # The positive control of the order: the entry is no first or last line, and as many lines came
+        # before it as half the boot shows alone.
+        alone = ConsoleApp([HostEntry("gpu-b")], clock=lambda: NOW, connect=False)
+        async with alone.run_test(size=SIZE) as solo:
+            alone.post_snapshot(snapshot(events[:half], None).model_copy(update={"host": "gpu-b"}))
+            await solo.pause()
+            before = len(alone.dashboards["gpu-b"].feed.visible_lines())
+        assert 0 < said[0] == before < alerted[0] - 1
+        assert "ALERT gpu_mem_free_gib < 1" in plain(dash.header.render())
+        assert dash.timeline.note is not None and entry.line() in plain(dash.timeline.note)
