@@ -256,3 +256,20 @@ async def test_the_palette_switches_the_theme_and_the_dashboard_repaints_in_it()
         # the figures, the bars and the feed's rows: in the light theme's colours, none in the dark's
         assert {light.colour(r) for r in ("muted", "kv", "info")} <= after
         assert dark.colour("muted") not in after and dark.colour("kv") not in after
+
+
+async def test_a_theme_of_textual_s_own_defines_every_role_variable() -> None:
+    # Content that names `$k26-bad` must draw in the theme's red under one of Textual's own themes too,
+    # not fall back to the plain foreground (the app's get_theme_variable_defaults).
+    from console.tui.themes import ROLES, palette_for
+
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        same = lambda a, b: Color.parse(a) == Color.parse(b)  # noqa: E731
+        assert same(app.theme_variables["k26-bad"], palette_for(app.current_theme).colour("bad"))  # ours
+        app.theme = "textual-light"
+        await pilot.pause()
+        theme = app.current_theme
+        assert theme.name == "textual-light" and "k26-bad" not in theme.variables
+        for role in ROLES:
+            assert same(app.theme_variables[f"k26-{role}"], palette_for(theme).colour(role)), role

@@ -66,7 +66,7 @@ from console.tui.pairing import activity, held_by_other
 from console.tui.profiles import ProfilesScreen
 from console.tui.recording import RecordSwitch
 from console.tui.screens import HelpScreens, focused_help, help_keys
-from console.tui.themes import DEFAULT_THEME, THEMES, restyle_screens
+from console.tui.themes import DEFAULT_THEME, THEMES, restyle_screens, role_variables
 
 __all__ = ["ConsoleApp", "HostEntry"]
 
@@ -220,6 +220,11 @@ class ConsoleApp(App[int]):
                 )
             # The lock's age counts up, and what this console looks at changes with its screens.
             self.set_interval(1.0, self._tick_pairing)
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        # Our themes name every role; one of Textual's own gets them from its standard colours, so text
+        # that names `$k26-bad` draws in that theme's red, not the plain foreground.
+        return role_variables(self.current_theme)
 
     def watch_theme(self) -> None:
         # After Textual's own watcher, which refreshes the CSS variables (what content naming a role's

@@ -277,6 +277,13 @@ def palette_for(theme: Theme) -> Palette:
     return Palette(theme.name, colours)
 
 
+def role_variables(theme: Theme) -> dict[str, str]:
+    """Every role as its `k26-<role>` variable, for a theme that names none (one of Textual's own): what
+    `$k26-bad` in content and stylesheets reads there (the app's `get_theme_variable_defaults`)."""
+    found = palette_for(theme)
+    return {f"k26-{role}": found.colour(role) for role in ROLES}
+
+
 _BY_NAME: dict[str, Palette] = {}
 """Palettes by theme name (a theme is registered once under its name; reading one costs ~1 ms)."""
 
