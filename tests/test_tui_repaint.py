@@ -287,3 +287,28 @@ async def test_m_and_z_under_a_filter_judge_no_line_again(monkeypatch: pytest.Mo
         assert feed.visible_lines() == shown
         assert feed.set_filter("prefill")
         assert len(judged) >= first // 2  # the control: another filter reads every line
+
+
+async def test_a_feed_that_fails_on_folded_lines_ends_the_console_not_the_journal_reading(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lines go to the feed from inside the session's journal task: a feed that raised there ended
+    the journal's reading and nothing else (the console went on, its feed frozen). The error is raised
+    in the app instead, which ends with its traceback as for any handler's; the session's task goes on."""
+    from console.tui.feed import EventFeed
+
+    def broken(self: EventFeed, *args: object) -> None:
+        raise RuntimeError("the feed broke")
+
+    fold = HostFold("gpu1")
+    fold.journal((CORPUS / "case-01.log").read_text().splitlines()[:20])
+    app = make_app()
+    with pytest.raises(RuntimeError, match="the feed broke"):
+        async with app.run_test(size=(160, 48)) as pilot:
+            monkeypatch.setattr(EventFeed, "take", broken)
+            try:
+                app.post_lines("gpu1", fold)
+            except RuntimeError:
+                pytest.fail("raised in the session's task, whose journal reading it ends")
+            await pilot.pause()
+            await pilot.pause()

@@ -71,6 +71,10 @@ from console.tui.themes import DEFAULT_THEME, THEMES, restyle_screens, role_vari
 __all__ = ["ConsoleApp", "HostEntry"]
 
 
+def _raise(exc: Exception) -> None:
+    raise exc
+
+
 class ConsoleApp(App[int]):
     TITLE = "k26-console"
     CSS_PATH = css_paths()  # type: ignore[assignment]
@@ -314,7 +318,12 @@ class ConsoleApp(App[int]):
         if dash is None or not self.is_running or self._exit:
             return
         if dash.composed and self.on_screen(name):
-            dash.feed.take(fold.state, fold.recent, fold.events_total)
+            try:
+                dash.feed.take(fold.state, fold.recent, fold.events_total)
+            except Exception as exc:
+                # Raised in the session's task it would end the journal's reading, silently; raised in
+                # the app it ends the console with its traceback, as any handler's would.
+                self.call_next(_raise, exc)
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         host = self.hosts.get(message.host)
