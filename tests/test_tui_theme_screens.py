@@ -311,3 +311,34 @@ async def test_the_replay_bar_repaints_while_paused() -> None:
             await in_theme(pilot, DARK, LIGHT, roles, line, what="the replay bar")
             await switch(pilot, LIGHT)
             await in_theme(pilot, LIGHT, DARK, roles, line, what="the replay bar")
+
+
+async def test_the_note_under_the_timeline_repaints_in_a_new_theme() -> None:
+    # The host's last change, from its audit trail, stays under the timeline until the next entry: its
+    # colour was set once, so the dashboard sets it again after a theme change.
+    from datetime import UTC, datetime
+
+    from console.core.audit import AuditEntry
+    from console.core.pairing import Identity
+    from console.tui.host_ui import HostUi
+
+    alice = Identity(user="alice", jump_host="jump1", pid=4242, console_id="alice-console")
+    entry = AuditEntry.by(
+        alice,
+        ts=datetime(2026, 12, 7, 6, 0, tzinfo=UTC),
+        host="gpu1",
+        action="apply",
+        profile="ctx-200k",
+        outcome="ok",
+        pool_tokens=218_484,
+    )
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.post_snapshot(snapshot(corpus_events("case-01"), None))
+        await pilot.pause()
+        dash = app.dashboards["gpu1"]
+        dash.present(HostUi(last_change=entry))
+        await eventually(lambda: dash.timeline.note is not None, "the note", pilot=pilot, timeout=REPAINT_S)
+        await in_theme(pilot, DARK, LIGHT, ("info",), dash.timeline, what="the note under the timeline")
+        await switch(pilot, LIGHT)
+        await in_theme(pilot, LIGHT, DARK, ("info",), dash.timeline, what="the note under the timeline")

@@ -237,6 +237,11 @@ class HostDashboard(Vertical):
         if (ui.view, ui.view_at, ui.last_change) != (before.view, before.view_at, before.last_change):
             self.timeline.set_note(self.timeline_note(ui))
 
+    def restyle(self) -> None:
+        """After a theme change: the note under the timeline is Rich text coloured when it was set (an
+        audit line stays until the next entry), so it is set again in the new theme's colours."""
+        self.timeline.set_note(self.timeline_note(self._ui_drawn))
+
     def timeline_note(self, ui: HostUi) -> Text | str | None:
         """Under the timeline: who is changing the host now, else how its last change ended."""
         note = lock_note(ui.view, self.me, ui.view_at)

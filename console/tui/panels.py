@@ -467,9 +467,11 @@ after it, and the timeline ends in the verification verdict (R rolls back after 
     track_boot: int | None = None
     """The boot shown when the controller's restart began: the journal's steps count once a newer one opens."""
 
-    note: reactive[Text | None] = reactive(None, layout=True, init=False)
+    note: reactive[Text | None] = reactive(None, layout=True, init=False, always_update=True)
     """A line under the timeline from the host's pairing state: who holds the lock and for what, or the
-    audit trail's last word on the restart ("alice applied ctx-200k; restart 5m12s; verified ...")."""
+    audit trail's last word on the restart ("alice applied ctx-200k; restart 5m12s; verified ...").
+    `always_update`: Rich's Text compares its words and spans, not its own style, so the same words in a
+    new theme's colour would otherwise be dropped as no change (the dashboard sets it only on a change)."""
 
     def set_note(self, note: Text | str | None) -> None:
         self.note = Text(note, palette().info) if isinstance(note, str) else note
