@@ -407,11 +407,14 @@ class Recorder:
         dropped = 0
         if policy.max_age_s is not None:
             cutoff = self.clock() - policy.max_age_s
+            # By t0 first, on its index: `t1 < ?` alone read the whole table at every commit (a day of a
+            # quiet host, 86,400 chunks: the writer's commit grew with the file, to tens of ms).
+            old = "FROM chunks WHERE t0 < ? AND t1 < ?"
             freed = conn.execute(
-                "SELECT COALESCE(SUM(length(blob)), 0), COUNT(*) FROM chunks WHERE t1 < ?", (cutoff,)
+                f"SELECT COALESCE(SUM(length(blob)), 0), COUNT(*) {old}", (cutoff, cutoff)
             ).fetchone()
             if freed[1]:
-                conn.execute("DELETE FROM chunks WHERE t1 < ?", (cutoff,))
+                conn.execute(f"DELETE {old}", (cutoff, cutoff))
                 self._stored -= int(freed[0])
                 dropped += int(freed[1])
                 self._drop_keyframes_before(conn.execute("SELECT MIN(id) FROM chunks").fetchone()[0])
