@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import one_sentence, operator_env, run_main, wait_until
+from tests.support.tmux import PANE_SIZE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,7 +39,8 @@ def test_demo_with_four_hosts_opens_on_the_overview_and_stops_every_twin(tmp_pat
     rc = tmp_path / "rc"
     env = " ".join(f"{k}={v}" for k, v in operator_env(home).items() if k.startswith(("XDG_", "PYTHONPATH")))
     cmd = (
-        f"cd {REPO} && env {env} TMPDIR={scratch} TERM=xterm-256color {sys.executable} -m console.cli.main "
+        PANE_SIZE
+        + f"cd {REPO} && env {env} TMPDIR={scratch} TERM=xterm-256color {sys.executable} -m console.cli.main "
         f"demo --hosts 4 --state-dir {state} --time-scale 0.02; echo $? > {rc}; sleep 30"
     )
     sock = str(tmp_path / "tmux.sock")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import operator_env, profile_variant, wait_until
+from tests.support.tmux import PANE_SIZE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -117,7 +118,8 @@ def test_demo_applies_and_verifies_in_its_sandbox_never_in_the_operators_dirs(tm
     rc = tmp_path / "rc"
     env = " ".join(f"{k}={v}" for k, v in operator_env(home).items() if k.startswith(("XDG_", "PYTHONPATH")))
     cmd = (
-        f"cd {REPO} && env {env} TMPDIR={scratch} TERM=xterm-256color {sys.executable} -m console.cli.main "
+        PANE_SIZE
+        + f"cd {REPO} && env {env} TMPDIR={scratch} TERM=xterm-256color {sys.executable} -m console.cli.main "
         f"demo --state-dir {tmp_path / 'twin'} --time-scale 0.02; echo $? > {rc}; sleep 30"
     )
     sock = str(tmp_path / "tmux.sock")  # a server of its own, its socket in the test's directory

@@ -38,6 +38,7 @@ from console.tui.app import ConsoleApp, HostEntry
 from console.twin.host import TwinHost
 from tests.support.cli import CLI, operator_env, started_twin, wait_until
 from tests.support.procs import processes_of
+from tests.support.tmux import PANE_SIZE
 from tests.support.twins import module_twin
 
 REPO = Path(__file__).resolve().parent.parent
@@ -311,7 +312,10 @@ def tmux_sock(tmp_path: Path) -> Iterator[str]:
 def _in_tmux(sock: str, home: Path, args: str) -> int:
     env = " ".join(f"{k}={v}" for k, v in operator_env(home).items() if k.startswith(("XDG_", "PYTHONPATH")))
     # `exec`: the pane's process is the console itself, as it is when an operator's shell execs it.
-    cmd = f"cd {REPO} && exec env {env} TERM=xterm-256color {sys.executable} -m console.cli.main {args}"
+    cmd = (
+        PANE_SIZE
+        + f"cd {REPO} && exec env {env} TERM=xterm-256color {sys.executable} -m console.cli.main {args}"
+    )
     res = _tmux(sock, "new", "-d", "-x", "160", "-y", "48", cmd)
     assert res.returncode == 0, res.stderr
     return _pane_pid(sock)
@@ -523,11 +527,14 @@ async def test_a_session_that_comes_up_after_the_console_left_writes_no_presence
     # The control: a console that has not left beats within that window (else the check below proves nothing).
     control = Identity(user="erin", jump_host="jump5", pid=8182, console_id="erin5-control")
     seen = await presence_after_first_snapshot(
-        console_app(".k26-left-early-control", control), twin.layout.home_dir / ".k26-left-early-control" / "presence"
+        console_app(".k26-left-early-control", control),
+        twin.layout.home_dir / ".k26-left-early-control" / "presence",
     )
     assert seen, "a console that had not left wrote no presence within 1.5 s of its first snapshot"
 
     app = console_app(".k26-left-early", me)
     # As the lifeline does when the signal comes first: leave, with no session up yet to leave.
     await app.leave_hosts(1.0)
-    assert await presence_after_first_snapshot(app, twin.layout.home_dir / ".k26-left-early" / "presence") == []
+    assert (
+        await presence_after_first_snapshot(app, twin.layout.home_dir / ".k26-left-early" / "presence") == []
+    )

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.tmux import PANE_SIZE
+
 REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = [
@@ -38,7 +40,8 @@ def test_demo_in_tmux(tmp_path: Path) -> None:
     sock = f"k26-test-{os.getpid()}"
     rc_file = tmp_path / "rc"
     cmd = (
-        f"cd {REPO} && {sys.executable} -m console.cli.main demo --state-dir {tmp_path / 'twin'}; "
+        PANE_SIZE
+        + f"cd {REPO} && {sys.executable} -m console.cli.main demo --state-dir {tmp_path / 'twin'}; "
         f"echo $? > {rc_file}; sleep 5"
     )
     _tmux(sock, "new", "-d", "-x", "160", "-y", "48", cmd)

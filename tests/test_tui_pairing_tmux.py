@@ -21,6 +21,7 @@ import pytest
 
 from console.twin.host import TwinHost
 from tests.support.cli import slow_boots
+from tests.support.tmux import PANE_SIZE
 from tests.support.twins import module_twin
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,7 +63,8 @@ def _console(twin: TwinHost, home: Path, user: str, rc: Path) -> str:
         f"PYTHONPATH={REPO}"
     )
     return (
-        f"cd {REPO} && env {env} {sys.executable} -m console.cli.main open twin --hosts {twin.hosts_toml}; "
+        PANE_SIZE
+        + f"cd {REPO} && env {env} {sys.executable} -m console.cli.main open twin --hosts {twin.hosts_toml}; "
         f"echo $? > {rc}; sleep 60"
     )
 
