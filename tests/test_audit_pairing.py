@@ -147,7 +147,7 @@ def _seed(twin: TwinHost, hosts: Path, entries: list[AuditEntry]) -> None:
         async with Transport(config, ssh_config=[]) as t:
             state = HostStateDir(t, config, ALICE)
             for entry in entries:
-                await state.append_audit(entry)
+                await state.audit.append(entry)
 
     asyncio.run(seed())
 

@@ -90,7 +90,7 @@ async def test_a_long_trail_is_read_as_its_tail_and_followed_from_its_end(
     transport = Transport(config, ssh_config=[])
     try:
         state = HostStateDir(transport, config, ALICE)
-        log = await state.read_audit_log()
+        log = await state.audit.read_log()
         assert (
             log.lines == total and log.skipped == 0
         )  # the tail's first, cut line is left out, not "unreadable"
@@ -101,7 +101,7 @@ async def test_a_long_trail_is_read_as_its_tail_and_followed_from_its_end(
         )
         names = [int(e.summary.split()[1]) for e in log.entries]
         assert names == list(range(total - len(names), total))  # the newest, in order, none twice
-        assert state.audit_cut == (
+        assert state.audit.cut == (
             f"audit.jsonl in {config.state_dir} on {config.name} holds {path.stat().st_size:,} bytes: its last "
             f"{AUDIT_TAIL_BYTES:,} were read ({len(names):,} of its {total:,} lines), the older ones left out."
         )
@@ -110,7 +110,7 @@ async def test_a_long_trail_is_read_as_its_tail_and_followed_from_its_end(
         seen: list[str] = []
 
         async def follow() -> None:
-            async for entry in state.follow_audit(after_line=log.lines):
+            async for entry in state.audit.follow(after_line=log.lines):
                 seen.append(entry.summary)
 
         task = asyncio.ensure_future(follow())
@@ -142,9 +142,9 @@ async def test_a_trail_that_is_no_regular_file_is_refused_by_reader_and_follower
         state = HostStateDir(transport, config, ALICE)
         async with asyncio.timeout(20):  # before: `cat /dev/zero` until the timeout, every byte kept
             with pytest.raises(HostStateError) as read:
-                await state.read_audit_log()
+                await state.audit.read_log()
             with pytest.raises(HostStateError) as followed:
-                async for _ in state.follow_audit(after_line=0):
+                async for _ in state.audit.follow(after_line=0):
                     pass
     finally:
         await transport.close()

@@ -247,7 +247,7 @@ async def _race_once(twin: TwinHost, rng: random.Random) -> tuple[Settled, str, 
         op_id = os.urandom(8).hex()
         marked = (before or "[Service]\n") + f"# race {op_id}\n"
         entry = AuditEntry(
-            ts=state.now(),
+            ts=state.runner.now(),
             user="host",
             host=cfg.name,
             action="rollback",
@@ -446,7 +446,7 @@ def test_a_refused_apply_leaves_no_presence_behind(twin: TwinHost, tmp_path: Pat
     async def hold_and_try() -> tuple[subprocess.CompletedProcess[str], list[str]]:
         async with Transport(cfg) as transport:
             state = HostStateDir(transport, cfg)
-            async with state.locked("apply held-by-test"):
+            async with state.locks.locked("apply held-by-test"):
                 before = sorted(p.name for p in presence.glob("*.json"))
                 loop = asyncio.get_running_loop()
                 res = await loop.run_in_executor(

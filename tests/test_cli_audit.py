@@ -72,7 +72,7 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
             async with Transport(config, ssh_config=[]) as t:
                 state = HostStateDir(t, config, ALICE)
                 for entry in ENTRIES:
-                    await state.append_audit(entry)
+                    await state.audit.append(entry)
 
         asyncio.run(seed())
         # a torn line in the middle, as a console killed mid-write would leave

@@ -110,7 +110,7 @@ def test_a_restart_is_refused_while_another_console_holds_the_lock(twin: TwinHos
         config = load_hosts(twin.hosts_toml).hosts[twin.name]
         async with (
             Transport(config, ssh_config=[]) as t,
-            HostStateDir(t, config, other).locked("apply ctx-256k"),
+            HostStateDir(t, config, other).locks.locked("apply ctx-256k"),
         ):
             return await asyncio.to_thread(_cli, twin, tmp_path, "restart", "twin", "--yes", timeout=60)
 

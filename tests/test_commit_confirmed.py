@@ -221,7 +221,7 @@ def test_a_partner_sees_the_armed_rollback_and_confirms_the_boot(twin: TwinHost,
         cfg = load_hosts(twin.hosts_toml).get(twin.name)
         assert cfg is not None
         async with Transport(cfg) as transport:
-            return await HostStateDir(transport, cfg).view()
+            return await HostStateDir(transport, cfg).board.view()
 
     view = asyncio.run(partner_view())
     assert view.pending_rollback is not None and view.pending_rollback.profile == "ctx-128k"

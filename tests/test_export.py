@@ -378,7 +378,7 @@ def test_the_lock_holder_and_the_last_probe_show_up_and_the_lock_goes_away_on_re
     async def hold_then_release() -> None:
         async with Transport(config, ssh_config=[]) as transport:
             state = HostStateDir(transport, config, me)
-            lock = await state.acquire("apply ctx-200k")
+            lock = await state.locks.acquire("apply ctx-200k")
             try:
                 seen = await asyncio.to_thread(wait_until, lambda: held(_metrics(port)), 30)
                 assert seen, _metrics(port)

@@ -199,14 +199,21 @@ def _read(model: Any, text: str) -> Any:
         return None
 
 
-class _State:
-    """What the pairing link and the controller read of a host's state directory."""
-
-    me = ME
+class _Board:
     looking_at = "dashboard"
 
+
+class _Runner:
     def now(self) -> datetime:
         return NOW_DT
+
+
+class _State:
+    """What the pairing link and the controller read of a host's state directory (its board, its clock)."""
+
+    me = ME
+    board = _Board()
+    runner = _Runner()
 
 
 @settings(max_examples=200, deadline=None)

@@ -64,12 +64,12 @@ async def test_consoles_see_each_other_and_stale_heartbeats_are_dropped(
     twin: TwinHost, config: HostConfig
 ) -> None:
     async with _consoles(config, ALICE, BOB) as (a, b):
-        await a.heartbeat("dashboard")
-        await b.heartbeat("restart of ctx-200k")
+        await a.board.heartbeat("dashboard")
+        await b.board.heartbeat("restart of ctx-200k")
         for console in (a, b):
-            seen = {p.who: p.looking_at for p in await console.presence()}
+            seen = {p.who: p.looking_at for p in await console.board.presence()}
             assert seen == {"alice@jump1": "dashboard", "bob@jump2": "restart of ctx-200k"}
-        view = await b.view()
+        view = await b.board.view()
         assert [p.who for p in view.others(BOB)] == ["alice@jump1"]
         assert view.others(BOB)[0].pid == 4242 and view.lock is None
         files = sorted(p.name for p in (_dir(twin, config) / "presence").iterdir())
@@ -77,41 +77,41 @@ async def test_consoles_see_each_other_and_stale_heartbeats_are_dropped(
 
         # Alice's console stops beating (killed); Bob keeps beating until Alice's beat is stale (3 beats).
         deadline = time.monotonic() + 20 * BEAT
-        while [p.who for p in (await b.view()).presence] != ["bob@jump2"]:
+        while [p.who for p in (await b.board.view()).presence] != ["bob@jump2"]:
             assert time.monotonic() < deadline, "alice's silent console never went stale"
-            await b.heartbeat()
+            await b.board.heartbeat()
             await asyncio.sleep(BEAT)
         # The read that judged it stale removed it (issue 36: whoever reads stale heartbeats prunes them).
         assert not (_dir(twin, config) / "presence" / "alice1.json").exists()
-        assert [p.who for p in await b.presence()] == ["bob@jump2"]
+        assert [p.who for p in await b.board.presence()] == ["bob@jump2"]
 
-        await b.leave()
-        assert await a.presence() == []
+        await b.board.leave()
+        assert await a.board.presence() == []
 
 
 async def test_second_acquire_is_refused_naming_holder_and_intent(twin: TwinHost, config: HostConfig) -> None:
     async with _consoles(config, ALICE, BOB) as (a, b):
-        lock = await a.acquire("apply ctx-200k")
+        lock = await a.locks.acquire("apply ctx-200k")
         taken = lock.info.taken_at.astimezone().strftime("%H:%M:%S")
         with pytest.raises(LockHeld) as held:
-            await b.acquire("apply ctx-128k")
+            await b.locks.acquire("apply ctx-128k")
         assert (
             str(held.value) == f"alice@jump1 holds the lock on twin: apply ctx-200k, since {taken} (pid 4242)"
         )
         assert held.value.stale is False and held.value.info.lock_id == lock.info.lock_id
         # Bob cannot release or break Alice's live lock.
-        assert await b.release(lock) is False
+        assert await b.locks.release(lock) is False
         with pytest.raises(BreakRefused, match="its console is alive"):
-            await b.break_lock(confirm=True)
+            await b.locks.break_lock(confirm=True)
         assert json.loads((_dir(twin, config) / "lock").read_text())["lock_id"] == lock.info.lock_id
-        assert (await b.view()).lock_line() == str(held.value)
+        assert (await b.board.view()).lock_line() == str(held.value)
 
-        assert await a.release() is True
+        assert await a.locks.release() is True
         assert not (_dir(twin, config) / "lock").exists()
-        assert await a.release(lock) is False  # twice is harmless
-        lock_b = await b.acquire("apply ctx-128k")
+        assert await a.locks.release(lock) is False  # twice is harmless
+        lock_b = await b.locks.acquire("apply ctx-128k")
         assert lock_b.info.holder == BOB
-        await b.release()
+        await b.locks.release()
 
 
 async def test_killed_holder_goes_stale_and_break_needs_confirmation_and_is_audited(
@@ -134,40 +134,40 @@ async def test_killed_holder_goes_stale_and_break_needs_confirmation_and_is_audi
             # ... for longer than the stale window: it is alive, so it can be neither taken nor broken.
             await asyncio.sleep(4 * BEAT)
             with pytest.raises(LockHeld) as alive:
-                await b.acquire("apply ctx-128k")
+                await b.locks.acquire("apply ctx-128k")
             assert alive.value.stale is False and alive.value.info.holder.pid == holder_pid
             assert "carol@jump3 holds the lock on twin: apply ctx-200k" in str(alive.value)
 
             holder.send_signal(signal.SIGKILL)  # the console dies mid-restart, without releasing
             holder.wait(10)
             deadline = time.monotonic() + 10
-            while not (await b.view()).lock_stale:
+            while not (await b.board.view()).lock_stale:
                 assert time.monotonic() < deadline, "the dead holder's lock never went stale"
                 await asyncio.sleep(BEAT)
             with pytest.raises(LockHeld) as stale:
-                await b.acquire("apply ctx-128k")
+                await b.locks.acquire("apply ctx-128k")
             assert stale.value.stale is True
             assert "its console has not been heard from for" in str(stale.value)
             assert str(stale.value).endswith("so the lock may be broken after confirming")
 
             with pytest.raises(BreakRefused, match="explicit confirmation"):
-                await b.break_lock(confirm=False)
+                await b.locks.break_lock(confirm=False)
             assert (_dir(twin, config) / "lock").exists()
-            broken = await b.break_lock(confirm=True, reason="carol's console was killed mid-restart")
+            broken = await b.locks.break_lock(confirm=True, reason="carol's console was killed mid-restart")
             assert broken.holder.user == "carol" and broken.intent == "apply ctx-200k"
             assert not (_dir(twin, config) / "lock").exists()
             with pytest.raises(BreakRefused, match="not locked"):
-                await b.break_lock(confirm=True)
+                await b.locks.break_lock(confirm=True)
 
-            trail = await b.read_audit()
+            trail = await b.audit.read()
             assert [e.action for e in trail] == ["lock_break"]
             entry = trail[0]
             assert entry.who == "bob@jump2" and entry.outcome == "ok" and entry.host == "twin"
             assert entry.line().startswith(f"bob broke carol@jump3's lock (apply ctx-200k, pid {holder_pid}")
             assert entry.line().endswith(": carol's console was killed mid-restart")
-            lock = await b.acquire("apply ctx-128k")
+            lock = await b.locks.acquire("apply ctx-128k")
             assert lock.info.holder == BOB
-            await b.release()
+            await b.locks.release()
     finally:
         if holder.poll() is None:
             holder.kill()
@@ -186,7 +186,7 @@ async def main():
     me = Identity(user="carol", jump_host="jump3", pid=os.getpid(), console_id=f"carol{os.getpid()}")
     async with Transport(config, ssh_config=[]) as t:
         state = HostStateDir(t, config, me, heartbeat_s=float(sys.argv[2]))
-        async with state.locked("apply ctx-200k") as lock:
+        async with state.locks.locked("apply ctx-200k") as lock:
             print("held", lock.info.lock_id, flush=True)
             await asyncio.sleep(3600)
 
@@ -199,36 +199,36 @@ async def test_locked_releases_on_error_and_on_cancel_and_notices_a_broken_lock(
 ) -> None:
     async with _consoles(config, ALICE, BOB) as (a, b):
         with pytest.raises(RuntimeError, match="drop-in"):
-            async with a.locked("apply ctx-200k"):
+            async with a.locks.locked("apply ctx-200k"):
                 raise RuntimeError("the drop-in could not be written")
         assert not (_dir(twin, config) / "lock").exists()
 
         entered = asyncio.Event()
 
         async def hold() -> None:
-            async with a.locked("apply ctx-200k"):
+            async with a.locks.locked("apply ctx-200k"):
                 entered.set()
                 await asyncio.sleep(3600)
 
         task = asyncio.ensure_future(hold())
         await entered.wait()
-        assert (await b.view()).lock is not None
+        assert (await b.board.view()).lock is not None
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         assert not (_dir(twin, config) / "lock").exists()
 
         # A console that stopped beating has its lock broken; its next beat finds the lock lost.
-        lock: Lock = await a.acquire("apply ctx-200k")
+        lock: Lock = await a.locks.acquire("apply ctx-200k")
         deadline = time.monotonic() + 20 * BEAT
-        while not (await b.view()).lock_stale:
+        while not (await b.board.view()).lock_stale:
             assert time.monotonic() < deadline, "the silent holder's lock never went stale"
             await asyncio.sleep(BEAT / 5)
-        await b.break_lock(confirm=True)
+        await b.locks.break_lock(confirm=True)
         assert not lock.lost
-        await a.heartbeat()
+        await a.board.heartbeat()
         assert lock.lost
-        assert await a.release(lock) is False
+        assert await a.locks.release(lock) is False
 
 
 @contextlib.contextmanager
@@ -277,7 +277,7 @@ async def test_a_beat_under_way_when_the_lock_block_ends_lands_before_the_leave(
             end = asyncio.Event()
 
             async def block() -> None:
-                async with a.locked("apply ctx-200k", leave=True):
+                async with a.locks.locked("apply ctx-200k", leave=True):
                     hold.touch()
                     await end.wait()
 
@@ -311,7 +311,7 @@ async def test_an_apply_cancelled_while_the_host_takes_the_lock_gives_it_back(
             hold.touch()
 
             async def take() -> None:
-                async with a.locked("apply ctx-200k", leave=True):
+                async with a.locks.locked("apply ctx-200k", leave=True):
                     raise AssertionError("the block must not be entered: the acquire was cancelled")
 
             task = asyncio.ensure_future(take())
@@ -325,7 +325,7 @@ async def test_an_apply_cancelled_while_the_host_takes_the_lock_gives_it_back(
                 await task
             _left_clean(d)
             hold.unlink()
-            assert (await b.view()).lock is None
+            assert (await b.board.view()).lock is None
 
 
 async def test_a_jump_host_with_a_wrong_clock_does_not_look_stale(twin: TwinHost, config: HostConfig) -> None:
@@ -334,14 +334,14 @@ async def test_a_jump_host_with_a_wrong_clock_does_not_look_stale(twin: TwinHost
         # Alice's jump host runs 10 minutes slow: stamped with her clock, her beats would all be stale.
         slow = HostStateDir(transports[0], config, ALICE, heartbeat_s=BEAT, clock=lambda: time.time() - 600)
         b = HostStateDir(transports[1], config, BOB, heartbeat_s=BEAT)
-        lock = await slow.acquire("apply ctx-200k")
-        view = await b.view()
+        lock = await slow.locks.acquire("apply ctx-200k")
+        view = await b.board.view()
         assert [p.who for p in view.presence] == ["alice@jump1"] and not view.lock_stale
         assert abs((lock.info.taken_at - view.now).total_seconds()) < 5
         with pytest.raises(LockHeld) as held:
-            await b.acquire("apply ctx-128k")
+            await b.locks.acquire("apply ctx-128k")
         assert held.value.stale is False
-        await slow.release(lock)
+        await slow.locks.release(lock)
     finally:
         await asyncio.gather(*(t.close() for t in transports))
 
@@ -353,7 +353,7 @@ async def test_n_consoles_acquiring_at_the_same_instant_exactly_one_wins(
     async with _consoles(config, *who) as consoles:
         for round_ in range(3):
             results = await asyncio.gather(
-                *(c.acquire(f"apply round {round_}") for c in consoles), return_exceptions=True
+                *(c.locks.acquire(f"apply round {round_}") for c in consoles), return_exceptions=True
             )
             won = [r for r in results if isinstance(r, Lock)]
             lost = [r for r in results if isinstance(r, LockHeld)]
@@ -362,7 +362,7 @@ async def test_n_consoles_acquiring_at_the_same_instant_exactly_one_wins(
             assert all(e.info.lock_id == winner.lock_id and not e.stale for e in lost)
             on_host = json.loads((_dir(twin, config) / "lock").read_text())
             assert on_host["lock_id"] == winner.lock_id
-            assert await won[0].release()
+            assert await won[0].locks.release()
         # no temporary lock file is left behind by the losers
         assert sorted(p.name for p in _dir(twin, config).iterdir()) == ["presence"]
 
@@ -380,18 +380,18 @@ async def main():
     async with Transport(config, ssh_config=[]) as t:
         await t.wait_up(15)
         state = HostStateDir(t, config, me)
-        await state.heartbeat("racing")
+        await state.board.heartbeat("racing")
         print("ready", flush=True)
         go = float(sys.stdin.readline())
         await asyncio.sleep(max(0.0, go - time.time()))
         try:
-            lock = await state.acquire("apply " + sys.argv[2])
+            lock = await state.locks.acquire("apply " + sys.argv[2])
             print(json.dumps({"won": True, "lock_id": lock.info.lock_id}), flush=True)
             sys.stdin.readline()
             await lock.release()
         except LockHeld as held:
             print(json.dumps({"won": False, "lock_id": held.info.lock_id, "said": str(held)}), flush=True)
-        await state.leave()
+        await state.board.leave()
 
 asyncio.run(main())
 """
@@ -462,7 +462,7 @@ async def test_concurrent_audit_appends_never_interleave(twin: TwinHost, config:
 
         async def writer(c: HostStateDir) -> None:
             for e in entries[c.me.user]:
-                await c.append_audit(e)
+                await c.audit.append(e)
 
         await asyncio.gather(*(writer(c) for c in consoles), *(writer(c) for c in consoles))
     raw = (_dir(twin, config) / "audit.jsonl").read_text().splitlines()
@@ -478,13 +478,13 @@ async def test_torn_and_garbage_lines_are_skipped_and_follow_resumes_after_a_dro
     twin: TwinHost, config: HostConfig
 ) -> None:
     async with _consoles(config, ALICE, BOB) as (a, b):
-        await a.append_audit(_entry(ALICE, 1))
+        await a.audit.append(_entry(ALICE, 1))
         path = _dir(twin, config) / "audit.jsonl"
         with path.open("a") as f:
             f.write("garbage that is not json\n")
             f.write(_entry(ALICE, 99).to_jsonl()[:50])  # a writer that died mid-line: no newline
-        await a.append_audit(_entry(ALICE, 2))  # must not be glued to the torn line
-        log = await b.read_audit_log()
+        await a.audit.append(_entry(ALICE, 2))  # must not be glued to the torn line
+        log = await b.audit.read_log()
         assert [e.summary for e in log.entries] == ["entry alice 1", "entry alice 2"]
         assert log.skipped == 2
 
@@ -492,7 +492,7 @@ async def test_torn_and_garbage_lines_are_skipped_and_follow_resumes_after_a_dro
         got = asyncio.Event()
 
         async def follow() -> None:
-            async for entry in b.follow_audit(after_line=0):
+            async for entry in b.audit.follow(after_line=0):
                 seen.append(entry.summary)
                 if len(seen) >= 5:
                     got.set()
@@ -501,14 +501,14 @@ async def test_torn_and_garbage_lines_are_skipped_and_follow_resumes_after_a_dro
         try:
             await eventually(lambda: len(seen) == 2, timeout=10)
             assert seen == ["entry alice 1", "entry alice 2"]  # the replay
-            await a.append_audit(_entry(ALICE, 3))
+            await a.audit.append(_entry(ALICE, 3))
             await eventually(lambda: len(seen) == 3, timeout=10)
             b.transport.drop()  # the follower's connection dies
-            await a.append_audit(_entry(ALICE, 4))
-            await a.append_audit(_entry(ALICE, 5))
+            await a.audit.append(_entry(ALICE, 4))
+            await a.audit.append(_entry(ALICE, 5))
             await asyncio.wait_for(got.wait(), 15)
             # Nothing twice: the follower reads in order, so a repeat of 4 or 5 would come before a 6th.
-            await a.append_audit(_entry(ALICE, 6))
+            await a.audit.append(_entry(ALICE, 6))
             await eventually(lambda: "entry alice 6" in seen, timeout=10)
             assert seen == [f"entry alice {n}" for n in range(1, 7)]  # nothing lost, nothing twice
         finally:
@@ -519,19 +519,19 @@ async def test_torn_and_garbage_lines_are_skipped_and_follow_resumes_after_a_dro
 
 async def test_watch_reports_arrivals_and_the_lock(twin: TwinHost, config: HostConfig) -> None:
     async with _consoles(config, ALICE, BOB) as (a, b):
-        await a.heartbeat("dashboard")
-        views = a.watch(poll_s=0.1)
+        await a.board.heartbeat("dashboard")
+        views = a.board.watch(poll_s=0.1)
         first = await asyncio.wait_for(anext(views), 10)
         assert [p.who for p in first.presence] == ["alice@jump1"] and first.lock is None
-        await b.heartbeat("dashboard")
+        await b.board.heartbeat("dashboard")
         second = await asyncio.wait_for(anext(views), 10)
         assert [p.who for p in second.presence] == ["alice@jump1", "bob@jump2"]
-        await b.acquire("apply ctx-200k")
+        await b.locks.acquire("apply ctx-200k")
         third = await asyncio.wait_for(anext(views), 10)
         assert third.lock is not None and third.lock.holder == BOB and not third.lock_stale
         assert third.lock_line().startswith("bob@jump2 holds the lock on twin: apply ctx-200k")
         await views.aclose()
-        await b.release()
+        await b.locks.release()
 
 
 def test_state_dir_is_expanded_on_the_host_and_can_be_absolute(twin: TwinHost, tmp_path: Path) -> None:
@@ -541,8 +541,8 @@ def test_state_dir_is_expanded_on_the_host_and_can_be_absolute(twin: TwinHost, t
 
     async def main() -> None:
         async with _consoles(config, ALICE) as (a,):
-            await a.append_audit(_entry(ALICE, 7))
-            await a.heartbeat()
+            await a.audit.append(_entry(ALICE, 7))
+            await a.board.heartbeat()
 
     asyncio.run(main())
     assert (absolute / "audit.jsonl").is_file() and (absolute / "presence" / "alice1.json").is_file()
@@ -574,29 +574,30 @@ async def test_readers_prune_stale_heartbeats_a_bounded_share_per_read(
     dead = _dead_consoles(presence, 2 * PRUNE_PER_READ + 37)
     (presence / "notes.json").write_text("not a heartbeat\n")
     async with _consoles(config, ALICE, BOB) as (a, b):
-        await a.acquire("apply ctx-200k")  # alice holds the lock, then her console dies: her beat goes stale
+        # alice holds the lock, then her console dies: her beat goes stale
+        await a.locks.acquire("apply ctx-200k")
         alice = presence / "alice1.json"
         holder = Presence.model_validate_json(alice.read_text())
         old = datetime.now(UTC) - timedelta(minutes=10)
         alice.write_text(holder.model_copy(update={"heartbeat": old}).model_dump_json() + "\n")
-        await b.heartbeat("dashboard")
+        await b.board.heartbeat("dashboard")
 
         def left() -> set[str]:
             return {p.name for p in presence.iterdir()} & set(dead)
 
-        view = await b.view()
+        view = await b.board.view()
         assert [p.who for p in view.presence] == ["bob@jump2"] and view.lock_stale
         assert len(left()) == len(dead) - PRUNE_PER_READ  # the first read removed its share, no more
 
         # A console comes back between the look and the removal: its rewritten file stays.
-        snap = await b.snapshot()
-        _, stale, lock, _ = b._judge(snap)
+        snap = await b.board.snapshot()
+        _, stale, lock, _ = b.board.judge(snap)
         back = sorted(name for name in stale if name in dead)[0]
         revived = Presence.model_validate_json((presence / back).read_text())
         (presence / back).write_text(
             revived.model_copy(update={"heartbeat": datetime.now(UTC)}).model_dump_json()
         )
-        removed = await b._prune(stale, lock)
+        removed = await b.board._prune(stale, lock)
         # It was the first of the batch sent (the host lists names in order): the rest of it went.
         assert back not in removed and (presence / back).exists() and len(removed) == PRUNE_PER_READ - 1
 
@@ -604,10 +605,10 @@ async def test_readers_prune_stale_heartbeats_a_bounded_share_per_read(
         while left() - {back}:
             reads += 1
             assert reads <= 2, "stale heartbeats outlived the reads that should have pruned them"
-            await b.view()
+            await b.board.view()
         assert alice.exists() and (presence / "notes.json").exists() and (presence / "bob2.json").exists()
         # The holder's stale beat is still there for the break to judge.
-        assert (await b.break_lock(True, reason="test")).holder.console_id == "alice1"
+        assert (await b.locks.break_lock(True, reason="test")).holder.console_id == "alice1"
 
 
 @pytest.mark.serial
@@ -619,13 +620,13 @@ async def test_five_thousand_stale_heartbeats_do_not_make_a_read_slow(
     presence = _dir(twin, config) / "presence"
     dead = _dead_consoles(presence, 5000)
     async with _consoles(config, BOB) as (b,):
-        await b.heartbeat("dashboard")
+        await b.board.heartbeat("dashboard")
         took = []
         while any((presence / name).exists() for name in dead):
             assert len(took) < 5000 // PRUNE_PER_READ, "the reads did not prune the dead heartbeats"
-            await b.heartbeat()  # bob's beat is stale after 1.5 s: he keeps beating, as a console does
+            await b.board.heartbeat()  # bob's beat is stale after 1.5 s: he keeps beating, as a console does
             started = time.monotonic()
-            view = await b.view()
+            view = await b.board.view()
             took.append(time.monotonic() - started)
             assert [p.who for p in view.presence] == ["bob@jump2"]
     assert max(took) < 1.5, took

@@ -144,7 +144,9 @@ async def test_consoles_racing_for_a_lock_path_that_is_not_a_file_are_all_refuse
     who = [ALICE, BOB, Identity(user="carol", jump_host="jump3", pid=6161, console_id="carol3")]
     async with _consoles(config, *who) as consoles:
         results = await asyncio.wait_for(
-            asyncio.gather(*(c.acquire(f"restart by {c.me.user}") for c in consoles), return_exceptions=True),
+            asyncio.gather(
+                *(c.locks.acquire(f"restart by {c.me.user}") for c in consoles), return_exceptions=True
+            ),
             30,
         )
         said = (
@@ -152,7 +154,7 @@ async def test_consoles_racing_for_a_lock_path_that_is_not_a_file_are_all_refuse
         )
         assert [str(r) for r in results] == [said] * 3, results
         assert all(isinstance(r, HostStateError) for r in results)
-        assert await consoles[0].release() is False  # nothing to release: nothing was taken
+        assert await consoles[0].locks.release() is False  # nothing to release: nothing was taken
     assert list(elsewhere.iterdir()) == []
     if kind == "a directory":
         assert lock.is_dir() and list(lock.iterdir()) == []
@@ -178,7 +180,7 @@ async def test_a_lock_file_that_holds_no_lock_is_refused_at_once_and_left_alone(
     async with _consoles(config, ALICE, BOB) as consoles:
         t0 = time.monotonic()
         results = await asyncio.wait_for(
-            asyncio.gather(*(c.acquire("apply ctx-200k") for c in consoles), return_exceptions=True), 30
+            asyncio.gather(*(c.locks.acquire("apply ctx-200k") for c in consoles), return_exceptions=True), 30
         )
         took = time.monotonic() - t0
     sentence = f"the lock file {config.state_dir}/lock on twin {said}; {REMOVE_BY_HAND}"
@@ -197,10 +199,10 @@ async def test_a_release_leaves_a_lock_that_was_broken_and_taken_before_it(
 ) -> None:
     d = _dir(twin, config)
     async with _consoles(config, ALICE) as (a,):
-        lock = await a.acquire("apply ctx-200k")
+        lock = await a.locks.acquire("apply ctx-200k")
         bob = _bobs_lock()
         (d / "lock").write_text(bob.model_dump_json() + "\n")  # broken and taken by Bob, in place
-        assert await a.release(lock) is False
+        assert await a.locks.release(lock) is False
         assert LockInfo.model_validate_json((d / "lock").read_text()) == bob
     _no_leftovers(d)
 
@@ -219,7 +221,7 @@ async def test_a_lock_broken_and_taken_during_a_release_is_not_removed(
     meanwhile by a console that took no turn. Also with no flock on the host."""
     d = _dir(twin, config)
     async with _consoles(config, ALICE) as (a,):
-        lock = await a.acquire("apply ctx-200k")
+        lock = await a.locks.acquire("apply ctx-200k")
         bob = _bobs_lock()
         with contextlib.ExitStack() as stack:
             if turns == "no-flock":
@@ -227,9 +229,9 @@ async def test_a_lock_broken_and_taken_during_a_release_is_not_removed(
             armed = stack.enter_context(_taken_by_bob_midway(twin, d, bob))
             armed.touch()
             if how == "release":
-                released = await a.release(lock)
+                released = await a.locks.release(lock)
             else:
-                await a.leave()
+                await a.board.leave()
                 released = lock.released
         assert (d / "fired").exists(), "Bob never took the lock during the release"
         assert (d / "lock").exists(), "the release removed Bob's lock"
@@ -253,13 +255,13 @@ async def test_a_release_takes_its_turn_behind_a_break_under_way(
         f'exec {_real("flock")} "$@"\n'
     )
     async with _consoles(config, ALICE) as (a,):
-        lock = await a.acquire("apply ctx-200k")
+        lock = await a.locks.acquire("apply ctx-200k")
         bob = _bobs_lock()
         fd = os.open(d, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             with _stand_ins(twin, {"flock": ask}):
-                task = asyncio.ensure_future(a.release(lock) if how == "release" else a.leave())
+                task = asyncio.ensure_future(a.locks.release(lock) if how == "release" else a.board.leave())
                 await eventually(
                     lambda: asked.exists() or task.done(), "the release never reached the host", timeout=10
                 )

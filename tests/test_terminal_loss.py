@@ -382,13 +382,13 @@ async def test_a_heartbeat_due_as_the_console_leaves_does_not_put_its_presence_b
     try:
         await transport.wait_up(15)
         state = HostStateDir(transport, config, me, heartbeat_s=0.5)
-        await state.heartbeat("dashboard")
+        await state.board.heartbeat("dashboard")
         assert (presence / "carol3.json").exists()
         # A beat under way as the console leaves, and the next one due after it.
-        beat = asyncio.get_running_loop().create_task(state.heartbeat())
-        await state.leave()
+        beat = asyncio.get_running_loop().create_task(state.board.heartbeat())
+        await state.board.leave()
         await beat
-        await state.heartbeat()
+        await state.board.heartbeat()
         assert not (presence / "carol3.json").exists()
     finally:
         await transport.close()
@@ -477,16 +477,16 @@ async def test_a_lock_being_taken_as_the_console_leaves_is_released_by_the_leavi
     try:
         await transport.wait_up(15)
         state = HostStateDir(transport, config, me, heartbeat_s=0.5)
-        await state.heartbeat("dashboard")
-        taking = asyncio.get_running_loop().create_task(state.acquire("restart"))
+        await state.board.heartbeat("dashboard")
+        taking = asyncio.get_running_loop().create_task(state.locks.acquire("restart"))
         await asyncio.sleep(0)  # the acquire is under way (its SSH command sent), not finished
-        await state.leave()
+        await state.board.leave()
         lock = await taking
         assert lock.released
         assert not (state_dir / "lock").exists(), "the lock outlived the console's leaving"
         assert not (state_dir / "presence" / "dave4.json").exists()
         with pytest.raises(HostStateError, match="has left"):
-            await state.acquire("restart")
+            await state.locks.acquire("restart")
         assert not (state_dir / "lock").exists()
     finally:
         await transport.close()

@@ -275,10 +275,10 @@ async def test_stale_lock_broken_only_after_confirming_then_restart_is_audited(t
         # carol took the lock and then her console went quiet: no heartbeat after the acquire.
         carol = HostStateDir(transport, config, CAROL, heartbeat_s=BEAT)
         # Something on the trail from before the consoles open: it is on their feeds when they do.
-        await carol.append_audit(
-            carol.audit_entry("probe", profile="ctx-256k", outcome="ok", summary="0.7 tok/s")
+        await carol.audit.append(
+            carol.audit.entry("probe", profile="ctx-256k", outcome="ok", summary="0.7 tok/s")
         )
-        await carol.acquire("apply ctx-256k")
+        await carol.locks.acquire("apply ctx-256k")
         async with b.run_test(size=SIZE) as pb, reader.run_test(size=SIZE) as pr:
             db = b.dashboards[host]
             await eventually(lambda: ready_pool(db) is not None, "bob's boot", pilot=pb, timeout=60)

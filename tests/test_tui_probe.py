@@ -207,7 +207,7 @@ async def test_probe_screen_fires_a_sweep_and_charts_it(twin, tmp_path: Path) ->
         # Both runs are on the host's audit trail, with their speeds.
         from console.sources.hoststate import HostStateDir
 
-        trail = await HostStateDir(app.transport, host_of(twin)).read_audit()
+        trail = await HostStateDir(app.transport, host_of(twin)).audit.read()
         probes = [e for e in trail if e.action == "probe"][-2:]
         assert len(probes) == 2 and all(e.outcome == "ok" and "tok/s" in e.summary for e in probes)
         assert "2k " in probes[0].summary and "4k " in probes[1].summary

@@ -86,8 +86,8 @@ def _read(name: str, hosts_file: str | None) -> tuple[str, AuditLog, list[AuditR
         try:
             # Reading identifies nobody: no heartbeat is written, so `audit` leaves no trace on the host.
             state = HostStateDir(transport, host)
-            log, records, _ = await state.read_audit_records()
-            return host.state_dir, log, records, state.audit_cut
+            log, records, _ = await state.audit.read_records()
+            return host.state_dir, log, records, state.audit.cut
         finally:
             await transport.close()
 

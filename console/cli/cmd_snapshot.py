@@ -187,7 +187,7 @@ async def applied_target_of(host: HostConfig, transport: Transport) -> tuple[int
     from console.sources.transport import TransportError
 
     try:
-        entries = await HostStateDir(transport, host).read_audit()
+        entries = await HostStateDir(transport, host).audit.read()
     except (HostStateError, TransportError):
         return None, None
     name, target = applied_target(entries)
@@ -226,7 +226,7 @@ async def _read(
 
         async def pairing() -> Any:
             with contextlib.suppress(HostStateError, TransportError):
-                return await HostStateDir(transport, host).view()
+                return await HostStateDir(transport, host).board.view()
             incomplete.append("presence and lock")
             return None
 

@@ -158,12 +158,12 @@ class HostChanger:
         `interrupted` entry (with the phase and the front end's `signal`) before the lock goes."""
         change = HostChange(action, title, profile)
         try:
-            lock_cm = self.state.locked(title, leave=self.leave)
+            lock_cm = self.state.locks.locked(title, leave=self.leave)
             change.lock = await lock_cm.__aenter__()
         except Exception:
             if self.leave:
                 with contextlib.suppress(TransportError, HostStateError):
-                    await self.state.remove_file(f"presence/{self.state.me.console_id}.json")
+                    await self.state.files.remove(f"presence/{self.state.me.console_id}.json")
             raise
         try:
             yield change
@@ -185,7 +185,7 @@ class HostChanger:
         by = f" by {change.signal}" if change.signal else ""
         if change.intent is not None:
             entry = change.intent.interrupted(
-                ts=self.state.now(),
+                ts=self.state.runner.now(),
                 phase=change.phase,
                 signal=change.signal,
                 summary=f"interrupted{by} in {where}; the outcome of the change is unknown"
@@ -199,21 +199,21 @@ class HostChanger:
         else:
             entry = AuditEntry.intent(
                 self.state.me,
-                ts=self.state.now(),
+                ts=self.state.runner.now(),
                 host=self.host,
                 action=change.action,
                 op_id=change.op_id,
                 profile=change.profile,
                 lock_id=change.lock.info.lock_id if change.lock else None,
             ).interrupted(
-                ts=self.state.now(),
+                ts=self.state.runner.now(),
                 phase=change.phase,
                 signal=change.signal,
                 summary=f"interrupted{by} in {where}, before anything was changed",
             )
         with contextlib.suppress(HostStateError, TransportError, TimeoutError):
             async with asyncio.timeout(RECORD_TIMEOUT_S):
-                await self.state.append_audit(entry)
+                await self.state.audit.append(entry)
                 change.finished = True
 
     async def _audited(
@@ -231,7 +231,7 @@ class HostChanger:
         async def write_intent() -> None:
             intent = AuditEntry.intent(
                 self.state.me,
-                ts=self.state.now(),
+                ts=self.state.runner.now(),
                 host=self.host,
                 action=change.action,
                 op_id=change.op_id,
@@ -241,7 +241,7 @@ class HostChanger:
                 forced=forced,
             )
             try:
-                await self.state.append_audit(intent)
+                await self.state.audit.append(intent)
             except (HostStateError, TransportError) as exc:
                 raise ServiceError(
                     f"{str(exc).rstrip('.')}; the intent could not be written to the audit trail, so nothing "
@@ -255,14 +255,14 @@ class HostChanger:
             if change.intent is not None:
                 failed = change.intent.model_copy(
                     update={
-                        "ts": self.state.now(),
+                        "ts": self.state.runner.now(),
                         "outcome": "failed",
                         "phase": change.phase,
                         "summary": str(exc),
                     }
                 )
                 with contextlib.suppress(HostStateError, TransportError):
-                    await self.state.append_audit(failed)
+                    await self.state.audit.append(failed)
                     change.finished = True
             raise
         lost = bool(change.lock is not None and change.lock.lost)
@@ -272,7 +272,7 @@ class HostChanger:
             outcome,
             me=self.state.me,
             host=self.host,
-            ts=self.state.now(),
+            ts=self.state.runner.now(),
             action=change.action,
             started=change.intent,
         )
@@ -280,7 +280,7 @@ class HostChanger:
         # the unit's own ExecStart): the trail says "rolled back to ctx-200k".
         entry = entry.model_copy(update={"forced": forced, "op_id": change.op_id})
         try:
-            await self.state.append_audit(entry)
+            await self.state.audit.append(entry)
             change.finished = True
         except (HostStateError, TransportError) as exc:
             done = "verified" if outcome.ok else "ended without verifying"
@@ -422,7 +422,7 @@ class HostChanger:
             f"confirmed {what} on {self.host} ahead of the host-side rollback: "
             f"{verdict.summary.rstrip('.')}; the rollback is disarmed."
         )
-        entry = self.state.audit_entry(
+        entry = self.state.audit.entry(
             "confirm",
             profile=pending.profile,
             outcome="ok",
@@ -439,7 +439,7 @@ class HostChanger:
             f"deadline {pending.deadline:%H:%M:%S} UTC passed before this console could {meant}): the host "
             "puts the drop-in from before that apply back and restarts by itself."
         )
-        entry = self.state.audit_entry(
+        entry = self.state.audit.entry(
             "confirm",
             profile=pending.profile,
             outcome="failed",
@@ -451,7 +451,7 @@ class HostChanger:
 
     async def _append(self, change: HostChange, entry: AuditEntry) -> str | None:
         try:
-            await self.state.append_audit(entry)
+            await self.state.audit.append(entry)
         except (HostStateError, TransportError) as exc:
             return f"{entry.summary} But it is NOT in the audit trail: {str(exc).rstrip('.')}."
         change.finished = True
@@ -482,4 +482,4 @@ async def break_stale_lock(state: HostStateDir, *, reason: str) -> LockInfo:
     """Break the lock of a console whose heartbeat is stale, after the operator confirmed: the host
     re-checks it and appends the `lock_break` entry in the same step (console.sources.hoststate). A
     console that reads the host but has no service controller breaks a lock through this too."""
-    return await state.break_lock(True, reason=reason)
+    return await state.locks.break_lock(True, reason=reason)

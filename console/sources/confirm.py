@@ -87,11 +87,11 @@ rm -f -- "$d/.pending-rollback.disarmed.$2" "$d/$3"
 async def read_pending(state: HostStateDir, unit: str, *, sudo: bool = False) -> PendingRollback | None:
     """The armed rollback of `unit` on the host of `state`, if it has a record of one; `active` says
     whether its timer still waits (read with `systemctl is-active`)."""
-    record = await state.pending_rollback()
+    record = await state.board.pending_rollback()
     if record is None:
         return None
     argv = ["systemctl", "is-active", f"{rollback_unit(unit)}.timer"]
-    res = await state.transport.run(["sudo", "-n", *argv] if sudo else argv, timeout=state.timeout)
+    res = await state.transport.run(["sudo", "-n", *argv] if sudo else argv, timeout=state.runner.timeout)
     record.active = res.stdout.strip() in ("active", "activating")
     return record
 
@@ -185,8 +185,8 @@ class HostRollback:
             phase="commit-confirmed",
         )
         try:
-            state_dir = await self.state.absolute_path()
-            script = await self.state.put_file(
+            state_dir = await self.state.files.absolute_path()
+            script = await self.state.files.put(
                 self.script,
                 rollback_script(
                     dropin_dir=self.ctl.dropin_dir,
@@ -203,7 +203,7 @@ class HostRollback:
                 ),
                 mode="700",
             )
-            await self.state.put_file(PENDING_FILE, record.model_dump_json(), mode="644")
+            await self.state.files.put(PENDING_FILE, record.model_dump_json(), mode="644")
         except (HostStateError, TransportError) as exc:
             raise RollbackTimerError(f"the host-side rollback could not be prepared: {exc}") from None
         description = f"k26-console commit-confirmed rollback of {self.ctl.unit} ({armed_by}" + (
@@ -236,7 +236,7 @@ class HostRollback:
         the timer and remove its script), or learn that the host's timer took it first."""
         if op_id is None:
             return Settled.NONE
-        _, lines = await self.state._run(_CLAIM, op_id, what="settle the host-side rollback")
+        _, lines = await self.state.runner.run(_CLAIM, op_id, what="settle the host-side rollback")
         said = next((ln.strip() for ln in lines if ln.strip() in ("claimed", "fired", "none")), "none")
         if said != "claimed":
             return Settled(said if said == "fired" else "none")
@@ -246,10 +246,10 @@ class HostRollback:
 
     async def clear_stale(self) -> None:
         """A record whose timer is gone (the host restarted, or the record outlived a killed arm): gone."""
-        await self.state.remove_file(PENDING_FILE)
-        await self.state.remove_file(self.script)
+        await self.state.files.remove(PENDING_FILE)
+        await self.state.files.remove(self.script)
 
     async def _forget(self, op_id: str, *, claim: bool) -> None:
         if claim:
-            await self.state._run(_CLAIM, op_id, what="settle the host-side rollback")
-        await self.state._run(_FORGET, op_id, self.script, what="remove the host-side rollback")
+            await self.state.runner.run(_CLAIM, op_id, what="settle the host-side rollback")
+        await self.state.runner.run(_FORGET, op_id, self.script, what="remove the host-side rollback")

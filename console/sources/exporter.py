@@ -159,8 +159,8 @@ class HostExport:
         update: dict[str, object] = {}
         try:
             async with asyncio.timeout(self.poll_s * 2):
-                view = await self._state.view()
-                audit = await self._state.read_audit()
+                view = await self._state.board.view()
+                audit = await self._state.audit.read()
                 pending = None
                 if view.pending_rollback is not None:
                     # the record, and whether its timer still waits (it fired, or the host rebooted)

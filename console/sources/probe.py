@@ -557,14 +557,14 @@ async def audit_probe(
     state = HostStateDir(transport, host, me)
     try:
         ran = report.profile or await profile_in_force(host, transport, store)
-        entry = state.audit_entry(
+        entry = state.audit.entry(
             "probe",
             profile=ran,
             outcome="ok" if report.ok else "failed",
             summary=f"{speeds}; {report.summary().rstrip('.')}",
             total_s=round(took_s, 3),
         )
-        await state.append_audit(entry)
+        await state.audit.append(entry)
     except (HostStateError, TransportError) as exc:
         return f"the probe could not be written to {host.name}'s audit trail: {exc}"
     return None

@@ -281,6 +281,6 @@ class FleetPacer:
         if "poll_s" in pairing:
             link.poll_s = plan.state_poll_s
         if "heartbeat_s" in pairing:
-            link.state.heartbeat_s = plan.heartbeat_s
+            link.state.board.heartbeat_s = plan.heartbeat_s
         if before is not None and plan.state_poll_s < before.state_poll_s and "poll_s" in pairing:
             link.poke()  # a host brought on screen shows who is there now, not in 16 s

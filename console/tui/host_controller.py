@@ -290,7 +290,7 @@ class HostController(HostChanges):
         options.setdefault("heartbeat_s", CONSOLE_HEARTBEAT_S)
         poll_s = float(options.pop("poll_s", CONSOLE_POLL_S))  # type: ignore[arg-type]
         state = HostStateDir(session.transport, session.host, self.me, **options)  # type: ignore[arg-type]
-        state.looking_at = self.ui.looking_at(self.name)
+        state.board.looking_at = self.ui.looking_at(self.name)
         self.link = PairingLink(
             state,
             on_view=self._on_view,
@@ -310,7 +310,7 @@ class HostController(HostChanges):
     def _on_view(self, view: PairingView) -> None:
         if self.recorder is not None:
             self.recorder.record(self.name, "view", view)
-        at = self.link.state.now() if self.link is not None else None
+        at = self.link.state.runner.now() if self.link is not None else None
         self._publish(replace(self.published, view=view, view_at=at, link_error=None))
 
     def _on_note(self, sentence: str) -> None:
@@ -346,10 +346,10 @@ class HostController(HostChanges):
         link = self.link
         if link is None:
             return
-        link.state.looking_at = self.ui.looking_at(self.name)
+        link.state.board.looking_at = self.ui.looking_at(self.name)
         view = link.view
         if view is not None and (view.lock or view.pending_rollback):
-            self._publish(replace(self.published, view_at=link.state.now()))
+            self._publish(replace(self.published, view_at=link.state.runner.now()))
 
     # ---- what the screens read ---------------------------------------------------------------------
 

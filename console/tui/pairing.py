@@ -201,7 +201,7 @@ class PairingLink:
     async def run(self) -> None:
         """Heartbeat, watch and follow until cancelled."""
         tasks = [
-            asyncio.create_task(self.state.keep_alive(), name="k26-pairing-heartbeat"),
+            asyncio.create_task(self.state.board.keep_alive(), name="k26-pairing-heartbeat"),
             asyncio.create_task(self._watch(), name="k26-pairing-watch"),
             asyncio.create_task(self._follow(), name="k26-pairing-audit"),
         ]
@@ -227,7 +227,7 @@ class PairingLink:
         """A fresh look at the lock and the consoles, published as any other; None when the host's
         state directory cannot be read right now."""
         try:
-            view = await self.state.view()
+            view = await self.state.board.view()
         except (TransportError, HostStateError) as exc:
             if self.on_error is not None:
                 self.on_error(str(exc))
@@ -242,7 +242,7 @@ class PairingLink:
             self.on_view(view)
 
     async def _watch(self) -> None:
-        # Not `HostStateDir.watch`: a poke must be able to cut the wait short.
+        # Not `PresenceBoard.watch`: a poke must be able to cut the wait short.
         while True:
             await self.refresh()
             self._wake.clear()
@@ -254,7 +254,7 @@ class PairingLink:
         said: str | None = None
         while True:
             try:
-                log = await self.state.read_audit_log()
+                log = await self.state.audit.read_log()
                 break
             except TransportError:
                 await asyncio.sleep(self.poll_s)
@@ -264,13 +264,13 @@ class PairingLink:
                     said = str(exc)
                     self.on_note(said)
                 await asyncio.sleep(self.poll_s)
-        cut = getattr(self.state, "audit_cut", None)
+        cut = self.state.audit.cut
         if cut and self.on_note is not None:
             self.on_note(cut)  # only the trail's tail was read: the operator is told what was left out
         if log.entries and self.backlog:
             self.on_audit(log.entries[-self.backlog :])
         try:
-            async for entry in self.state.follow_audit(after_line=log.lines):
+            async for entry in self.state.audit.follow(after_line=log.lines):
                 self.on_audit([entry])
         except HostStateError as exc:
             if self.on_error is not None:
@@ -289,7 +289,7 @@ class PairingLink:
             return
         with contextlib.suppress(TransportError, HostStateError, TimeoutError, OSError):
             async with asyncio.timeout(timeout):
-                await self.state.leave()
+                await self.state.board.leave()
 
 
 def activity(screen: object, host: str, ctl: Any, *, overview: bool, read_only: bool) -> str:
