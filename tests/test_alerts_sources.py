@@ -95,7 +95,9 @@ def test_a_missing_named_config_file_is_one_sentence(tmp_path: Path) -> None:
 def test_one_reading_of_the_config_file_holds_hosts_ui_and_alerts(tmp_path: Path) -> None:
     # One model, one error path: a bad [alerts] table is the hosts file's error for every command.
     file = tmp_path / "hosts.toml"
-    file.write_text('[hosts.gpu1]\nssh = "gpu1"\n\n[ui]\ntheme = "light"\n\n[alerts]\nrules = ["queue > 3"]\n')
+    file.write_text(
+        '[hosts.gpu1]\nssh = "gpu1"\n\n[ui]\ntheme = "light"\n\n[alerts]\nrules = ["queue > 3"]\n'
+    )
     config = load_hosts(file)
     assert set(config.hosts) == {"gpu1"} and config.ui.theme == "light"
     assert [r.key for r in config.alerts.rules] == ["queue > 3"] and config.alerts.path == file

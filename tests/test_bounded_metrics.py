@@ -28,6 +28,7 @@ from console.core.alerts import alert_inputs
 from console.core.serving import Scrape, serving_figures
 from console.core.snapshot import HealthState
 from console.sources.server import METRICS_MAX_BYTES, ServerClient, ServerError
+from console.sources.session_options import SessionOptions
 from console.twin.host import TwinHost
 from console.twin.scenarios import get_scenario
 from console.twin.server_engine import Engine
@@ -196,7 +197,7 @@ async def test_the_console_says_why_a_hostile_servers_figures_are_missing(tmp_pa
         config = load_hosts(Path(argv[argv.index("--hosts") + 1])).get(twin.name)
         assert config is not None
         entry = HostEntry(
-            twin.name, config=config, simulated=True, session_options={"server_interval_s": 0.5}
+            twin.name, config=config, simulated=True, session=SessionOptions(server_interval_s=0.5)
         )
         app = ConsoleApp([entry], target=200_000, target_source="test")
         async with app.run_test(size=(160, 48)) as pilot:

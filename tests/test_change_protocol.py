@@ -336,14 +336,15 @@ from console.sources.profile_store import ProfileStore, shipped_profile_dir
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.messages import ApplyRequested
 from console.tui.screens import ApplyConfirmScreen
+from console.sources.session_options import SessionOptions
 
 hosts_toml, name, user_dir, state = sys.argv[1:5]  # and the deadline, sys.argv[5]
 
 async def main() -> None:
     config = load_hosts(Path(hosts_toml)).get(name)
     entry = HostEntry(name, config=config, simulated=True,
-                      session_options={"gpu_interval_s": 0.5, "server_interval_s": 0.5},
-                      controller_options={"state_dir": Path(state)}, confirm_within_s=float(sys.argv[5]))
+                      session=SessionOptions(gpu_interval_s=0.5, server_interval_s=0.5),
+                      restart_history_dir=Path(state), confirm_within_s=float(sys.argv[5]))
     store = ProfileStore([Path(user_dir), shipped_profile_dir()])
     app = ConsoleApp([entry], store=store, target=200_000, target_source="test")
     async with app.run_test(size=(160, 48)) as pilot:

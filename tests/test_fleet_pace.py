@@ -14,6 +14,7 @@ import pytest
 from console.core.gpus import SamplerState
 from console.sources.hosts import load_hosts
 from console.sources.session import HostSession
+from console.sources.session_options import SessionOptions
 from console.twin.host import TwinHost
 
 
@@ -35,7 +36,9 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwinHost]:
 async def test_gpu_and_server_intervals_change_while_the_session_runs(twin: TwinHost) -> None:
     config = load_hosts(twin.hosts_toml).get(twin.name)
     assert config is not None
-    session = HostSession(config, follow_journal=False, gpu_interval_s=0.25, server_interval_s=0.5)
+    session = HostSession(
+        config, SessionOptions(follow_journal=False, gpu_interval_s=0.25, server_interval_s=0.5)
+    )
     async with session:
         snap = await session.wait_for(
             lambda s: s.gpus is not None and s.gpus.state is SamplerState.OK and s.server is not None, 30

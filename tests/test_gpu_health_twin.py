@@ -19,7 +19,9 @@ from console.core.alerts import alert_inputs, default_rules, evaluate
 from console.core.gpus import HostGpuSample, SamplerState
 from console.sources.gpus import AgentSampler, NvidiaSmiStreamSampler, NvmlSampler
 from console.sources.hosts import HostConfig, load_hosts
+from console.sources.session_options import SessionOptions
 from console.sources.transport import Transport
+from console.tui.host_entry import PairingOptions
 from console.tui.view import gpu_rows
 from console.twin import gpuhealth
 from console.twin.gpuhealth import GpuConditions, write_conditions
@@ -271,9 +273,9 @@ async def test_each_fault_the_twin_command_plays_raises_its_alert_on_the_dashboa
         healthy.name,
         config=config,
         simulated=True,
-        session_options={"gpu_interval_s": 0.5, "server_interval_s": 0.5},
-        controller_options={"state_dir": tmp_path / "controller"},
-        pairing_options={"heartbeat_s": 0.5, "poll_s": 0.5},
+        session=SessionOptions(gpu_interval_s=0.5, server_interval_s=0.5),
+        restart_history_dir=tmp_path / "controller",
+        pairing=PairingOptions(heartbeat_s=0.5, poll_s=0.5),
     )
     shipped = shipped_profile_dir()
     assert shipped is not None

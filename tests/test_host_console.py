@@ -11,6 +11,7 @@ import pytest
 
 from console.core.flags import load_flag_list
 from console.sources.hosts import load_hosts
+from console.sources.session_options import SessionOptions
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.profile_check import check_profile_text
 from console.twin.host import TwinHost
@@ -66,8 +67,8 @@ async def test_the_console_learns_the_host_and_its_header_and_editor_use_it(
         twin.name,
         config=config,
         learn=True,
-        session_options={"gpu_interval_s": 0.5, "server_interval_s": 0.5},
-        controller_options={"state_dir": tmp_path / "ctl"},
+        session=SessionOptions(gpu_interval_s=0.5, server_interval_s=0.5),
+        restart_history_dir=tmp_path / "ctl",
     )
     app = ConsoleApp([entry])
     async with app.run_test(size=(160, 48)) as pilot:

@@ -26,7 +26,9 @@ import pytest
 from console.core.pairing import Identity
 from console.sources.hosts import load_hosts
 from console.sources.profile_store import ProfileStore, shipped_profile_dir
+from console.sources.session_options import SessionOptions
 from console.tui.app import ConsoleApp, HostEntry
+from console.tui.host_entry import PairingOptions
 from console.tui.messages import BreakRequested
 from console.tui.screens import ConfirmScreen
 from console.twin.host import TwinHost
@@ -88,9 +90,9 @@ def _console(twin: TwinHost, tmp: Path) -> ConsoleApp:
         twin.name,
         config=config,
         simulated=True,
-        session_options={"gpu_interval_s": 0.5, "server_interval_s": 0.5},
-        controller_options={"state_dir": tmp / "controller"},
-        pairing_options={"heartbeat_s": 0.5, "poll_s": 0.5},
+        session=SessionOptions(gpu_interval_s=0.5, server_interval_s=0.5),
+        restart_history_dir=tmp / "controller",
+        pairing=PairingOptions(heartbeat_s=0.5, poll_s=0.5),
     )
     shipped = shipped_profile_dir()
     assert shipped is not None

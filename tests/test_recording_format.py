@@ -31,6 +31,7 @@ from console.core.snapshot import FollowerStatus, FollowState, HealthState, Serv
 from console.core.state import HostState
 from console.sources.recording import Recorder, RecordingError, RecordingReader
 from console.sources.replay import Replay
+from console.sources.session_options import SessionOptions
 from tests.conftest import CORPUS
 from tests.support.cli import one_sentence, run_main, wait_until
 
@@ -255,7 +256,8 @@ async def test_a_recording_started_mid_session_replays_what_the_session_had_read
     from console.tui.view import display_boot
 
     session = HostSession(
-        HostConfig(name="h", ssh="127.0.0.1"), follow_journal=False, sample_gpus=False, poll_server=False
+        HostConfig(name="h", ssh="127.0.0.1"),
+        SessionOptions(follow_journal=False, sample_gpus=False, poll_server=False),
     )
     lines = CASE.read_text(encoding="utf-8").removesuffix("\n").split("\n")
     session.fold.journal(journal_entries(len(lines)))

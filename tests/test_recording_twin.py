@@ -25,8 +25,10 @@ from console.sources.hosts import load_hosts
 from console.sources.profile_store import ProfileStore, shipped_profile_dir
 from console.sources.recording import RecordingError, RecordingReader
 from console.sources.replay import Replay
+from console.sources.session_options import SessionOptions
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.feed import feed_line
+from console.tui.host_entry import PairingOptions
 from console.tui.messages import ApplyRequested
 from console.tui.pairing import pairing_text
 from console.tui.replay import ReplayApp, ReplayDashboard
@@ -82,9 +84,9 @@ async def test_a_recorded_apply_replays_from_the_old_pool_to_the_new(
         twin.name,
         config=config,
         simulated=True,
-        session_options={"gpu_interval_s": 0.5, "server_interval_s": 0.5},
-        controller_options={"state_dir": tmp_path / "controller"},
-        pairing_options={"heartbeat_s": 0.5, "poll_s": 0.5},
+        session=SessionOptions(gpu_interval_s=0.5, server_interval_s=0.5),
+        restart_history_dir=tmp_path / "controller",
+        pairing=PairingOptions(heartbeat_s=0.5, poll_s=0.5),
     )
     app = ConsoleApp([entry], store=store, target=200_000, target_source="test", record=path)
     async with app.run_test(size=SIZE) as pilot:

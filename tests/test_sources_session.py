@@ -5,6 +5,7 @@ come through the port forward, and the streaming /generate helper yields parsed 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterator
 
@@ -12,9 +13,11 @@ import pytest
 
 from console.core.gpus import SamplerState
 from console.core.snapshot import ConnState, FollowState, HealthState, HostSnapshot
+from console.sources.gpus import DEFAULT_INTERVAL_S
 from console.sources.hosts import HostConfig, load_hosts
 from console.sources.server import ServerClient, ServerError
 from console.sources.session import HostSession
+from console.sources.session_options import DEFAULT_SERVER_INTERVAL_S, SessionOptions
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
 
@@ -48,7 +51,9 @@ def _ready(snap: HostSnapshot) -> bool:
 
 
 async def test_session_snapshots_hold_journal_gpus_and_server(twin: TwinHost) -> None:
-    session = HostSession(_config(twin), ssh_config=[], gpu_interval_s=0.25, server_interval_s=0.25)
+    session = HostSession(
+        _config(twin), SessionOptions(ssh_config=(), gpu_interval_s=0.25, server_interval_s=0.25)
+    )
     async with session:
         snap = await session.wait_for(_ready, 30)
         assert snap.connection is not None and snap.connection.state is ConnState.UP
@@ -124,7 +129,8 @@ async def test_polls_do_not_make_the_server_generate_every_few_seconds(twin: Twi
     from console.core.events import HttpAccess
 
     session = HostSession(
-        _config(twin), ssh_config=[], gpu_interval_s=1.0, server_interval_s=0.2, health_interval_s=30.0
+        _config(twin),
+        SessionOptions(ssh_config=(), gpu_interval_s=1.0, server_interval_s=0.2, health_interval_s=30.0),
     )
     async with session:
         await session.wait_for(_ready, 30)
@@ -157,7 +163,9 @@ async def test_close_ends_even_when_a_journal_batch_lands_in_the_turn_of_the_can
         "[2026-11-30 10:00:00] Decode batch. #running-req: 1, #token: 185000, gen throughput (token/s): 0.70"
     )
     for turns in range(4):
-        session = HostSession(_config(twin), ssh_config=[], sample_gpus=False, poll_server=False)
+        session = HostSession(
+            _config(twin), SessionOptions(ssh_config=(), sample_gpus=False, poll_server=False)
+        )
         await session.start()
         await session.wait_for(lambda s: s.follower.entries > 0, 30)
         follower = session.follower
@@ -185,10 +193,7 @@ async def test_the_session_keeps_a_bounded_window_of_scrapes_and_publishes_the_s
     # where the polls come later than every 0.2 s)
     session = HostSession(
         _config(twin),
-        ssh_config=[],
-        sample_gpus=False,
-        server_interval_s=0.2,
-        serving_window_s=2.0,
+        SessionOptions(ssh_config=(), sample_gpus=False, server_interval_s=0.2, serving_window_s=2.0),
     )
     async with session:
         snap = await session.wait_for(
@@ -203,3 +208,15 @@ async def test_the_session_keeps_a_bounded_window_of_scrapes_and_publishes_the_s
         await session.wait_for(lambda s: s.seq > snap.seq + 10, 30)
         assert len(session.fold.history.scrapes) <= 11 and len(session.snapshot.serving_trend) <= 10
         assert session.snapshot.serving is not None and session.snapshot.serving.scrapes <= 11
+
+
+def test_options_are_frozen_and_a_pace_left_unset_reads_at_the_sessions_default() -> None:
+    options = SessionOptions(follow_journal=False, sample_gpus=False, poll_server=False)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.server_interval_s = 1.0  # type: ignore[misc]
+    session = HostSession(HostConfig(name="h", ssh="127.0.0.1"), options)
+    assert session.server_interval_s == DEFAULT_SERVER_INTERVAL_S and options.gpu_s == DEFAULT_INTERVAL_S
+    assert options.pinned() == frozenset()
+    paced = dataclasses.replace(options, server_interval_s=8.0)
+    assert paced.pinned() == {"server_interval_s"} and options.server_interval_s is None
+    assert HostSession(HostConfig(name="h", ssh="127.0.0.1"), paced).server_interval_s == 8.0

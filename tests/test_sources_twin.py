@@ -41,6 +41,7 @@ from console.sources.gpus import (
 from console.sources.hosts import HostConfig
 from console.sources.journal import JournalFollower
 from console.sources.session import HostSession
+from console.sources.session_options import SessionOptions
 from console.sources.transport import Backoff, Transport
 from console.twin.host import DEFAULT_UNIT, TwinHost
 from console.twin.layout import GpuInventory
@@ -208,12 +209,14 @@ async def test_twenty_connection_kills_during_a_restart_lose_and_repeat_nothing(
     host = session_host
     session = HostSession(
         host.config,
-        ssh_config=[],
-        backoff=Backoff(initial_s=0.1, max_s=0.5, stable_s=0),
-        sample_gpus=False,
-        poll_server=False,
-        keep_events=20_000,
-        idle_flush_s=0.5,
+        SessionOptions(
+            ssh_config=(),
+            backoff=Backoff(initial_s=0.1, max_s=0.5, stable_s=0),
+            sample_gpus=False,
+            poll_server=False,
+            keep_events=20_000,
+            idle_flush_s=0.5,
+        ),
     )
     rng = random.Random(26)
     async with session:
@@ -355,10 +358,7 @@ async def test_three_hosts_one_hangs_the_others_stay_on_time(tmp_path: Path) -> 
         sessions = [
             HostSession(
                 h.config,
-                ssh_config=[],
-                gpu_interval_s=tick,
-                poll_server=False,
-                keepalive_interval=1.0,
+                SessionOptions(ssh_config=(), gpu_interval_s=tick, poll_server=False, keepalive_interval=1.0),
             )
             for h in hosts
         ]

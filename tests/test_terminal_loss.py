@@ -33,8 +33,10 @@ from console.core.confirm import PENDING_FILE, rollback_unit
 from console.core.pairing import Identity
 from console.sources.hosts import load_hosts
 from console.sources.hoststate import HostStateDir, HostStateError
+from console.sources.session_options import SessionOptions
 from console.sources.transport import Transport
 from console.tui.app import ConsoleApp, HostEntry
+from console.tui.host_entry import PairingOptions
 from console.twin.host import TwinHost
 from tests.support.cli import CLI, operator_env, started_twin, wait_until
 from tests.support.procs import processes_of
@@ -505,9 +507,9 @@ async def test_a_session_that_comes_up_after_the_console_left_writes_no_presence
         entry = HostEntry(
             twin.name,
             config=config.model_copy(update={"state_dir": f"~/{state_dir}"}),
-            session_options={"gpu_interval_s": 0.5, "server_interval_s": 0.5},
-            controller_options={"state_dir": tmp_path / who.console_id},
-            pairing_options={"heartbeat_s": 0.5, "poll_s": 0.5},
+            session=SessionOptions(gpu_interval_s=0.5, server_interval_s=0.5),
+            restart_history_dir=tmp_path / who.console_id,
+            pairing=PairingOptions(heartbeat_s=0.5, poll_s=0.5),
         )
         return ConsoleApp([entry], identity=who)
 

@@ -17,6 +17,7 @@ from textual.widgets import Input, Static
 
 from console.sources.hosts import load_hosts
 from console.sources.profile_store import ProfileStore, shipped_profile_dir
+from console.sources.session_options import SessionOptions
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.dashboard import HostDashboard
 from console.tui.messages import ApplyRequested, RollbackRequested
@@ -76,8 +77,8 @@ def console(twin: TwinHost, store: ProfileStore, state: Path, *, read_only: bool
         twin.name,
         config=config,
         simulated=True,
-        session_options={"gpu_interval_s": 0.5, "server_interval_s": 0.5},
-        controller_options={"state_dir": state},
+        session=SessionOptions(gpu_interval_s=0.5, server_interval_s=0.5),
+        restart_history_dir=state,
     )
     return ConsoleApp([entry], read_only=read_only, store=store, target=200_000, target_source="test")
 

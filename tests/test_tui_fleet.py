@@ -11,9 +11,11 @@ from console.core.audit import AuditEntry
 from console.core.snapshot import ConnectionStatus, ConnState, HostSnapshot
 from console.sources.alerts import AlertConfig
 from console.sources.profile_store import ProfileStore, shipped_profile_dir
+from console.sources.session_options import SessionOptions
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.fleet import FLEET_TAB, FleetPacer
 from console.tui.fleet_rows import Cell, seen_cell
+from console.tui.host_entry import PairingOptions
 from tests.tui_support import NOW, corpus_events, gpu_sample, plain, snapshot
 
 SIZE = (160, 48)
@@ -117,12 +119,12 @@ async def test_the_on_screen_host_polls_at_its_dashboards_pace_the_others_share_
         title = str(app.fleet.border_title)
         assert "32 hosts" in title and "GPUs every 4 s, /metrics every 8 s" in title
         entry = app.entries[5]
-        assert entry.session_options == {"gpu_interval_s": 4.0, "server_interval_s": 8.0}
+        assert (entry.session.gpu_interval_s, entry.session.server_interval_s) == (4.0, 8.0)
         app.switch_host("h05")
         await pilot.pause()
-        assert entry.session_options == {"gpu_interval_s": 1.0, "server_interval_s": 2.0}
-        assert entry.pairing_options == {"poll_s": 4.0, "heartbeat_s": 5.0}
-        assert app.entries[6].pairing_options == {"poll_s": 16.0, "heartbeat_s": 16.0}
+        assert (entry.session.gpu_interval_s, entry.session.server_interval_s) == (1.0, 2.0)
+        assert entry.pairing == PairingOptions(poll_s=4.0, heartbeat_s=5.0)
+        assert app.entries[6].pairing == PairingOptions(poll_s=16.0, heartbeat_s=16.0)
 
 
 async def test_three_hosts_open_on_the_first_host_with_the_overview_a_tab_away() -> None:
@@ -158,15 +160,15 @@ def test_last_heard_is_fresh_within_the_pace_then_counts_in_five_second_steps() 
 
 def test_intervals_an_entry_sets_itself_are_left_alone() -> None:
     entries = [HostEntry(f"h{i:02d}") for i in range(32)]
-    entries[0].session_options = {"gpu_interval_s": 0.5}
-    entries[0].pairing_options = {"poll_s": 1.0}
+    entries[0].session = SessionOptions(gpu_interval_s=0.5)
+    entries[0].pairing = PairingOptions(poll_s=1.0)
     pacer = FleetPacer(entries)
     pacer.show(None)
-    assert entries[0].session_options == {"gpu_interval_s": 0.5, "server_interval_s": 8.0}
-    assert entries[0].pairing_options == {"poll_s": 1.0, "heartbeat_s": 16.0}
+    assert (entries[0].session.gpu_interval_s, entries[0].session.server_interval_s) == (0.5, 8.0)
+    assert entries[0].pairing == PairingOptions(poll_s=1.0, heartbeat_s=16.0)
     pacer.show("h00")
-    assert entries[0].session_options == {"gpu_interval_s": 0.5, "server_interval_s": 2.0}
-    assert entries[1].session_options == {"gpu_interval_s": 4.0, "server_interval_s": 8.0}
+    assert (entries[0].session.gpu_interval_s, entries[0].session.server_interval_s) == (0.5, 2.0)
+    assert (entries[1].session.gpu_interval_s, entries[1].session.server_interval_s) == (4.0, 8.0)
 
 
 async def test_f1_names_the_overview_key_only_where_there_is_an_overview() -> None:

@@ -30,10 +30,12 @@ from console.core.restart import BOOT
 from console.sources.hosts import load_hosts
 from console.sources.hoststate import HostStateDir
 from console.sources.profile_store import ProfileStore, shipped_profile_dir
+from console.sources.session_options import SessionOptions
 from console.sources.transport import Transport
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.commands import ConsoleCommands
 from console.tui.dashboard import HostDashboard
+from console.tui.host_entry import PairingOptions
 from console.tui.messages import ApplyRequested, BreakRequested
 from console.tui.pairing import held_by_other, intent_phrase, lock_note, pairing_text, refusal
 from console.tui.probe import ProbeScreen
@@ -91,9 +93,9 @@ def console(
         twin.name,
         config=config,
         simulated=True,
-        session_options={"gpu_interval_s": 0.5, "server_interval_s": 0.5},
-        controller_options={"state_dir": state},
-        pairing_options={"heartbeat_s": BEAT, "poll_s": BEAT},
+        session=SessionOptions(gpu_interval_s=0.5, server_interval_s=0.5),
+        restart_history_dir=state,
+        pairing=PairingOptions(heartbeat_s=BEAT, poll_s=BEAT),
     )
     return ConsoleApp([entry], read_only=read_only, store=store, identity=me, target=200_000)
 

@@ -20,6 +20,7 @@ from console.core.metrics import SglangMetrics, parse_prometheus
 from console.core.parser import parse_lines
 from console.core.snapshot import ConnectionStatus, ConnState, HealthState, HostSnapshot, ServerSample
 from console.sources.hosts import load_hosts
+from console.sources.session_options import SessionOptions
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.dashboard import HostDashboard
 from console.twin.host import TwinHost
@@ -227,8 +228,8 @@ async def test_a_journal_line_is_drawn_before_the_sessions_next_snapshot(twin: T
     all the same, while no snapshot has been published since it was written."""
     config = load_hosts(twin.hosts_toml).get(twin.name)
     assert config is not None
-    options: dict[str, object] = {"publish_interval_s": 60.0, "gpu_interval_s": 30.0, "poll_server": False}
-    app = ConsoleApp([HostEntry(twin.name, config=config, session_options=options)])
+    options = SessionOptions(publish_interval_s=60.0, gpu_interval_s=30.0, poll_server=False)
+    app = ConsoleApp([HostEntry(twin.name, config=config, session=options)])
     write = _journal_writer(twin)
     async with app.run_test(size=(160, 48)) as pilot:
         ctl = app.hosts[twin.name]

@@ -16,6 +16,7 @@ from console.core.serving import Scrape, TrendPoint
 from console.core.serving_history import ServingHistory
 from console.core.snapshot import ConnectionStatus, ConnState, HealthState, HostSnapshot, ServerSample
 from console.sources.hosts import load_hosts
+from console.sources.session_options import SessionOptions
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.serving_panel import ServingPanel, scrape_interval, staleness
 from console.tui.themes import palette
@@ -147,7 +148,7 @@ async def test_the_panel_shows_live_itl_under_load(twin: TwinHost) -> None:
     config = load_hosts(twin.hosts_toml).get(twin.name)
     assert config is not None
     entry = HostEntry(
-        twin.name, config=config, session_options={"gpu_interval_s": 1.0, "server_interval_s": 0.5}
+        twin.name, config=config, session=SessionOptions(gpu_interval_s=1.0, server_interval_s=0.5)
     )
     app = ConsoleApp([entry])
     # what `k26-console twin --load 4` runs beside the twin

@@ -739,7 +739,7 @@ _PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z]+\d+)*\] ")
 # Lines that are not SGLang's own text, by who prints them: uvicorn's server and access log, and tqdm's
 # default bar after a description SGLang gives (the description itself is checked).
 _UVICORN = re.compile(
-    r'INFO: {5}(?:Started server process \[\d+\]|Waiting for application (?:startup|shutdown)\.'
+    r"INFO: {5}(?:Started server process \[\d+\]|Waiting for application (?:startup|shutdown)\."
     r"|Application (?:startup|shutdown) complete\.|Uvicorn running on http://[\d.]+:\d+ \(Press CTRL\+C to quit\)"
     r'|Shutting down|Finished server process \[\d+\]|[\d.]+:\d+ - "[A-Z]+ /[\w/]* HTTP/1\.1" \d{3} [\w ]+)'
 )
@@ -771,13 +771,24 @@ def test_every_line_the_twin_logs_is_one_sglang_prints(server: TwinProc) -> None
     from tests.support.sglang_templates import matching_template
 
     with httpx.Client(base_url=server.url, timeout=30) as client:
-        client.post("/generate", json={"text": "hello " * 40, "sampling_params": {"max_new_tokens": 64, "ignore_eos": True}})
+        client.post(
+            "/generate",
+            json={"text": "hello " * 40, "sampling_params": {"max_new_tokens": 64, "ignore_eos": True}},
+        )
     server.wait_for(r"Decode batch, ")
     site = _sglang_site()
     messages = _messages(list(server.lines))
     # The kinds of line the console's parser reads off a boot and a request: each must be among them.
-    for head in ("Load weight end.", "KV Cache is allocated.", "Memory pool end.", "Capture cuda graph end.",
-                 "max_total_num_tokens=", "Prefill batch,", "Decode batch,", "The server is fired up"):
+    for head in (
+        "Load weight end.",
+        "KV Cache is allocated.",
+        "Memory pool end.",
+        "Capture cuda graph end.",
+        "max_total_num_tokens=",
+        "Prefill batch,",
+        "Decode batch,",
+        "The server is fired up",
+    ):
         assert any(m.startswith(head) for m in messages.values()), head
     unmatched = [m for m in messages.values() if matching_template(site, m) is None]
     assert unmatched == []

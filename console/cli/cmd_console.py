@@ -189,7 +189,9 @@ def run_console(app: App[Any], log_dir: Path | None = None, *, headless: bool = 
     if error is None and not code:
         return int(result or 0) if isinstance(result, int) else 0
     where = _write_crash_log(log_dir or crash_log_dir(), error)
-    what = f"{type(error).__name__}: {terminal_safe(str(error))[:200]}" if error is not None else f"exit {code}"
+    what = (
+        f"{type(error).__name__}: {terminal_safe(str(error))[:200]}" if error is not None else f"exit {code}"
+    )
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(f"k26-console: the console stopped on an error ({what}); {where}.\n")
     return code if isinstance(code, int) and code > 0 else 1

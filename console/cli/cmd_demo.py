@@ -164,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
 def _demo_entry(twin: TwinHost) -> HostEntry:
     """The console's entry for one twin: started (in a thread) when the console starts its session."""
     from console.sources.hosts import load_hosts
+    from console.sources.session_options import SessionOptions
     from console.tui.host_entry import HostEntry
     from console.twin.host import TwinError
 
@@ -191,7 +192,7 @@ def _demo_entry(twin: TwinHost) -> HostEntry:
         after_start=start_service,
         # One twin samples its GPUs every second, as the demo always did; a fleet follows the console's
         # polling plan (console/core/fleet.py).
-        session_options={"gpu_interval_s": 1.0} if twin.name == "twin" else {},
+        session=SessionOptions(gpu_interval_s=1.0) if twin.name == "twin" else SessionOptions(),
     )
 
 

@@ -204,13 +204,13 @@ async def _read(
     from console.core.snapshot import FollowState
     from console.sources.hoststate import HostStateDir, HostStateError
     from console.sources.server import ServerClient, ServerError
-    from console.sources.session import HostSession
+    from console.sources.session import HostSession, SessionOptions
     from console.sources.transport import TransportError
     from console.sources.unit_commands import ServiceError, UnitCommands
     from console.tui.view import display_boot
 
     incomplete: list[str] = []
-    session = HostSession(host, transport=transport, poll_server=True, server_interval_s=1.0)
+    session = HostSession(host, SessionOptions(server_interval_s=1.0), transport=transport)
     client = await ServerClient.through(transport, host, timeout_s=min(args.timeout, SCRAPE_DEADLINE_S))
     try:
         await session.start()

@@ -52,7 +52,9 @@ def _not_empty(convert: Callable[[str], Any] | None, name: str, positional: bool
     def check(text: str) -> Any:
         if text == "":
             raise argparse.ArgumentTypeError(
-                f"{name} must not be an empty string" if positional else f"{name} needs a value, not an empty string"
+                f"{name} must not be an empty string"
+                if positional
+                else f"{name} needs a value, not an empty string"
             )
         return convert(text) if convert is not None else text
 

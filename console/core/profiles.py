@@ -238,9 +238,7 @@ def validate_profile(profile: Profile, flag_list: FlagList) -> ProfileValidation
     report = validate_flags(profile.flags, flag_list)
     out = ProfileValidation(profile=profile.name, sglang_version=flag_list.sglang_version)
     for i in report.issues:
-        out.issues.append(
-            i.model_copy(update={"where": f"flags.{i.where}"})
-        )
+        out.issues.append(i.model_copy(update={"where": f"flags.{i.where}"}))
 
     argv = profile_argv(profile, flag_list)
     sizes = argv_size_problems(argv)
@@ -254,9 +252,7 @@ def validate_profile(profile: Profile, flag_list: FlagList) -> ProfileValidation
             render_exec_start(argv)
             out.argv = argv
         except ExecStartError as exc:
-            out.issues.append(
-                Issue(where="command", level="error", code="exec_start", message=f"{exc}.")
-            )
+            out.issues.append(Issue(where="command", level="error", code="exec_start", message=f"{exc}."))
     if not is_sglang_launcher(profile.command):
         out.issues.append(
             Issue(

@@ -45,7 +45,7 @@ from console.sources.hosts import HostConfig
 from console.sources.hoststate import HostStateDir, HostStateError
 from console.sources.probe_history import load_history
 from console.sources.profile_store import ProfileStore, applied_target
-from console.sources.session import HostSession
+from console.sources.session import HostSession, SessionOptions
 from console.sources.transport import TransportError
 
 BASE_LABELS: tuple[str, ...] = ("host", "unit", "model", "profile")
@@ -109,7 +109,7 @@ class HostExport:
         self.poll_s = poll_s
         self.probe_history = probe_history
         self.store = store
-        self.session = session or HostSession(host, keep_events=50)
+        self.session = session or HostSession(host, SessionOptions(keep_events=50))
         self.extras = HostExtras()
         self._state = HostStateDir(self.session.transport, host)
         self._cache = FigureCache(unit=host.unit_name, model=host.model)

@@ -17,24 +17,23 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from console.core.events import Event
 from console.core.hostfold import MAX_SCRAPES, HostFold
 from console.core.recording import RecordSink, marks_between
-from console.core.serving import DEFAULT_WINDOW_S
 from console.core.snapshot import FollowerStatus, FollowState, HealthState, HostSnapshot
-from console.sources.gpus import DEFAULT_INTERVAL_S, BackendChoice, GpuPoller
+from console.sources.gpus import GpuPoller
 from console.sources.hosts import HostConfig
 from console.sources.journal import JournalFollower
 from console.sources.server import ServerClient, ServerError
-from console.sources.transport import Backoff, Transport
+from console.sources.session_options import SessionOptions
+from console.sources.transport import Transport
 
 _NOT_FOLLOWED = FollowerStatus(state=FollowState.STOPPED, detail="the journal is not followed")
 
-__all__ = ["CONSUME_BATCH", "MAX_SCRAPES", "HostSession"]
+__all__ = ["CONSUME_BATCH", "MAX_SCRAPES", "HostSession", "SessionOptions"]
 
 CONSUME_BATCH = 256
 """Journal entries parsed and folded per turn of the event loop: under 2,000 lines a second a whole
@@ -43,73 +42,53 @@ queue at once held the loop for 5-8 ms, and a key pressed meanwhile waited for i
 
 class HostSession:
     def __init__(
-        self,
-        host: HostConfig,
-        *,
-        transport: Transport | None = None,
-        ssh_config: Sequence[str | Path] | None = None,
-        backoff: Backoff | None = None,
-        connect_timeout: float = 10.0,
-        keepalive_interval: float | None = None,
-        follow_journal: bool = True,
-        journal_cursor: str | None = None,
-        journal_backlog: int = 5000,
-        journalctl: Sequence[str] = ("journalctl",),
-        systemctl: Sequence[str] = ("systemctl",),
-        sample_gpus: bool = True,
-        gpu_interval_s: float = DEFAULT_INTERVAL_S,
-        gpu_backend: BackendChoice = "auto",
-        nvml: Any = None,
-        poll_server: bool = True,
-        server_interval_s: float = 2.0,
-        health_interval_s: float = 30.0,
-        keep_events: int = 2000,
-        serving_window_s: float = DEFAULT_WINDOW_S,
-        idle_flush_s: float = 1.0,
-        publish_interval_s: float = 0.1,
+        self, host: HostConfig, options: SessionOptions | None = None, *, transport: Transport | None = None
     ) -> None:
+        """`transport`: one already made (a command that also runs other things on the host); None: the
+        session makes its own from `options`' SSH settings."""
+        o = self.options = options or SessionOptions()
         self.host = host
         self.transport = transport or Transport(
             host,
-            backoff=backoff,
-            connect_timeout=connect_timeout,
-            keepalive_interval=keepalive_interval,
-            ssh_config=ssh_config,
+            backoff=o.backoff,
+            connect_timeout=o.connect_timeout,
+            keepalive_interval=o.keepalive_interval,
+            ssh_config=o.ssh_config,
         )
         self.follower = (
             JournalFollower(
                 self.transport,
                 host.unit_name,
-                cursor=journal_cursor,
-                backlog=journal_backlog,
-                journalctl=journalctl,
-                systemctl=systemctl,
+                cursor=o.journal_cursor,
+                backlog=o.journal_backlog,
+                journalctl=o.journalctl,
+                systemctl=o.systemctl,
             )
-            if follow_journal
+            if o.follow_journal
             else None
         )
         self.poller = (
             GpuPoller(
                 None if host.local else self.transport,
-                interval_s=gpu_interval_s,
-                backend="auto" if host.local else gpu_backend,
-                nvml=nvml,
+                interval_s=o.gpu_s,
+                backend="auto" if host.local else o.gpu_backend,
+                nvml=o.nvml,
                 host=host.name,
             )
-            if sample_gpus
+            if o.sample_gpus
             else None
         )
-        self.poll_server = poll_server
-        self.server_interval_s = server_interval_s
-        self.health_interval_s = health_interval_s
-        self.idle_flush_s = idle_flush_s
-        self.publish_interval_s = publish_interval_s
+        self.poll_server = o.poll_server
+        self.server_interval_s = o.server_s
+        self.health_interval_s = o.health_interval_s
+        self.idle_flush_s = o.idle_flush_s
+        self.publish_interval_s = o.publish_interval_s
         # Everything the inputs below turn into (the same code folds a replay's recorded inputs).
         self.fold = HostFold(
             host.name,
-            keep_events=keep_events,
-            serving_window_s=serving_window_s,
-            server_interval_s=server_interval_s,
+            keep_events=o.keep_events,
+            serving_window_s=o.serving_window_s,
+            server_interval_s=o.server_s,
         )
         self.recorder: RecordSink | None = None
         """Where the session's inputs are recorded as they arrive (`console.sources.recording`); None:

@@ -13,7 +13,7 @@ entry sets itself (the tests, the demo's single host) is left alone.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from rich.style import Style
@@ -237,10 +237,10 @@ class FleetPacer:
         self.size = len(entries)
         # What each entry sets itself stays as it is; the rest follows the plan.
         self.session_keys = {
-            e.name: [k for k in self.SESSION_KEYS if k not in e.session_options] for e in entries
+            e.name: [k for k in self.SESSION_KEYS if k not in e.session.pinned()] for e in entries
         }
         self.pairing_keys = {
-            e.name: [k for k in self.PAIRING_KEYS if k not in e.pairing_options] for e in entries
+            e.name: [k for k in self.PAIRING_KEYS if k not in e.pairing.pinned()] for e in entries
         }
         self.on_screen: str | None = None
         self.plans: dict[str, PollPlan] = {}
@@ -258,10 +258,10 @@ class FleetPacer:
             plan = poll_plan(self.size, shown=name == on_screen)
             before = self.plans.get(name)
             self.plans[name] = plan
-            for key in self.session_keys[name]:
-                entry.session_options[key] = getattr(plan, self.SESSION_KEYS[key])
-            for key in self.pairing_keys[name]:
-                entry.pairing_options[key] = getattr(plan, self.PAIRING_KEYS[key])
+            paces = {key: getattr(plan, self.SESSION_KEYS[key]) for key in self.session_keys[name]}
+            entry.session = replace(entry.session, **paces)
+            beats = {key: getattr(plan, self.PAIRING_KEYS[key]) for key in self.pairing_keys[name]}
+            entry.pairing = replace(entry.pairing, **beats)
             ctl = controllers.get(name) if controllers is not None else None
             if ctl is not None and plan != before:
                 self._retune(name, ctl, plan, before)

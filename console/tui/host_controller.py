@@ -204,7 +204,7 @@ class HostController(HostChanges):
                 return
         if config is None:
             return
-        session = HostSession(config, **entry.session_options)  # type: ignore[arg-type]
+        session = HostSession(config, entry.session)
         session.on_journal = lines
         self.session = session
         tasks: list[asyncio.Task[None]] = []
@@ -271,8 +271,9 @@ class HostController(HostChanges):
                     self.ui.notify("this installation has no service controller.", severity="error")
                 return None
             session = self.session
-            options = self.entry.controller_options
-            self.service = ServiceController(session.host, session.transport, **options)  # type: ignore[arg-type]
+            self.service = ServiceController(
+                session.host, session.transport, state_dir=self.entry.restart_history_dir
+            )
             self.service.host_flags = self.host_flags
         return self.service
 
@@ -283,13 +284,18 @@ class HostController(HostChanges):
 
         if self.leaving:
             return  # a session that came up as the console left: no heartbeat to leave behind
-        options = dict(self.entry.pairing_options)
+        options = self.entry.pairing
         # A console is open for days: beat and look every few seconds, not every two (each is an SSH
         # exec on the host; idle CPU was measured at 3.1% of a core with 2 s). Readers judge staleness
         # by each writer's own interval, so a 2 s `apply` and a 5 s console mix fine.
-        options.setdefault("heartbeat_s", CONSOLE_HEARTBEAT_S)
-        poll_s = float(options.pop("poll_s", CONSOLE_POLL_S))  # type: ignore[arg-type]
-        state = HostStateDir(session.transport, session.host, self.me, **options)  # type: ignore[arg-type]
+        poll_s = CONSOLE_POLL_S if options.poll_s is None else options.poll_s
+        state = HostStateDir(
+            session.transport,
+            session.host,
+            self.me,
+            heartbeat_s=CONSOLE_HEARTBEAT_S if options.heartbeat_s is None else options.heartbeat_s,
+            stale_factor=options.stale_factor,
+        )
         state.board.looking_at = self.ui.looking_at(self.name)
         self.link = PairingLink(
             state,

@@ -122,7 +122,9 @@ def target_line(report: ProbeReport | None) -> str:
     card = t.gpu_name.removeprefix("NVIDIA ") if t.gpu_name else "unknown GPU"
     peak = "peak unknown"
     if t.peak_bandwidth_gbs:
-        whence = {"nvml": " peak from NVML", "table": " peak from the bandwidth table"}.get(t.peak_from or "", "")
+        whence = {"nvml": " peak from NVML", "table": " peak from the bandwidth table"}.get(
+            t.peak_from or "", ""
+        )
         peak = f"{t.peak_bandwidth_gbs:,.0f} GB/s{whence}"
     cell = f"{t.kv_bytes_per_token_per_gpu:,} B" if t.kv_bytes_per_token_per_gpu else "unknown"
     return f"{t.model or 'unknown model'} on {t.gpu_count or '?'}x {card} ({peak}); KV/token/GPU {cell}"

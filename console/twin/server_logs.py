@@ -186,7 +186,12 @@ def cuda_oom_traceback(oom_message: str, mla: bool, draft: bool) -> list[str]:
                 "    hidden_states = language_model(",
             ),
             (f"{SRT}/models/deepseek_v2.py", 2485, "forward", "    hidden_states = self.model("),
-            (f"{SRT}/models/deepseek_v2.py", 2284, "forward", "    hidden_states, residual, topk_indices = layer("),
+            (
+                f"{SRT}/models/deepseek_v2.py",
+                2284,
+                "forward",
+                "    hidden_states, residual, topk_indices = layer(",
+            ),
             (f"{SRT}/models/deepseek_v2.py", 1973, "forward", "    hidden_states = self.mlp("),
             (
                 f"{SRT}/models/deepseek_v2.py",

@@ -68,11 +68,12 @@ KEY_LOG: list[tuple[float, float]] = []
 def child_console(hosts: str, name: str, gpu_interval: float, preload_day: bool) -> None:
     """The console as an operator runs it, with the GPU sampling rate set."""
     from console.sources.hosts import load_hosts
+    from console.sources.session_options import SessionOptions
     from console.tui.app import ConsoleApp, HostEntry
 
     config = load_hosts(hosts).get(name)
     assert config is not None
-    entry = HostEntry(name, config=config, session_options={"gpu_interval_s": gpu_interval})
+    entry = HostEntry(name, config=config, session=SessionOptions(gpu_interval_s=gpu_interval))
     app = ConsoleApp([entry], target=200_000, target_source="--target-context")
     if preload_day:
         _preload_day(app, name)

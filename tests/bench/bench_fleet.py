@@ -57,7 +57,9 @@ def child_console(hosts: str, counts: str, fixed: bool) -> None:
 
     from console.core.snapshot import ConnState, HealthState
     from console.sources.hosts import load_hosts
+    from console.sources.session_options import SessionOptions
     from console.tui.app import ConsoleApp, HostEntry
+    from console.tui.host_entry import PairingOptions
 
     opened = {"exec": 0, "tcpip": 0}
     create_process = asyncssh.SSHClientConnection.create_process
@@ -79,8 +81,8 @@ def child_console(hosts: str, counts: str, fixed: bool) -> None:
         HostEntry(
             c.name,
             config=c,
-            session_options=dict(FIXED_SESSION) if fixed else {},
-            pairing_options=dict(FIXED_PAIRING) if fixed else {},
+            session=SessionOptions(**FIXED_SESSION) if fixed else SessionOptions(),
+            pairing=PairingOptions(**FIXED_PAIRING) if fixed else PairingOptions(),
         )
         for c in configs
     ]
