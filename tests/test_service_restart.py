@@ -97,3 +97,17 @@ async def test_restart_of_a_missing_unit_is_one_sentence_and_touches_nothing(
     assert err.value.bad_input and "there is no unit no-such.service on twin" in str(err.value)
     assert _invocation(twin) == invocation
     assert not history_path("twin", tmp_path).exists()
+
+
+def test_a_failed_boots_summary_cut_ends_in_its_ellipsis_not_in_a_full_stop_after_it() -> None:
+    from console.sources.restart_follow import failed_summary
+
+    oom = (
+        "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 0.95 GiB. GPU 3 has a "
+        "total capacity of 95.59 GiB of which 650.79 MiB is free. Including non-PyTorch memory, this process "
+        "has 94.93 GiB memory in use."
+    )
+    cut = failed_summary(oom)
+    assert cut.endswith("…") and "…." not in cut + " Rolled back to ctx-200k: verified."
+    assert failed_summary("the server exited with status 1.") == "failed: the server exited with status 1."
+    assert failed_summary(None) == "failed: the boot failed."

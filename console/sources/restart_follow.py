@@ -249,7 +249,7 @@ class RestartFollower(DropinWriter):
                 profile,
                 pv,
                 ok=False,
-                summary=f"failed: {_short(reasons[0]) if reasons else 'the boot failed'}.",
+                summary=failed_summary(reasons[0] if reasons else None),
                 reasons=reasons,
                 name=name,
             )
@@ -326,6 +326,13 @@ class RestartFollower(DropinWriter):
             reasons=reasons if reasons is not None else ([m.reason] if m.reason else []),
             diff=list(pv.diff) if pv else [],
         )
+
+
+def failed_summary(reason: str | None) -> str:
+    """The one-line summary of a failed boot: its first reason, cut, as one sentence (a cut reason ends
+    in its ellipsis, not in "…." before the next sentence an apply appends, "Rolled back to …")."""
+    said = _short(reason) if reason else "the boot failed"
+    return f"failed: {said}" + ("" if said.endswith("…") else ".")
 
 
 def _short(reason: str, limit: int = 160) -> str:
