@@ -284,3 +284,25 @@ def test_export_serves_each_gpu_s_health_and_faults() -> None:
         unit="sglang.service",
     )
     assert gone.gpu_faults["1"]["lost"] is True and gone.gpu_faults["0"]["lost"] is False
+
+
+def test_a_bare_throttle_flag_names_one_cause_heat_before_the_power_cap() -> None:
+    """amd-smi gives one throttle flag, no reasons: a GPU throttled past its slowdown temperature while it
+    draws near its cap is in thermal slowdown, not also power capped (the AMD twin's thermal fault read
+    as both whenever its watts crossed 95% of the cap)."""
+    base: dict[str, Any] = dict(
+        index=3,
+        name="AMD Instinct MI300X OAM",
+        memory_used_mib=1,
+        memory_total_mib=196_592,
+        utilization_pct=97,
+        throttled=True,
+        temperature_slowdown_c=100,
+        power_limit_w=750,
+    )
+    hot_at_cap = GpuSample(**base, temperature_c=102, power_w=740)
+    assert gpuhealth.thermal_slowdown(hot_at_cap) is True and gpuhealth.power_capped(hot_at_cap) is False
+    cool_at_cap = GpuSample(**base, temperature_c=70, power_w=740)
+    assert gpuhealth.thermal_slowdown(cool_at_cap) is False and gpuhealth.power_capped(cool_at_cap) is True
+    cool_under_cap = GpuSample(**base, temperature_c=70, power_w=400)
+    assert gpuhealth.power_capped(cool_under_cap) is False

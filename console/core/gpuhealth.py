@@ -145,12 +145,16 @@ def thermal_slowdown(gpu: GpuSample) -> bool | None:
 
 def power_capped(gpu: GpuSample) -> bool | None:
     """A working GPU whose clocks are held by its power limit (SW power cap) or the HW power brake. A
-    back-end with a bare throttle flag (amd-smi): throttled while drawing its cap."""
+    back-end with a bare throttle flag (amd-smi): throttled while drawing its cap and not past its
+    slowdown temperature. One flag names one cause: a GPU throttled for heat under decode draws near its
+    cap too, and was read as both (two alerts for one fault, the second depending on the watts of the
+    moment)."""
     mask = gpu.clock_event_reasons
     if mask is None:
         if gpu.throttled is None or _at_cap(gpu) is None:
             return None
-        return gpu.throttled and bool(_at_cap(gpu))  # nor does an idle one draw its cap
+        # nor does an idle one draw its cap
+        return gpu.throttled and bool(_at_cap(gpu)) and not _hot(gpu)
     return bool(mask & POWER) and busy(gpu) is not False
 
 
