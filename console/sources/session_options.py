@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +53,3 @@ class SessionOptions:
     @property
     def server_s(self) -> float:
         return DEFAULT_SERVER_INTERVAL_S if self.server_interval_s is None else self.server_interval_s
-
-    def pinned(self) -> frozenset[str]:
-        """The optional fields given a value (a pace a fleet must leave as it is)."""
-        return frozenset(
-            f.name for f in fields(self) if f.default is None and getattr(self, f.name) is not None
-        )

@@ -237,10 +237,10 @@ class FleetPacer:
         self.size = len(entries)
         # What each entry sets itself stays as it is; the rest follows the plan.
         self.session_keys = {
-            e.name: [k for k in self.SESSION_KEYS if k not in e.session.pinned()] for e in entries
+            e.name: [k for k in self.SESSION_KEYS if getattr(e.session, k) is None] for e in entries
         }
         self.pairing_keys = {
-            e.name: [k for k in self.PAIRING_KEYS if k not in e.pairing.pinned()] for e in entries
+            e.name: [k for k in self.PAIRING_KEYS if getattr(e.pairing, k) is None] for e in entries
         }
         self.on_screen: str | None = None
         self.plans: dict[str, PollPlan] = {}

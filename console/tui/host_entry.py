@@ -21,10 +21,6 @@ class PairingOptions:
     poll_s: float | None = None
     stale_factor: float = DEFAULT_STALE_FACTOR
 
-    def pinned(self) -> frozenset[str]:
-        """The paces given a value (the fleet leaves them as they are)."""
-        return frozenset(k for k in ("heartbeat_s", "poll_s") if getattr(self, k) is not None)
-
 
 @dataclass
 class HostEntry:
