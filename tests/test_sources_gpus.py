@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -32,6 +32,7 @@ from console.core.gpus import (
 )
 from console.sources.gpu_agent import agent_argv, agent_script
 from console.sources.gpus import (
+    AgentSampler,
     GpuPoller,
     LocalRunner,
     NvidiaSmiBlocks,
@@ -435,6 +436,37 @@ def test_agent_garbage_is_an_error_sample() -> None:
     for line in (b"Traceback (most recent call last):", b"[1, 2]", json.dumps({"state": "weird"})):
         sample = sample_from_agent_line(line, host="h")
         assert sample.state is SamplerState.ERROR and sample.host == "h" and sample.detail
+
+
+def test_the_agent_reads_a_repeated_line_once_and_stamps_each_sample_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An idle host's agent prints the same line every second: it is validated once (8 GPUs' health
+    fields were most of an idle sample's cost); each sample still gets its own receipt time, and a
+    line that differs is read."""
+    import console.sources.gpus as gpus_source
+
+    read: list[object] = []
+
+    def counted(line: str | bytes, *, host: str | None = None) -> HostGpuSample:
+        read.append(line)
+        return sample_from_agent_line(line, host=host)
+
+    monkeypatch.setattr(gpus_source, "sample_from_agent_line", counted)
+    transport = SimpleNamespace(host=SimpleNamespace(name="h"))
+    take = AgentSampler(transport, interval_s=1.0).reader()  # type: ignore[arg-type]
+    idle = json.dumps({"state": "ok", "gpus": [{"index": 0, "utilization_pct": 0, "memory_used_mib": 9.0}]})
+    busy = idle.replace('"utilization_pct": 0', '"utilization_pct": 97')
+    clock = iter(itertools.count(1000.0))
+    monkeypatch.setattr(gpus_source.time, "time", lambda: next(clock))
+    first, second = take(idle.encode()), take(idle.encode())
+    assert first is not None and second is not None
+    assert (
+        len(read) == 1 and second.gpus is first.gpus and second.ts is not None and second.ts > (first.ts or 0)
+    )
+    third = take(busy.encode())
+    assert len(read) == 2 and third is not None and third.gpus[0].utilization_pct == 97
+    assert take(idle.encode()) is not None and len(read) == 3  # only the last line is kept
 
 
 async def test_auto_choice_falls_back_to_nvidia_smi_when_nvml_is_missing(

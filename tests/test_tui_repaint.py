@@ -21,6 +21,7 @@ from console.core.parser import parse_lines
 from console.core.snapshot import ConnectionStatus, ConnState, HealthState, HostSnapshot, ServerSample
 from console.sources.hosts import load_hosts
 from console.sources.session_options import SessionOptions
+from console.tui import panels
 from console.tui.app import ConsoleApp, HostEntry
 from console.tui.dashboard import HostDashboard
 from console.twin.host import TwinHost
@@ -96,7 +97,7 @@ PANELS = ("gpus", "kv", "timeline", "serving", "throughput", "log", "HeaderBar")
 
 
 async def test_an_idle_dashboard_repaints_nothing_over_a_minute_of_unchanged_snapshots(
-    repaints: dict[str, int],
+    repaints: dict[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = [NOW]
     host = IdleHost(clock)
@@ -118,13 +119,19 @@ async def test_an_idle_dashboard_repaints_nothing_over_a_minute_of_unchanged_sna
         await run(int(WINDOW_S) + 10)  # the serving window fills: its span stops growing
         assert dash.serving.display and "no requests in the window" in _text(dash, "serving")
         repaints.clear()
+        made: list[int] = []
+        real_rows = panels.gpu_rows
+        monkeypatch.setattr(panels, "gpu_rows", lambda snap: made.append(1) or real_rows(snap))
         await run(60)
         drawn = {k: n for k, n in repaints.items() if k in PANELS}
         assert drawn == {}, f"repainted with nothing changed: {drawn}"
+        # Each second's sample is a new object reading the same: the GPU rows are not made again.
+        assert made == [], f"GPU rows made {len(made)} times from samples that read the same"
 
         # Positive controls, in the same loop: a figure that changes repaints its widget, and only it.
         host.util = 91.0
         await run(1)
+        assert made, "a sample that reads differently makes the rows again"
         assert repaints.get("gpus", 0) >= 1, repaints
         assert {k for k in repaints if k in PANELS} == {"gpus"}, repaints
         repaints.clear()

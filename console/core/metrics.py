@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -107,10 +108,20 @@ class MetricsText(BaseModel, defer_build=True):
         kept = [s for s, name in zip(samples, names, strict=True) if family_of(str(name)) not in refused]
         return {**data, "samples": tuple(kept), "refused": refused}
 
+    @cached_property
+    def by_name(self) -> dict[str, tuple[MetricSample, ...]]:
+        """The samples of each name, in the scrape's order: a figure looks up its series without
+        scanning the whole scrape (each scrape is read for ~25 names, 2-3 times each)."""
+        grouped: dict[str, list[MetricSample]] = {}
+        for s in self.samples:
+            grouped.setdefault(s.name, []).append(s)
+        return {name: tuple(found) for name, found in grouped.items()}
+
     def series(self, name: str, **labels: str) -> list[MetricSample]:
-        return [
-            s for s in self.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-        ]
+        found = self.by_name.get(name, ())
+        if not labels:
+            return list(found)
+        return [s for s in found if all(s.labels.get(k) == v for k, v in labels.items())]
 
     def replicas(self, name: str, **labels: str) -> list[MetricSample]:
         """The series of `name` less copies: one per scheduler group (see the module's doc), and a

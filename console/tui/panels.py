@@ -131,8 +131,10 @@ where its bar was. The alerts say each in words."""
         # Made from the sample and the boots alone: a snapshot that brings a server reading only (every
         # other snapshot at idle) reuses them.
         made = self._rows
-        if made is None or made[0] is not snap.gpus or made[1] is not snap.state:
-            made = self._rows = (snap.gpus, snap.state, tuple(gpu_rows(snap)))
+        gpus = snap.gpus.gpus if snap.gpus is not None else None
+        if made is None or made[1] is not snap.state or (made[0] is not gpus and made[0] != gpus):
+            # A new sample whose GPUs read the same (an idle host, every second) keeps the rows too.
+            made = self._rows = (gpus, snap.state, tuple(gpu_rows(snap)))
         return made[2]
 
     def view_of(self, snap: HostSnapshot) -> object:

@@ -99,7 +99,13 @@ def child_console(hosts: str, name: str, gpu_interval: float, preload_day: bool)
     signal.signal(signal.SIGTERM, lambda *_: app.exit())
     after = float(os.environ.get("K26_BENCH_PROFILE_AFTER", "0"))
     try:
-        if after <= 0:
+        if os.environ.get("K26_BENCH_PROFILE_WINDOW"):
+            # The parent brackets its idle window: SIGUSR1 at its start, SIGUSR2 at its end (the key
+            # presses after the window are not idle work).
+            signal.signal(signal.SIGUSR1, lambda *_: prof.enable())
+            signal.signal(signal.SIGUSR2, lambda *_: prof.disable())
+            app.run()
+        elif after <= 0:
             prof.runcall(app.run)
         else:
             # Only what follows the start-up and the day's preload (an idle window's profile): the
@@ -689,9 +695,14 @@ def settle(term: Terminal, seconds: float) -> None:
 
 
 def idle_window(term: Terminal, seconds: float) -> dict[str, float]:
+    bracket = bool(os.environ.get("K26_BENCH_PROFILE_WINDOW"))
+    if bracket:
+        os.kill(term.pid, signal.SIGUSR1)
     cpu0, t0 = term.cpu_seconds(), time.monotonic()
     time.sleep(seconds)
     cpu1, t1 = term.cpu_seconds(), time.monotonic()
+    if bracket:
+        os.kill(term.pid, signal.SIGUSR2)
     paints = os.environ.get("K26_BENCH_PAINTS")
     if paints:
         time.sleep(0.6)  # the child writes its counts every half second

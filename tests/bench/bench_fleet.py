@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -60,6 +61,26 @@ def child_console(hosts: str, counts: str, fixed: bool) -> None:
     from console.sources.session_options import SessionOptions
     from console.tui.app import ConsoleApp, HostEntry
     from console.tui.host_entry import PairingOptions
+
+    traced = os.environ.get("K26_BENCH_TRACEMALLOC")
+    if traced:
+        # Where the fleet's memory is: the allocation sites still live, by line, written on SIGUSR1 (the
+        # parent sends it at the end of its window). tracemalloc's own bookkeeping inflates RSS: its
+        # figures are for the breakdown, not for the RSS row.
+        import signal
+        import tracemalloc
+
+        tracemalloc.start(1)
+
+        def dump(*_: object) -> None:
+            snap = tracemalloc.take_snapshot()
+            lines = [f"total {sum(s.size for s in snap.statistics('filename')) / 2**20:.1f} MiB"]
+            for key in ("filename", "lineno"):
+                for stat in snap.statistics(key)[:60]:
+                    lines.append(f"{key} {stat.size / 2**20:8.2f} MiB {stat.count:8} {stat.traceback}")
+            Path(traced).write_text("\n".join(lines) + "\n")
+
+        signal.signal(signal.SIGUSR1, dump)
 
     opened = {"exec": 0, "tcpip": 0}
     create_process = asyncssh.SSHClientConnection.create_process
@@ -216,6 +237,13 @@ def window(term: Terminal, counts: Path, twins: list[Any], hosts: int, seconds: 
     time.sleep(seconds)
     c1, cpu1, t1 = read_counts(counts), term.cpu_seconds(), time.monotonic()
     span = t1 - t0
+    traced = os.environ.get("K26_BENCH_TRACEMALLOC")
+    if traced:
+        Path(traced).unlink(missing_ok=True)
+        os.kill(term.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 60
+        while not Path(traced).exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
     return {
         "hosts": hosts,
         "up": c1.get("up", 0),
