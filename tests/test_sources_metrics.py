@@ -133,11 +133,13 @@ def test_the_reader_parses_again_only_the_families_that_changed() -> None:
     assert first == parse_prometheus(SCRAPE)
     families = SCRAPE.count("# HELP")
     assert reader.parsed_blocks == families
-    assert reader.read(SCRAPE) == first and reader.parsed_blocks == families  # an idle server's scrape
+    again = reader.read(SCRAPE)  # an idle server's scrape, word for word: the same reading, not a copy
+    assert again is first and reader.parsed_blocks == families
     busier = SCRAPE.replace("} 3.0\n", "} 4.0\n", 1)  # one gauge moved
     assert reader.read(busier) == parse_prometheus(busier)
     assert reader.parsed_blocks == families + 1
     assert reader.read(busier).total("sglang:num_running_reqs") == 6.0
+    assert reader.read(SCRAPE) is not first and reader.read(SCRAPE) == first  # only the last text is kept
     # a line the parser refuses: the whole text read line by line, as parse_prometheus reads it
     odd = busier + "sglang:z{broken 1.0\n"
     assert reader.read(odd) == parse_prometheus(odd) and reader.read(odd).skipped_lines == 1

@@ -424,10 +424,21 @@ class PrometheusReader:
 
     def __init__(self) -> None:
         self._blocks: dict[str, tuple[MetricSample, ...]] = {}
+        self._last: tuple[str, MetricsText] | None = None
         self.parsed_blocks = 0
         """Blocks parsed since the reader was made (the others came from the previous scrape)."""
 
     def read(self, text: str) -> MetricsText:
+        last = self._last
+        if last is not None and last[0] == text:
+            # An idle server's scrape, word for word the last one: the same (frozen) reading, whose
+            # lookups by name are already made.
+            return last[1]
+        read = self._read(text)
+        self._last = (text, read)
+        return read
+
+    def _read(self, text: str) -> MetricsText:
         lines = [raw.strip() for raw in split_lines(text)]
         types: dict[str, str] = {}
         for line in lines:

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from console.core.metrics import PrometheusReader, SglangMetrics
+from console.core.metrics import MetricsText, PrometheusReader, SglangMetrics
 from console.core.snapshot import HealthState, ServerSample
 from console.core.text import LineSplitter
 from console.sources.hosts import HostConfig
@@ -84,6 +84,7 @@ class ServerClient:
         self._forward: LocalForward | None = None
         # One server scraped every few seconds: its unchanged families are not parsed again.
         self._reader = PrometheusReader()
+        self._last_figures: tuple[MetricsText, SglangMetrics] | None = None
 
     @classmethod
     async def through(
@@ -221,8 +222,16 @@ class ServerClient:
             )
         return response.text
 
+    def _figures(self, scrape: MetricsText) -> SglangMetrics:
+        """The figures of a scrape, made once for a scrape read again (`PrometheusReader` gives an
+        unchanged text's reading back)."""
+        last = self._last_figures
+        if last is None or last[0] is not scrape:
+            last = self._last_figures = (scrape, SglangMetrics.from_metrics(scrape))
+        return last[1]
+
     async def metrics(self) -> SglangMetrics:
-        return SglangMetrics.from_metrics(self._reader.read(await self.metrics_text()))
+        return self._figures(self._reader.read(await self.metrics_text()))
 
     async def light_sample(self) -> ServerSample:
         """Liveness without a generation: `/metrics` (its numbers come along), else `/get_model_info`
@@ -253,7 +262,7 @@ class ServerClient:
         metrics = scrape = None
         if response.path == "/metrics":
             scrape = self._reader.read(response.text)
-            metrics = SglangMetrics.from_metrics(scrape)
+            metrics = self._figures(scrape)
         return ServerSample(
             health=HealthState.OK,
             status_code=code,
@@ -274,9 +283,7 @@ class ServerClient:
             except ServerError as exc:
                 sample = sample.model_copy(update={"detail": str(exc)})
             else:
-                sample = sample.model_copy(
-                    update={"metrics": SglangMetrics.from_metrics(scrape), "scrape": scrape}
-                )
+                sample = sample.model_copy(update={"metrics": self._figures(scrape), "scrape": scrape})
         return sample
 
     async def generate_stream(
