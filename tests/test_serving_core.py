@@ -16,8 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from console.core import serving
 from console.core.events import DecodeBatch
-from console.core.metrics import parse_prometheus
+from console.core.metrics import MetricsText, parse_prometheus
 from console.core.serving import HistogramDelta, Scrape, histogram_increase, merge_deltas, serving_figures
 from console.core.serving_history import ServingHistory
 from console.core.window_sum import WindowSum
@@ -245,6 +246,30 @@ def test_the_history_is_bounded_whatever_the_window() -> None:
     assert len(history.scrapes) == 10 and len(history.deltas) == 9 and len(history.trend) == 9
     figures = history.figures()
     assert figures.scrapes == 10 and figures.covered_s == 9.0 and figures.gen_tok_s == 0.0
+
+
+async def test_the_history_reads_each_scrape_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scrape is the newer of one pair and the older of the next: its histograms and counters are read
+    off it once, not twice (an idle console's largest cost of a scrape)."""
+    eng = engine()
+    reads: list[str] = []
+    real = serving._read_buckets
+
+    def counted(metrics: MetricsText, name: str) -> object:
+        reads.append(name)
+        return real(metrics, name)
+
+    monkeypatch.setattr(serving, "_read_buckets", counted)
+    history = ServingHistory(window_s=300.0)
+    try:
+        for ts in (0.0, 2.0, 4.0, 6.0):
+            await serve(eng, 1, 50, 3)  # each scrape its own text
+            history.add(scrape(eng, ts))
+    finally:
+        await eng.stop()
+    per_scrape = len(serving.WINDOW_HISTOGRAMS)
+    assert len(reads) == 4 * per_scrape, f"{len(reads)} readings of 4 scrapes' {per_scrape} histograms"
+    assert len(history.deltas) == 3
 
 
 _BOUNDS = (0.01, 0.1, 1.0, math.inf)

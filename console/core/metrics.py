@@ -117,6 +117,12 @@ class MetricsText(BaseModel, defer_build=True):
             grouped.setdefault(s.name, []).append(s)
         return {name: tuple(found) for name, found in grouped.items()}
 
+    @cached_property
+    def derived(self) -> dict[tuple[str, str], Any]:
+        """Figures read off this scrape, each made once (`console.core.serving` reads each scrape twice,
+        as the newer then the older of a pair)."""
+        return {}
+
     def series(self, name: str, **labels: str) -> list[MetricSample]:
         found = self.by_name.get(name, ())
         if not labels:

@@ -179,6 +179,13 @@ def _key(labels: dict[str, str], drop: str = "") -> _LabelKey:
 
 
 def _counter(metrics: MetricsText, name: str) -> dict[_LabelKey, float]:
+    made: dict[_LabelKey, float] | None = metrics.derived.get(("counter", name))
+    if made is None:
+        made = metrics.derived[("counter", name)] = _read_counter(metrics, name)
+    return made
+
+
+def _read_counter(metrics: MetricsText, name: str) -> dict[_LabelKey, float]:
     out: dict[_LabelKey, float] = {}
     found = metrics.replicas(name)
     if any("pool" in s.labels for s in found):
@@ -219,6 +226,17 @@ _Buckets = dict[_LabelKey, dict[float, float]]
 
 
 def _buckets(
+    metrics: MetricsText, name: str
+) -> tuple[_Buckets, dict[_LabelKey, float], dict[_LabelKey, float]]:
+    made: tuple[_Buckets, dict[_LabelKey, float], dict[_LabelKey, float]] | None = metrics.derived.get(
+        ("buckets", name)
+    )
+    if made is None:
+        made = metrics.derived[("buckets", name)] = _read_buckets(metrics, name)
+    return made
+
+
+def _read_buckets(
     metrics: MetricsText, name: str
 ) -> tuple[_Buckets, dict[_LabelKey, float], dict[_LabelKey, float]]:
     buckets: _Buckets = {}
