@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from console.core.gpus import SamplerState
+from console.core.events import Event
+from console.core.gpus import HostGpuSample, SamplerState
 from console.core.snapshot import ConnState, FollowState, HealthState, HostSnapshot
 from console.sources.gpus import DEFAULT_INTERVAL_S
 from console.sources.hosts import HostConfig, load_hosts
@@ -219,3 +220,57 @@ def test_options_are_frozen_and_a_pace_left_unset_reads_at_the_sessions_default(
     paced = dataclasses.replace(options, server_interval_s=8.0)
     assert options.server_interval_s is None  # replace() made a new one
     assert HostSession(HostConfig(name="h", ssh="127.0.0.1"), paced).server_interval_s == 8.0
+
+
+async def test_an_idle_hosts_unchanged_gpu_samples_are_published_every_few_seconds_a_change_at_once(
+    twin: TwinHost,
+) -> None:
+    """A GPU sample that reads as the last one changes only the age of the freshest reading: the session
+    publishes it at most every `SAME_GPUS_S` (the header reads any age under 5 s alike), where it
+    published every sample (the idle console's largest cost after the server poll). A sample that reads
+    differently is published at once."""
+    from console.sources.session import SAME_GPUS_S
+    from console.twin.gpuhealth import GpuConditions, fault_conditions, write_conditions
+
+    write_conditions(twin.layout, GpuConditions())
+    session = HostSession(
+        _config(twin), SessionOptions(ssh_config=(), gpu_interval_s=0.25, poll_server=False)
+    )
+    samples: list[float] = []
+    async with session:
+        await session.wait_for(lambda s: s.gpus is not None and s.gpus.state.value == "ok", 30)
+        fold_gpu = session.fold.gpu
+
+        def counted(sample: HostGpuSample) -> list[Event]:
+            samples.append(time.monotonic())
+            return fold_gpu(sample)
+
+        session.fold.gpu = counted  # type: ignore[method-assign]
+        seq0 = session.snapshot.seq
+        started = time.monotonic()
+        published: list[float] = []
+        while time.monotonic() - started < 3 * SAME_GPUS_S + 1:
+            snap = await session.wait_for(lambda s, seq=session.snapshot.seq: s.seq > seq, 2 * SAME_GPUS_S)
+            published.append(time.monotonic())
+            assert snap.gpus is not None and snap.gpus.ts is not None
+            # what is published is never older than the republishing bound
+            assert time.time() - snap.gpus.ts < SAME_GPUS_S + 1.5
+        assert len(samples) >= 30, f"only {len(samples)} GPU samples at 0.25 s"
+        assert session.snapshot.seq - seq0 <= 6, (
+            f"{session.snapshot.seq - seq0} snapshots for {len(samples)} samples that read the same"
+        )
+        # positive control: GPU 3 in thermal slowdown reads differently, and is published at once
+        last = session.snapshot.gpus
+        assert last is not None
+        cool = next(g.temperature_c for g in last.gpus if g.index == 3)
+        write_conditions(twin.layout, fault_conditions("thermal"))
+        try:
+            hot = await session.wait_for(
+                lambda s: (
+                    s.gpus is not None and any(g.index == 3 and g.temperature_c != cool for g in s.gpus.gpus)
+                ),
+                SAME_GPUS_S - 1,
+            )
+            assert hot.gpus is not None
+        finally:
+            write_conditions(twin.layout, GpuConditions())

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from console.core.gpus import SamplerState
+from console.core.events import Event
+from console.core.gpus import HostGpuSample, SamplerState
 from console.core.snapshot import ConnState, FollowState, HostSnapshot
 from console.sources.gpus import (
     AgentSampler,
@@ -371,14 +372,21 @@ async def test_three_hosts_one_hangs_the_others_stay_on_time(tmp_path: Path) -> 
                 )
             stamps: dict[str, list[float]] = {h.config.name: [] for h in hosts}
 
-            async def watch(session: HostSession) -> None:
-                last = None
-                async for snap in session.snapshots():
-                    if snap.gpus is not None and snap.gpus.ts != last and snap.gpus.state is SamplerState.OK:
-                        last = snap.gpus.ts
-                        stamps[session.host.name].append(time.monotonic())
+            def watch(session: HostSession) -> None:
+                # Each sample as the session folds it (an unchanged one is not published at once, so
+                # the snapshots no longer show every sample).
+                fold_gpu = session.fold.gpu
 
-            watchers = [asyncio.ensure_future(watch(s)) for s in sessions]
+                def folded(sample: HostGpuSample) -> list[Event]:
+                    if watching and sample.state is SamplerState.OK:
+                        stamps[session.host.name].append(time.monotonic())
+                    return fold_gpu(sample)
+
+                session.fold.gpu = folded  # type: ignore[method-assign]
+
+            watching = True
+            for s in sessions:
+                watch(s)
 
             async def until(done: Callable[[], bool], what: str) -> None:
                 deadline = time.monotonic() + 30
@@ -403,8 +411,7 @@ async def test_three_hosts_one_hangs_the_others_stay_on_time(tmp_path: Path) -> 
                 return live >= 10 and hung_gpus is not None and hung_gpus.state is SamplerState.ERROR
 
             await until(watched_enough, "ten samples of the live hosts and the hung host's error")
-            for w in watchers:
-                w.cancel()
+            watching = False
             hung_snap = sessions[1].snapshot
         finally:
             _signal_tree(hosts[1].sshd.process.pid, signal.SIGCONT)

@@ -655,3 +655,14 @@ def sample_from_agent_line(line: str | bytes, *, host: str | None = None) -> Hos
             host=host,
             detail=f"the GPU agent printed something that is not a sample ({first[:120]}).",
         )
+
+
+def same_reading(before: HostGpuSample | None, after: HostGpuSample) -> bool:
+    """`after` reads as `before` did (its time aside): the same GPUs' figures, state and detail. The
+    agent's sampler gives an unchanged line back as the same objects, so this is an identity test."""
+    return (
+        before is not None
+        and before.state == after.state
+        and before.detail == after.detail
+        and (before.gpus is after.gpus or before.gpus == after.gpus)
+    )

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from console.core.events import Event
+from console.core.gpus import same_reading
 from console.core.hostfold import MAX_SCRAPES, HostFold
 from console.core.recording import RecordSink, marks_between
 from console.core.snapshot import FollowerStatus, FollowState, HealthState, HostSnapshot
@@ -38,6 +39,8 @@ __all__ = ["CONSUME_BATCH", "MAX_SCRAPES", "HostSession", "SessionOptions"]
 CONSUME_BATCH = 256
 """Journal entries parsed and folded per turn of the event loop: under 2,000 lines a second a whole
 queue at once held the loop for 5-8 ms, and a key pressed meanwhile waited for it."""
+SAME_GPUS_S = 3.0
+"""A GPU sample that reads as the last one is published at most this often (when nothing else is)."""
 
 
 class HostSession:
@@ -98,6 +101,7 @@ class HostSession:
         reader that must show a line at once (the console's feed) takes it here, where the snapshot
         cadence would add up to `publish_interval_s`."""
         self._seq = 0
+        self._published_at = -math.inf
         self._snapshot = self._build()
         self._published = asyncio.Event()
         self._dirty = asyncio.Event()
@@ -210,6 +214,7 @@ class HostSession:
         return self._snapshot
 
     def _publish_now(self) -> None:
+        self._published_at = time.monotonic()
         self._seq += 1
         self._snapshot = self._build()
         published, self._published = self._published, asyncio.Event()
@@ -295,8 +300,14 @@ class HostSession:
         async for sample in self.poller.samples():
             if self.recorder is not None:
                 self.recorder.record(self.host.name, "gpu", sample)
-            self.fold.gpu(sample)
-            self._touch()
+            before = self.fold.gpus
+            made = self.fold.gpu(sample)
+            # A sample that reads as the last one did (an idle host, every second) changes only the
+            # freshest reading's age; the snapshot that carries it can wait a few seconds (the header
+            # reads any age under 5 s as "< 5s ago"), or for the next server reading.
+            due = time.monotonic() - self._published_at >= SAME_GPUS_S
+            if made or due or not same_reading(before, sample):
+                self._touch()
 
     async def _poll_server(self) -> None:
         loop = asyncio.get_running_loop()
