@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from console.twin.host import TwinHost
-from tests.support.cli import CLI, operator_env, profile_variant
+from tests.support.cli import CLI, lock_looks_stale, operator_env, profile_variant, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,10 @@ def test_sigkill_leaves_an_intent_that_reads_as_unfinished_once_its_console_is_g
     assert _trail(twin)[-1]["outcome"] == "started"
     first = _audit(twin, tmp_path)["entries"][-1]  # type: ignore[index]
     assert first["profile"] == "sleep-killed" and first["status"] in ("in_progress", "unfinished")
-    deadline = time.monotonic() + 30  # three missed 2 s heartbeats make the lock stale
+    # Three missed 2 s heartbeats make the lock stale: waited for in the twin's files, then `audit` (a CLI
+    # start each) is asked until it says so too.
+    assert wait_until(lambda: lock_looks_stale(twin), 30, max_interval_s=0.2), "the lock never looked stale"
+    deadline = time.monotonic() + 30
     while True:
         last = _audit(twin, tmp_path)["entries"][-1]  # type: ignore[index]
         if last["status"] == "unfinished":

@@ -22,14 +22,12 @@ import random
 import signal
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from console.core.audit import AuditEntry
 from console.core.confirm import PENDING_FILE, PendingRollback, rollback_unit
-from console.core.pairing import LockInfo, Presence
 from console.core.systemd import DROPIN_NAME
 from console.sources.change import HostChanger
 from console.sources.confirm import HostRollback, Settled
@@ -39,7 +37,7 @@ from console.sources.service import ServiceController
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
 from console.twin.realsd import why_unavailable
-from tests.support.cli import CLI, REPO, operator_env, profile_variant, run_cli, wait_until
+from tests.support.cli import CLI, REPO, lock_looks_stale, operator_env, profile_variant, run_cli, wait_until
 from tests.support.twins import module_twin
 
 TIME_SCALE = 0.002
@@ -87,19 +85,6 @@ def _trail(twin: TwinHost) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _lock_looks_stale(twin: TwinHost) -> bool:
-    """No lock, or its holder's heartbeat gone or stale by the console's own rule, read from the twin's
-    files (on this machine, on this clock): a cheap wait before the command that judges it on the host.
-    Anything unreadable counts as stale, and leaves the judging to that command."""
-    state = _state_dir(twin)
-    try:
-        lock = LockInfo.model_validate_json((state / "lock").read_text().split("\n", 1)[0])
-        beat = (state / "presence" / f"{lock.holder.console_id}.json").read_text().split("\n", 1)[0]
-        return Presence.model_validate_json(beat).stale(datetime.now(UTC))
-    except (OSError, ValueError):  # ValidationError is a ValueError
-        return True
-
-
 def _free_lock(twin: TwinHost, home: Path) -> None:
     """The lock of an earlier test's killed command (no rollback armed to free it) broken, once its
     heartbeat is stale, as an operator would: `confirm --break-stale-lock` (nothing armed: exit 1).
@@ -112,7 +97,7 @@ def _free_lock(twin: TwinHost, home: Path) -> None:
         res = run_cli(home, "confirm", "twin", "--break-stale-lock", "--yes", "--hosts", str(twin.hosts_toml))
         return res.returncode != 3
 
-    assert wait_until(lambda: _lock_looks_stale(twin), 60, max_interval_s=0.2), (
+    assert wait_until(lambda: lock_looks_stale(twin), 60, max_interval_s=0.2), (
         "an earlier test's lock never looked stale"
     )
     assert wait_until(free, 60), "an earlier test's lock never went stale"

@@ -10,12 +10,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from console.cli.main import main
+from console.core.pairing import LockInfo, Presence
 from console.twin.host import TwinHost
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,3 +116,17 @@ def wait_until(
         time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
         pause = min(max(pause, max_interval_s), pause * 1.5)
     return bool(cond())
+
+
+def lock_looks_stale(twin: TwinHost) -> bool:
+    """No lock on the twin, or its holder's heartbeat gone or stale by the consoles' own rule, read from the
+    twin's files (on this machine, on this clock); anything unreadable counts as stale. A cheap wait before
+    a command that judges the lock on the host: polling with the command costs a CLI start (~1 s of CPU)
+    every poll through the 6 s a killed console's lock takes to go stale."""
+    state = twin.layout.home_dir / ".k26-console"
+    try:
+        lock = LockInfo.model_validate_json((state / "lock").read_text().split("\n", 1)[0])
+        beat = (state / "presence" / f"{lock.holder.console_id}.json").read_text().split("\n", 1)[0]
+        return Presence.model_validate_json(beat).stale(datetime.now(UTC))
+    except (OSError, ValueError):  # ValidationError is a ValueError
+        return True
