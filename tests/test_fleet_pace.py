@@ -11,11 +11,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from console.core.gpus import SamplerState
+from console.core.events import Event
+from console.core.gpus import HostGpuSample, SamplerState
+from console.core.snapshot import ServerSample
 from console.sources.hosts import load_hosts
 from console.sources.session import HostSession
 from console.sources.session_options import SessionOptions
 from console.twin.host import TwinHost
+from tests.support.waiting import eventually
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +43,7 @@ async def test_gpu_and_server_intervals_change_while_the_session_runs(twin: Twin
         config, SessionOptions(follow_journal=False, gpu_interval_s=0.25, server_interval_s=0.5)
     )
     async with session:
-        snap = await session.wait_for(
+        await session.wait_for(
             lambda s: s.gpus is not None and s.gpus.state is SamplerState.OK and s.server is not None, 30
         )
         poller = session.poller
@@ -52,19 +55,31 @@ async def test_gpu_and_server_intervals_change_while_the_session_runs(twin: Twin
         # Slower: the GPUs every 2 s, the server every 3 s.
         session.set_intervals(gpu_s=2.0, server_s=3.0)
         assert poller.interval_s == 2.0 and session.server_interval_s == 3.0
+        # Each reading as the session folds it: one that reads as the last (an idle host's) is not
+        # published at once, so the snapshots no longer show every reading.
         gpu_ts: list[float] = []
         server_ts: list[float] = []
-        deadline = time.monotonic() + 45
-        async for snap in session.snapshots():
-            assert snap.gpus is not None and snap.gpus.state is SamplerState.OK, snap.gpus
-            if snap.gpus.ts is not None and (not gpu_ts or snap.gpus.ts != gpu_ts[-1]):
-                gpu_ts.append(snap.gpus.ts)
-            stamp = snap.server.ts if snap.server is not None else None
-            if stamp is not None and (not server_ts or stamp != server_ts[-1]):
-                server_ts.append(stamp)
-            if len(gpu_ts) >= 6 and len(server_ts) >= 5:
-                break
-            assert time.monotonic() < deadline, (gpu_ts, server_ts)
+        fold_gpu, fold_server = session.fold.gpu, session.fold.server_reading
+
+        def gpu_folded(sample: HostGpuSample) -> list[Event]:
+            assert sample.state is SamplerState.OK, sample
+            if sample.ts is not None:
+                gpu_ts.append(sample.ts)
+            return fold_gpu(sample)
+
+        def server_folded(sample: ServerSample, max_running: float | None) -> None:
+            if sample.ts is not None:
+                server_ts.append(sample.ts)
+            fold_server(sample, max_running)
+
+        session.fold.gpu = gpu_folded  # type: ignore[method-assign]
+        session.fold.server_reading = server_folded  # type: ignore[method-assign]
+        await eventually(
+            lambda: len(gpu_ts) >= 6 and len(server_ts) >= 5,
+            "six GPU samples and five server readings",
+            timeout=45,
+            detail=lambda: (gpu_ts, server_ts),
+        )
         # The host's loop keeps its own time: the stream was started again with the new interval.
         assert getattr(poller.sampler, "streams_started", 0) >= started + 1
         assert getattr(poller.sampler, "interval_s", None) == 2.0
@@ -79,8 +94,5 @@ async def test_gpu_and_server_intervals_change_while_the_session_runs(twin: Twin
         last = server_ts[-1]
         asked = time.time()
         session.set_intervals(gpu_s=0.25, server_s=0.5)
-        snap = await session.wait_for(
-            lambda s: s.server is not None and s.server.ts is not None and s.server.ts > last, 10
-        )
-        assert snap.server is not None and snap.server.ts is not None
-        assert snap.server.ts - asked < 1.5
+        await eventually(lambda: server_ts[-1] > last, "a server reading after the change", timeout=10)
+        assert next(t for t in server_ts if t > last) - asked < 1.5

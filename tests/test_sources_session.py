@@ -13,7 +13,7 @@ import pytest
 
 from console.core.events import Event
 from console.core.gpus import HostGpuSample, SamplerState
-from console.core.snapshot import ConnState, FollowState, HealthState, HostSnapshot
+from console.core.snapshot import ConnState, FollowState, HealthState, HostSnapshot, ServerSample
 from console.sources.gpus import DEFAULT_INTERVAL_S
 from console.sources.hosts import HostConfig, load_hosts
 from console.sources.server import ServerClient, ServerError
@@ -226,10 +226,10 @@ async def test_an_idle_hosts_unchanged_gpu_samples_are_published_every_few_secon
     twin: TwinHost,
 ) -> None:
     """A GPU sample that reads as the last one changes only the age of the freshest reading: the session
-    publishes it at most every `SAME_GPUS_S` (the header reads any age under 5 s alike), where it
+    publishes it at most every `SAME_READING_S` (the header reads any age under 5 s alike), where it
     published every sample (the idle console's largest cost after the server poll). A sample that reads
     differently is published at once."""
-    from console.sources.session import SAME_GPUS_S
+    from console.sources.session import SAME_READING_S
     from console.twin.gpuhealth import GpuConditions, fault_conditions, write_conditions
 
     write_conditions(twin.layout, GpuConditions())
@@ -249,12 +249,12 @@ async def test_an_idle_hosts_unchanged_gpu_samples_are_published_every_few_secon
         seq0 = session.snapshot.seq
         started = time.monotonic()
         published: list[float] = []
-        while time.monotonic() - started < 3 * SAME_GPUS_S + 1:
-            snap = await session.wait_for(lambda s, seq=session.snapshot.seq: s.seq > seq, 2 * SAME_GPUS_S)
+        while time.monotonic() - started < 3 * SAME_READING_S + 1:
+            snap = await session.wait_for(lambda s, seq=session.snapshot.seq: s.seq > seq, 2 * SAME_READING_S)
             published.append(time.monotonic())
             assert snap.gpus is not None and snap.gpus.ts is not None
             # what is published is never older than the republishing bound
-            assert time.time() - snap.gpus.ts < SAME_GPUS_S + 1.5
+            assert time.time() - snap.gpus.ts < SAME_READING_S + 1.5
         assert len(samples) >= 30, f"only {len(samples)} GPU samples at 0.25 s"
         assert session.snapshot.seq - seq0 <= 6, (
             f"{session.snapshot.seq - seq0} snapshots for {len(samples)} samples that read the same"
@@ -269,8 +269,58 @@ async def test_an_idle_hosts_unchanged_gpu_samples_are_published_every_few_secon
                 lambda s: (
                     s.gpus is not None and any(g.index == 3 and g.temperature_c != cool for g in s.gpus.gpus)
                 ),
-                SAME_GPUS_S - 1,
+                SAME_READING_S - 1,
             )
             assert hot.gpus is not None
         finally:
             write_conditions(twin.layout, GpuConditions())
+
+
+async def test_an_idle_servers_unchanged_scrapes_are_published_every_few_seconds_a_change_at_once(
+    twin: TwinHost,
+) -> None:
+    """A scrape word for word the last one (an idle server) moves no figure: the session publishes it at
+    most every `SAME_READING_S`, where it published every reading. The server stopping is published
+    at once."""
+    from console.sources.session import SAME_READING_S
+
+    session = HostSession(
+        _config(twin),
+        SessionOptions(
+            ssh_config=(),
+            sample_gpus=False,
+            follow_journal=False,
+            server_interval_s=0.2,
+            health_interval_s=600.0,
+        ),
+    )
+    readings: list[float] = []
+    async with session:
+        await session.wait_for(lambda s: s.server is not None and s.server.health is HealthState.OK, 30)
+        fold_reading = session.fold.server_reading
+
+        def counted(sample: ServerSample, max_running: float | None) -> None:
+            readings.append(time.monotonic())
+            fold_reading(sample, max_running)
+
+        session.fold.server_reading = counted  # type: ignore[method-assign]
+        seq0 = session.snapshot.seq
+        started = time.monotonic()
+        while time.monotonic() - started < 3 * SAME_READING_S + 1:
+            snap = await session.wait_for(lambda s, seq=session.snapshot.seq: s.seq > seq, 2 * SAME_READING_S)
+            assert snap.server is not None and snap.server.ts is not None
+            assert time.time() - snap.server.ts < SAME_READING_S + 1.5
+        assert len(readings) >= 25, f"only {len(readings)} server readings at 0.2 s"
+        assert session.snapshot.seq - seq0 <= 8, (
+            f"{session.snapshot.seq - seq0} snapshots for {len(readings)} readings of an idle server"
+        )
+        await asyncio.to_thread(twin.systemctl, "stop", twin.unit)
+        try:
+            stopped = time.monotonic()
+            await session.wait_for(
+                lambda s: s.server is not None and s.server.health is not HealthState.OK, 15
+            )
+            assert time.monotonic() - stopped < 15
+        finally:
+            await asyncio.to_thread(twin.systemctl, "start", twin.unit)
+            await session.wait_for(lambda s: s.server is not None and s.server.health is HealthState.OK, 60)

@@ -135,3 +135,17 @@ class HostSnapshot(BaseModel, defer_build=True):
     None before the first server reading."""
     serving_trend: tuple[TrendPoint, ...] = ()
     """One point per scrape interval of the window, oldest first (the panel's sparklines)."""
+
+
+def same_server_reading(before: ServerSample | None, after: ServerSample) -> bool:
+    """`after` reads as `before` did, its time and latency aside: the same verdict and the same scrape
+    (`PrometheusReader` gives an unchanged text's reading back as the same object)."""
+    return (
+        before is not None
+        and before.health is after.health
+        and before.status_code == after.status_code
+        and before.detail == after.detail
+        and before.version == after.version
+        and before.model == after.model
+        and (before.scrape is after.scrape if after.scrape is not None else before.metrics == after.metrics)
+    )

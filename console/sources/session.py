@@ -24,7 +24,7 @@ from console.core.events import Event
 from console.core.gpus import same_reading
 from console.core.hostfold import MAX_SCRAPES, HostFold
 from console.core.recording import RecordSink, marks_between
-from console.core.snapshot import FollowerStatus, FollowState, HealthState, HostSnapshot
+from console.core.snapshot import FollowerStatus, FollowState, HealthState, HostSnapshot, same_server_reading
 from console.sources.gpus import GpuPoller
 from console.sources.hosts import HostConfig
 from console.sources.journal import JournalFollower
@@ -39,8 +39,9 @@ __all__ = ["CONSUME_BATCH", "MAX_SCRAPES", "HostSession", "SessionOptions"]
 CONSUME_BATCH = 256
 """Journal entries parsed and folded per turn of the event loop: under 2,000 lines a second a whole
 queue at once held the loop for 5-8 ms, and a key pressed meanwhile waited for it."""
-SAME_GPUS_S = 3.0
-"""A GPU sample that reads as the last one is published at most this often (when nothing else is)."""
+SAME_READING_S = 3.0
+"""A GPU sample or a server reading that reads as the last one is published at most this often (when
+nothing else is): it changes only the age of the freshest reading."""
 
 
 class HostSession:
@@ -305,7 +306,7 @@ class HostSession:
             # A sample that reads as the last one did (an idle host, every second) changes only the
             # freshest reading's age; the snapshot that carries it can wait a few seconds (the header
             # reads any age under 5 s as "< 5s ago"), or for the next server reading.
-            due = time.monotonic() - self._published_at >= SAME_GPUS_S
+            due = time.monotonic() - self._published_at >= SAME_READING_S
             if made or due or not same_reading(before, sample):
                 self._touch()
 
@@ -344,8 +345,13 @@ class HostSession:
             reading = sample.model_copy(update=info) if info else sample
             if self.recorder is not None:
                 self.recorder.record(self.host.name, "server", (reading, max_running))
+            before = self.fold.server
             self.fold.server_reading(reading, max_running)
-            self._touch()
+            # An idle server's scrape, word for word the last one (the same reading: `PrometheusReader`)
+            # moves no figure: published with the next change, or within SAME_READING_S.
+            due = time.monotonic() - self._published_at >= SAME_READING_S
+            if due or not same_server_reading(before, reading):
+                self._touch()
             self._server_wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.0, self.server_interval_s - (loop.time() - started))):
