@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from console.core.events import Event
+from console.core.events import DecodeBatch, Event, PrefillBatch
 from console.core.gpus import same_reading
 from console.core.hostfold import MAX_SCRAPES, HostFold
 from console.core.recording import RecordSink, marks_between
@@ -39,6 +39,11 @@ __all__ = ["CONSUME_BATCH", "MAX_SCRAPES", "HostSession", "SessionOptions"]
 CONSUME_BATCH = 256
 """Journal entries parsed and folded per turn of the event loop: under 2,000 lines a second a whole
 queue at once held the loop for 5-8 ms, and a key pressed meanwhile waited for it."""
+IDLE_READINGS = 5
+"""Server readings in a row that read as the last one: the server is idle, scraped at half the pace
+(`IDLE_PACE`) until a reading differs or the journal shows a batch (which wakes the poll at once)."""
+IDLE_PACE = 2.0
+BATCH_EVENTS = (DecodeBatch, PrefillBatch)
 SAME_READING_S = 3.0
 """A GPU sample or a server reading that reads as the last one is published at most this often (when
 nothing else is): it changes only the age of the freshest reading."""
@@ -103,6 +108,8 @@ class HostSession:
         cadence would add up to `publish_interval_s`."""
         self._seq = 0
         self._published_at = -math.inf
+        self.idle_readings = 0
+        """Server readings in a row that read as the one before (`IDLE_READINGS` or more: idle)."""
         self._snapshot = self._build()
         self._published = asyncio.Event()
         self._dirty = asyncio.Event()
@@ -273,6 +280,10 @@ class HostSession:
         if rec is not None:
             rec.record(self.host.name, "journal" if batch is not None else "flush", batch)
         events = self.fold.journal(batch) if batch is not None else self.fold.flush()
+        if self.idle_readings >= IDLE_READINGS and any(isinstance(e, BATCH_EVENTS) for e in events):
+            # The server works again: its figures are read now, and at the full pace from here on.
+            self.idle_readings = 0
+            self._server_wake.set()
         if rec is not None and events:
             for kind, label in marks_between(before, self.fold.state):
                 rec.mark(self.host.name, kind, label)
@@ -349,10 +360,13 @@ class HostSession:
             self.fold.server_reading(reading, max_running)
             # An idle server's scrape, word for word the last one (the same reading: `PrometheusReader`)
             # moves no figure: published with the next change, or within SAME_READING_S.
+            same = same_server_reading(before, reading)
+            self.idle_readings = self.idle_readings + 1 if same else 0
             due = time.monotonic() - self._published_at >= SAME_READING_S
-            if due or not same_server_reading(before, reading):
+            if due or not same:
                 self._touch()
             self._server_wake.clear()
+            pace = self.server_interval_s * (IDLE_PACE if self.idle_readings >= IDLE_READINGS else 1.0)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, self.server_interval_s - (loop.time() - started))):
+                async with asyncio.timeout(max(0.0, pace - (loop.time() - started))):
                     await self._server_wake.wait()
