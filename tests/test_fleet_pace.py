@@ -11,13 +11,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from console.core.events import Event
-from console.core.gpus import HostGpuSample, SamplerState
-from console.core.snapshot import ServerSample
+from console.core.gpus import SamplerState
 from console.sources.hosts import load_hosts
 from console.sources.session import HostSession
 from console.sources.session_options import SessionOptions
 from console.twin.host import TwinHost
+from tests.support.folds import FoldTap
 from tests.support.waiting import eventually
 
 
@@ -57,42 +56,34 @@ async def test_gpu_and_server_intervals_change_while_the_session_runs(twin: Twin
         assert poller.interval_s == 2.0 and session.server_interval_s == 3.0
         # Each reading as the session folds it: one that reads as the last (an idle host's) is not
         # published at once, so the snapshots no longer show every reading.
-        gpu_ts: list[float] = []
-        server_ts: list[float] = []
-        fold_gpu, fold_server = session.fold.gpu, session.fold.server_reading
+        tap = FoldTap(session)
 
-        def gpu_folded(sample: HostGpuSample) -> list[Event]:
-            assert sample.state is SamplerState.OK, sample
-            if sample.ts is not None:
-                gpu_ts.append(sample.ts)
-            return fold_gpu(sample)
+        def gpu_ts() -> list[float]:
+            return [s.ts for _, s in tap.gpu if s.ts is not None]
 
-        def server_folded(sample: ServerSample, max_running: float | None) -> None:
-            if sample.ts is not None:
-                server_ts.append(sample.ts)
-            fold_server(sample, max_running)
+        def server_ts() -> list[float]:
+            return [s.ts for _, s in tap.server if s.ts is not None]
 
-        session.fold.gpu = gpu_folded  # type: ignore[method-assign]
-        session.fold.server_reading = server_folded  # type: ignore[method-assign]
         await eventually(
-            lambda: len(gpu_ts) >= 6 and len(server_ts) >= 5,
+            lambda: len(gpu_ts()) >= 6 and len(server_ts()) >= 5,
             "six GPU samples and five server readings",
             timeout=45,
-            detail=lambda: (gpu_ts, server_ts),
+            detail=lambda: (gpu_ts(), server_ts()),
         )
+        assert all(s.state is SamplerState.OK for _, s in tap.gpu), tap.gpu
         # The host's loop keeps its own time: the stream was started again with the new interval.
         assert getattr(poller.sampler, "streams_started", 0) >= started + 1
         assert getattr(poller.sampler, "interval_s", None) == 2.0
         # Skip the first gaps (readings already under way when the interval changed). The median: a
         # loaded machine can hand the console two of the host's samples in one read (stamped together).
-        gpu_gaps = [b - a for a, b in itertools.pairwise(gpu_ts[2:])]
-        server_gaps = [b - a for a, b in itertools.pairwise(server_ts[2:])]
-        assert gpu_gaps and statistics.median(gpu_gaps) > 1.5, gpu_ts
-        assert server_gaps and statistics.median(server_gaps) > 2.5, server_ts
+        gpu_gaps = [b - a for a, b in itertools.pairwise(gpu_ts()[2:])]
+        server_gaps = [b - a for a, b in itertools.pairwise(server_ts()[2:])]
+        assert gpu_gaps and statistics.median(gpu_gaps) > 1.5, gpu_ts()
+        assert server_gaps and statistics.median(server_gaps) > 2.5, server_ts()
 
         # Faster again: the next server reading comes now, not when the 3 s wait runs out.
-        last = server_ts[-1]
+        last = server_ts()[-1]
         asked = time.time()
         session.set_intervals(gpu_s=0.25, server_s=0.5)
-        await eventually(lambda: server_ts[-1] > last, "a server reading after the change", timeout=10)
-        assert next(t for t in server_ts if t > last) - asked < 1.5
+        await eventually(lambda: server_ts()[-1] > last, "a server reading after the change", timeout=10)
+        assert next(t for t in server_ts() if t > last) - asked < 1.5

@@ -12,9 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from console.core.events import Event
-from console.core.gpus import HostGpuSample, SamplerState
-from console.core.snapshot import ConnState, FollowState, HealthState, HostSnapshot, ServerSample
+from console.core.gpus import SamplerState
+from console.core.snapshot import ConnState, FollowState, HealthState, HostSnapshot
 from console.sources.gpus import DEFAULT_INTERVAL_S
 from console.sources.hosts import HostConfig, load_hosts
 from console.sources.server import ServerClient, ServerError
@@ -22,6 +21,7 @@ from console.sources.session import HostSession
 from console.sources.session_options import DEFAULT_SERVER_INTERVAL_S, SessionOptions
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
+from tests.support.folds import FoldTap
 
 POOL_AT_085 = 101_134  # the twin's pool for the incident's first flags
 
@@ -237,22 +237,13 @@ async def test_an_idle_hosts_unchanged_gpu_samples_are_published_every_few_secon
     session = HostSession(
         _config(twin), SessionOptions(ssh_config=(), gpu_interval_s=0.25, poll_server=False)
     )
-    samples: list[float] = []
     async with session:
         await session.wait_for(lambda s: s.gpus is not None and s.gpus.state.value == "ok", 30)
-        fold_gpu = session.fold.gpu
-
-        def counted(sample: HostGpuSample) -> list[Event]:
-            samples.append(time.monotonic())
-            return fold_gpu(sample)
-
-        session.fold.gpu = counted  # type: ignore[method-assign]
+        samples = FoldTap(session).gpu
         seq0 = session.snapshot.seq
         started = time.monotonic()
-        published: list[float] = []
         while time.monotonic() - started < 3 * SAME_READING_S + 1:
             snap = await session.wait_for(lambda s, seq=session.snapshot.seq: s.seq > seq, 2 * SAME_READING_S)
-            published.append(time.monotonic())
             assert snap.gpus is not None and snap.gpus.ts is not None
             # what is published is never older than the republishing bound
             assert time.time() - snap.gpus.ts < SAME_READING_S + 1.5
@@ -296,16 +287,9 @@ async def test_an_idle_servers_unchanged_scrapes_are_published_every_few_seconds
             health_interval_s=600.0,
         ),
     )
-    readings: list[float] = []
     async with session:
         await session.wait_for(lambda s: s.server is not None and s.server.health is HealthState.OK, 30)
-        fold_reading = session.fold.server_reading
-
-        def counted(sample: ServerSample, max_running: float | None) -> None:
-            readings.append(time.monotonic())
-            fold_reading(sample, max_running)
-
-        session.fold.server_reading = counted  # type: ignore[method-assign]
+        readings = FoldTap(session).server
         seq0 = session.snapshot.seq
         started = time.monotonic()
         while time.monotonic() - started < 3 * SAME_READING_S + 1:
@@ -317,7 +301,7 @@ async def test_an_idle_servers_unchanged_scrapes_are_published_every_few_seconds
             f"{session.snapshot.seq - seq0} snapshots for {len(readings)} readings of an idle server"
         )
         assert session.idle_readings >= IDLE_READINGS
-        gaps = sorted(b - a for a, b in itertools.pairwise(readings[IDLE_READINGS + 1 :]))
+        gaps = sorted(b[0] - a[0] for a, b in itertools.pairwise(readings[IDLE_READINGS + 1 :]))
         assert gaps[len(gaps) // 2] >= 0.2 * IDLE_PACE * 0.9, f"an idle server scraped every {gaps} s"
         # a request: the server works, and is read at the full pace again
         with_batch = len(readings)

@@ -29,8 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from console.core.events import Event
-from console.core.gpus import HostGpuSample, SamplerState
+from console.core.gpus import SamplerState
 from console.core.snapshot import ConnState, FollowState, HostSnapshot
 from console.sources.gpus import (
     AgentSampler,
@@ -46,6 +45,7 @@ from console.sources.session_options import SessionOptions
 from console.sources.transport import Backoff, Transport
 from console.twin.host import DEFAULT_UNIT, TwinHost
 from console.twin.layout import GpuInventory
+from tests.support.folds import FoldTap
 from tests.support.procs import processes_of
 from tests.support.sshd import SshdHandle, sshd_unavailable_reason, start_sshd
 from tests.test_sources_gpus import EXPECTED, STANDIN, _load
@@ -370,36 +370,27 @@ async def test_three_hosts_one_hangs_the_others_stay_on_time(tmp_path: Path) -> 
                 await s.wait_for(
                     lambda snap: snap.gpus is not None and snap.gpus.state is SamplerState.OK, 20
                 )
-            stamps: dict[str, list[float]] = {h.config.name: [] for h in hosts}
+            # Each sample as the session folds it (an unchanged one is not published at once, so the
+            # snapshots no longer show every sample).
+            taps = {s.host.name: FoldTap(s) for s in sessions}
 
-            def watch(session: HostSession) -> None:
-                # Each sample as the session folds it (an unchanged one is not published at once, so
-                # the snapshots no longer show every sample).
-                fold_gpu = session.fold.gpu
-
-                def folded(sample: HostGpuSample) -> list[Event]:
-                    if watching and sample.state is SamplerState.OK:
-                        stamps[session.host.name].append(time.monotonic())
-                    return fold_gpu(sample)
-
-                session.fold.gpu = folded  # type: ignore[method-assign]
-
-            watching = True
-            for s in sessions:
-                watch(s)
+            def stamps(name: str) -> list[float]:
+                return [t for t, sample in taps[name].gpu if sample.state is SamplerState.OK]
 
             async def until(done: Callable[[], bool], what: str) -> None:
                 deadline = time.monotonic() + 30
                 while not done():
-                    assert time.monotonic() < deadline, f"timed out waiting for {what}: {stamps}"
+                    assert time.monotonic() < deadline, (
+                        f"timed out waiting for {what}: {[stamps(n) for n in taps]}"
+                    )
                     await asyncio.sleep(tick / 5)
 
             # The baseline, in this run and under whatever else the machine is doing: the live hosts'
             # gaps while no host hangs.
-            await until(lambda: min(len(stamps["gpu-2"]), len(stamps["gpu-4"])) >= 8, "eight samples each")
-            baseline = {name: list(stamps[name]) for name in ("gpu-2", "gpu-4")}
-            for times in stamps.values():
-                times.clear()
+            await until(lambda: min(len(stamps("gpu-2")), len(stamps("gpu-4"))) >= 8, "eight samples each")
+            baseline = {name: stamps(name) for name in ("gpu-2", "gpu-4")}
+            for tap in taps.values():
+                tap.gpu.clear()
             hung = hosts[1]
             _signal_tree(hung.sshd.process.pid, signal.SIGSTOP)
 
@@ -407,18 +398,19 @@ async def test_three_hosts_one_hangs_the_others_stay_on_time(tmp_path: Path) -> 
             # snapshot says so.
             def watched_enough() -> bool:
                 hung_gpus = sessions[1].snapshot.gpus
-                live = min(len(stamps["gpu-2"]), len(stamps["gpu-4"]))
+                live = min(len(stamps("gpu-2")), len(stamps("gpu-4")))
                 return live >= 10 and hung_gpus is not None and hung_gpus.state is SamplerState.ERROR
 
             await until(watched_enough, "ten samples of the live hosts and the hung host's error")
-            watching = False
+            for tap in taps.values():
+                tap.on = False
             hung_snap = sessions[1].snapshot
         finally:
             _signal_tree(hosts[1].sshd.process.pid, signal.SIGCONT)
             for s in sessions:
                 await s.close()
     for name in ("gpu-2", "gpu-4"):
-        times = stamps[name]
+        times = stamps(name)
         gaps = [b - a for a, b in itertools.pairwise(times)]
         before = [b - a for a, b in itertools.pairwise(baseline[name])]
         assert len(times) >= 6, (name, times)
@@ -427,7 +419,7 @@ async def test_three_hosts_one_hangs_the_others_stay_on_time(tmp_path: Path) -> 
         limit = max(tick * 2.5, 1.5 * max(before))
         assert max(gaps) < limit, (name, gaps, before)
     # The hung host's samples stopped; its snapshot says why instead of pretending.
-    assert len(stamps["gpu-3"]) <= 1
+    assert len(stamps("gpu-3")) <= 1
     assert hung_snap.gpus is not None and hung_snap.gpus.state is SamplerState.ERROR
 
 

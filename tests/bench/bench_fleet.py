@@ -244,6 +244,8 @@ def window(term: Terminal, counts: Path, twins: list[Any], hosts: int, seconds: 
         deadline = time.monotonic() + 60
         while not Path(traced).exists() and time.monotonic() < deadline:
             time.sleep(0.5)
+        if not Path(traced).exists():
+            _say(f"the console wrote no allocation dump to {traced} within 60 s")
     return {
         "hosts": hosts,
         "up": c1.get("up", 0),
