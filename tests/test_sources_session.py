@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -22,6 +22,7 @@ from console.sources.session_options import DEFAULT_SERVER_INTERVAL_S, SessionOp
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
 from tests.support.folds import FoldTap
+from tests.support.waiting import eventually
 
 POOL_AT_085 = 101_134  # the twin's pool for the incident's first flags
 
@@ -207,7 +208,11 @@ async def test_the_session_keeps_a_bounded_window_of_scrapes_and_publishes_the_s
         assert serving.kv_pool == POOL_AT_085 and serving.sources["kv_pool"] == "sglang:max_total_num_tokens"
         assert serving.max_running is not None and serving.max_running > 0  # from /server_info
         assert serving.covered_s <= 2.0 and serving.version is not None
-        await session.wait_for(lambda s: s.seq > snap.seq + 10, 30)
+        # Well past the window's 11 scrapes (counted as folded: an idle server's readings are not each
+        # published), then the latest snapshot.
+        readings = FoldTap(session).server
+        await eventually(lambda: len(readings) >= 15, "15 more server readings", timeout=30)
+        session.current()
         assert len(session.fold.history.scrapes) <= 11 and len(session.snapshot.serving_trend) <= 10
         assert session.snapshot.serving is not None and session.snapshot.serving.scrapes <= 11
 
@@ -320,3 +325,96 @@ async def test_an_idle_servers_unchanged_scrapes_are_published_every_few_seconds
         finally:
             await asyncio.to_thread(twin.systemctl, "start", twin.unit)
             await session.wait_for(lambda s: s.server is not None and s.server.health is HealthState.OK, 60)
+
+
+async def test_access_lines_alone_are_published_within_a_few_seconds_other_lines_at_once(
+    twin: TwinHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each scrape of the console's own puts an access line in the server's journal (uvicorn's, on a real
+    SGLang as on the twin): a batch of nothing else reaches the feed at once (`on_journal`) but waits for
+    the next snapshot, at most `SAME_READING_S` (one snapshot per scrape before: the idle console's most
+    frequent repaint). Any other line (a request's batch) is published at once, and an access line with
+    nothing after it is published when the wait runs out."""
+    import console.sources.session as session_mod
+    from console.core.events import HttpAccess, PrefillBatch
+
+    same_s = 1.0
+    monkeypatch.setattr(session_mod, "SAME_READING_S", same_s)
+    session = HostSession(
+        _config(twin),
+        SessionOptions(ssh_config=(), sample_gpus=False, server_interval_s=0.05, health_interval_s=600.0),
+    )
+    folded: list[tuple[float, int, type]] = []  # (when, events so far, a type of the batch's events)
+    published: list[tuple[float, int]] = []
+
+    def on_journal(fold: object) -> None:
+        # one entry per batch: its newest event of each type, with the events made so far
+        now, total = time.monotonic(), session.fold.events_total
+        fresh = list(session.fold.recent)[-(total - (folded[-1][1] if folded else total - 1)) :]
+        for kind in dict.fromkeys(type(e) for e in fresh):
+            folded.append((now, total, kind))
+
+    async def watch() -> None:
+        async for snap in session.snapshots():
+            published.append((time.monotonic(), snap.events_total))
+
+    def seen_by(total: int) -> float | None:
+        return next((t for t, n in published if n >= total), None)
+
+    async with session:
+        await session.wait_for(lambda s: s.server is not None and s.server.health is HealthState.OK, 30)
+        session.on_journal = on_journal
+        watcher = asyncio.create_task(watch())
+        try:
+            started = time.monotonic()
+            await asyncio.sleep(3 * same_s + 0.5)
+            window = [f for f in folded if f[0] >= started]
+            access = [f for f in window if f[2] is HttpAccess]
+            assert len(access) >= 10, f"only {len(access)} batches of access lines at 0.05 s a scrape"
+            shown = [p for p in published if p[0] >= started]
+            assert len(shown) <= 5, f"{len(shown)} snapshots for {len(access)} batches of access lines"
+            for t, total, _ in access[:-3]:
+                at = seen_by(total)
+                assert at is not None and at - t <= same_s + 0.5, (t, total, at)
+
+            # A request: its batch lines are published at once.
+            assert session._client is not None
+            request = {"input_ids": [7] * 64, "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}
+            async for _ in session._client.generate_stream(request, timeout_s=30):
+                pass
+            await eventually_folded(folded, PrefillBatch, detail=lambda: [f[2].__name__ for f in folded[-8:]])
+            t, total, _ = next(f for f in folded if f[2] is PrefillBatch)
+            await session.wait_for(lambda s: s.events_total >= total, 5)
+            at = seen_by(total)
+            assert at is not None and at - t < 0.5 * same_s, (
+                f"a batch published {at - t if at else None} s late"
+            )
+
+            # Scrapes further apart than the wait: each access line is published when the wait runs out,
+            # with nothing else coming to carry it.
+            session.set_intervals(server_s=3 * same_s)
+            await asyncio.sleep(3 * same_s)  # the scrapes at the old pace are done
+            mark = time.monotonic()
+            await eventually_folded(folded, HttpAccess, after=mark, timeout=4 * 3 * same_s)
+            t, total, _ = next(f for f in folded if f[2] is HttpAccess and f[0] >= mark)
+            await session.wait_for(lambda s: s.events_total >= total, 2 * same_s + 1)
+            at = seen_by(total)
+            assert at is not None and at - t <= same_s + 0.5, f"published {at - t if at else None} s after"
+        finally:
+            watcher.cancel()
+
+
+async def eventually_folded(
+    folded: list[tuple[float, int, type]],
+    kind: type,
+    *,
+    after: float = 0.0,
+    timeout: float = 15.0,
+    detail: Callable[[], object] | None = None,
+) -> None:
+    await eventually(
+        lambda: any(f[2] is kind and f[0] >= after for f in folded),
+        f"a {kind.__name__} folded",
+        timeout=timeout,
+        detail=detail,
+    )

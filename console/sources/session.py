@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from console.core.events import DecodeBatch, Event, PrefillBatch
+from console.core.events import DecodeBatch, Event, HttpAccess, PrefillBatch
 from console.core.gpus import same_reading
 from console.core.hostfold import MAX_SCRAPES, HostFold
 from console.core.recording import RecordSink, marks_between
@@ -45,8 +45,10 @@ IDLE_READINGS = 5
 IDLE_PACE = 2.0
 BATCH_EVENTS = (DecodeBatch, PrefillBatch)
 SAME_READING_S = 3.0
-"""A GPU sample or a server reading that reads as the last one is published at most this often (when
-nothing else is): it changes only the age of the freshest reading."""
+"""A GPU sample or a server reading that reads as the last one, or journal lines that are only HTTP
+access lines (the console's own scrapes among them), are published within this time rather than at once
+(when nothing else is): they change only the age of the freshest reading, or the log pane's tail, which
+the feed already shows as the lines come (`on_journal`)."""
 
 
 class HostSession:
@@ -117,6 +119,7 @@ class HostSession:
         self._client: ServerClient | None = None
         self._closed = False
         self._server_wake = asyncio.Event()
+        self._quiet_due: asyncio.TimerHandle | None = None
 
     # ---- reading -----------------------------------------------------------------------------------
 
@@ -223,6 +226,10 @@ class HostSession:
 
     def _publish_now(self) -> None:
         self._published_at = time.monotonic()
+        if self._quiet_due is not None:
+            # This snapshot carries what was waiting.
+            self._quiet_due.cancel()
+            self._quiet_due = None
         self._seq += 1
         self._snapshot = self._build()
         published, self._published = self._published, asyncio.Event()
@@ -230,6 +237,20 @@ class HostSession:
 
     def _touch(self) -> None:
         self._dirty.set()
+
+    def _touch_quiet(self) -> None:
+        """A change that may wait: published with the next change, or within `SAME_READING_S` of the last
+        snapshot."""
+        wait = SAME_READING_S - (time.monotonic() - self._published_at)
+        if wait <= 0:
+            self._touch()
+        elif self._quiet_due is None or self._quiet_due.cancelled():
+            self._quiet_due = asyncio.get_running_loop().call_later(wait, self._quiet_elapsed)
+
+    def _quiet_elapsed(self) -> None:
+        self._quiet_due = None
+        if not self._closed:
+            self._touch()
 
     async def _publisher(self) -> None:
         while True:
@@ -302,8 +323,13 @@ class HostSession:
                 if self._journal(None):
                     self._touch()
                 continue
-            self._journal(batch)
-            self._touch()
+            events = self._journal(batch)
+            if any(not isinstance(e, HttpAccess) for e in events):
+                self._touch()
+            else:
+                # Only access lines (the console's own /metrics scrapes every few seconds, on a real
+                # server as on the twin): the feed has them already; the snapshot can wait.
+                self._touch_quiet()
             # Let the other hosts' tasks run between batches.
             await asyncio.sleep(0)
 
@@ -317,9 +343,10 @@ class HostSession:
             # A sample that reads as the last one did (an idle host, every second) changes only the
             # freshest reading's age; the snapshot that carries it can wait a few seconds (the header
             # reads any age under 5 s as "< 5s ago"), or for the next server reading.
-            due = time.monotonic() - self._published_at >= SAME_READING_S
-            if made or due or not same_reading(before, sample):
+            if made or not same_reading(before, sample):
                 self._touch()
+            else:
+                self._touch_quiet()
 
     async def _poll_server(self) -> None:
         loop = asyncio.get_running_loop()
@@ -362,8 +389,9 @@ class HostSession:
             # moves no figure: published with the next change, or within SAME_READING_S.
             same = same_server_reading(before, reading)
             self.idle_readings = self.idle_readings + 1 if same else 0
-            due = time.monotonic() - self._published_at >= SAME_READING_S
-            if due or not same:
+            if same:
+                self._touch_quiet()
+            else:
                 self._touch()
             self._server_wake.clear()
             pace = self.server_interval_s * (IDLE_PACE if self.idle_readings >= IDLE_READINGS else 1.0)
