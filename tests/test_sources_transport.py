@@ -30,6 +30,7 @@ from console.sources.transport import (
     LocalForward,
     Transport,
     TransportError,
+    cpu_does_aes,
 )
 from console.twin.ssh_server import TwinSSHServer
 from tests.support.blackhole import BlackHole
@@ -468,3 +469,34 @@ async def test_a_black_holed_link_ends_every_channel_within_the_keepalive_bound(
         finally:
             hole.restore()
             await t.close()
+
+
+def test_the_aes_instructions_are_read_off_cpuinfo() -> None:
+    x86 = "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu vme sse2 aes avx2 sha_ni\n"
+    arm = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32\n"
+    assert cpu_does_aes(x86) and cpu_does_aes(arm)
+    assert not cpu_does_aes(x86.replace(" aes", "")) and not cpu_does_aes(arm.replace(" aes", ""))
+    assert not cpu_does_aes("flags_aes: aes\n") and not cpu_does_aes("")
+
+
+async def test_aes_gcm_is_asked_for_first_unless_the_ssh_config_names_ciphers(
+    endpoint: Endpoint, tmp_path: Path
+) -> None:
+    """On a CPU with AES instructions the link runs AES-GCM (2.0 ms of the console's CPU a command, against
+    ChaCha20-Poly1305's 3.1: asyncssh's default order and OpenSSH's put ChaCha first); an ssh config's
+    `Ciphers` is obeyed as it is."""
+    aes = cpu_does_aes(Path("/proc/cpuinfo").read_text(errors="replace"))
+    async with transport(endpoint.host) as t:
+        await t.wait_up(5)
+        assert t.connection is not None
+        chosen = t.connection.get_extra_info("send_cipher")
+        assert chosen == ("aes256-gcm@openssh.com" if aes else "chacha20-poly1305@openssh.com")
+    config = tmp_path / "ssh_config"
+    config.write_text("Host *\n  Ciphers chacha20-poly1305@openssh.com,aes128-ctr\n")
+    t = Transport(endpoint.host, ssh_config=[config])
+    try:
+        await t.wait_up(5)
+        assert t.connection is not None
+        assert t.connection.get_extra_info("send_cipher") == "chacha20-poly1305@openssh.com"
+    finally:
+        await t.close()
