@@ -630,3 +630,67 @@ async def test_five_thousand_stale_heartbeats_do_not_make_a_read_slow(
             took.append(time.monotonic() - started)
             assert [p.who for p in view.presence] == ["bob@jump2"]
     assert max(took) < 1.5, took
+
+
+async def test_a_beat_and_the_view_in_one_run_on_the_host(twin: TwinHost, config: HostConfig) -> None:
+    """The console's link writes its heartbeat and reads the state in one SSH channel a beat
+    (`beat_and_view`), where a heartbeat task and a watch task each opened one: what each did alone it
+    does together, the held lock's check included, and a beat that cannot be written still reads."""
+    async with _consoles(config, ALICE, BOB) as (a, b):
+        await b.board.heartbeat("profiles")
+        runs: list[str] = []
+        real_run = a.board.runner.transport.run
+
+        async def counted(argv: object, **kw: object) -> object:
+            runs.append(" ".join(map(str, argv))[:60])  # type: ignore[call-overload]
+            return await real_run(argv, **kw)  # type: ignore[arg-type]
+
+        a.board.runner.transport.run = counted  # type: ignore[method-assign,assignment]
+        await a.board.runner.sync_clock()
+        runs.clear()
+        view = await a.board.beat_and_view("dashboard")
+        assert len(runs) == 1, runs
+        assert {p.who: p.looking_at for p in view.presence} == {
+            "alice@jump1": "dashboard",
+            "bob@jump2": "profiles",
+        }
+        assert {p.who for p in await b.board.presence()} == {"alice@jump1", "bob@jump2"}
+        # one beat later the written heartbeat is newer
+        first = next(p.heartbeat for p in view.presence if p.console_id == ALICE.console_id)
+        again = await a.board.beat_and_view()
+        assert next(p.heartbeat for p in again.presence if p.console_id == ALICE.console_id) > first
+
+        # The lock's check: a lock held is still ours; broken while its holder was silent, it is lost.
+        lock: Lock = await a.locks.acquire("apply ctx-200k")
+        assert (await a.board.beat_and_view()).lock is not None and not lock.lost
+        deadline = time.monotonic() + 20 * BEAT
+        while not (await b.board.view()).lock_stale:
+            assert time.monotonic() < deadline, "the silent holder's lock never went stale"
+            await b.board.heartbeat()
+            await asyncio.sleep(BEAT / 5)
+        await b.locks.break_lock(confirm=True)
+        view = await a.board.beat_and_view()
+        assert lock.lost and view.lock is None
+
+        # A presence directory that cannot be made (a file in its place): no beat, the rest still read.
+        held = await b.locks.acquire("apply ctx-128k")
+        presence = _dir(twin, config) / "presence"
+        for f in presence.iterdir():
+            f.unlink()
+        presence.rmdir()
+        presence.write_text("not a directory\n")
+        try:
+            runs.clear()
+            view = await a.board.beat_and_view()
+            assert len(runs) == 1 and view.presence == []
+            assert view.lock is not None and view.lock.lock_id == held.info.lock_id
+        finally:
+            presence.unlink()
+            presence.mkdir()
+
+        # After leaving: no beat is written again, the view is still read.
+        await a.board.leave()
+        runs.clear()
+        view = await a.board.beat_and_view()
+        assert len(runs) == 1 and not (presence / "alice1.json").exists()
+        await b.locks.release(held)

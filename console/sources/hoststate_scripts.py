@@ -14,6 +14,7 @@ a filesystem without locks) each operation is still safe on its own: the lock is
 __all__ = [
     "ACQUIRE",
     "APPEND",
+    "BEAT_AND_READ",
     "BREAK",
     "FOLLOW_AUDIT",
     "HEARTBEAT",
@@ -105,16 +106,20 @@ put_presence() {
 }
 """
 
+# $3, when this console holds a lock: its id; prints `held ours` or `held lost`.
+_CHECK_HELD = r"""
+if [ -n "${3-}" ]; then
+  # -f first: grep would wait forever on a named pipe put there by hand.
+  if [ -f "$d/lock" ] && grep -qF "\"lock_id\":\"$3\"" "$d/lock" 2>/dev/null; then echo "held ours"; else echo "held lost"; fi
+fi
+"""
 HEARTBEAT = (
     PROLOGUE
     + WRITE_PRESENCE
     + r"""
 put_presence "$1" "$2"
-if [ -n "${3-}" ]; then
-  # -f first: grep would wait forever on a named pipe put there by hand.
-  if [ -f "$d/lock" ] && grep -qF "\"lock_id\":\"$3\"" "$d/lock" 2>/dev/null; then echo "lock ours"; else echo "lock lost"; fi
-fi
 """
+    + _CHECK_HELD
 )
 
 # A presence file a console could have written: its name is a console id (console.core.pairing.Identity).
@@ -125,9 +130,8 @@ PRESENCE_NAME = r"^[A-Za-z0-9_-]+\.json$"
 # the fork per file made every read take ~9 s of the host's time (issue 36); the shell's loop only runs
 # builtins. Only regular files with a console's name are read (a named pipe would hang the read, a link
 # is nothing a console writes), and a line is cut at 4 KiB (a heartbeat is ~300 bytes).
-READ_STATE = (
-    READ_PROLOGUE
-    + r"""
+_READ_STATE = (
+    r"""
 if [ -f "$d/lock" ]; then printf 'lock '; head -n 1 "$d/lock" 2>/dev/null; echo; fi
 if [ -f "$d/pending-rollback.json" ]; then printf 'pending '; head -n 1 "$d/pending-rollback.json" 2>/dev/null; echo; fi
 if [ -d "$d/presence" ] && cd "$d/presence" 2>/dev/null; then
@@ -140,6 +144,26 @@ if [ -d "$d/presence" ] && cd "$d/presence" 2>/dev/null; then
 fi
 exit 0
 """
+)
+READ_STATE = READ_PROLOGUE + _READ_STATE
+
+# HEARTBEAT then READ_STATE in one run (a console's link does both every beat: one SSH channel, not two).
+# A beat that cannot be written (a read-only state directory) says so on stderr, as `beat not written`
+# on stdout, and the state is read all the same, as READ_STATE alone would.
+BEAT_AND_READ = (
+    READ_PROLOGUE
+    + r"""
+if mkdir -p "$d/presence" 2>/dev/null; then
+  t=$d/presence/.$1.json.$$
+  if printf '%s\n' "$2" > "$t" 2>/dev/null && mv -f "$t" "$d/presence/$1.json" 2>/dev/null; then :; else
+    rm -f "$t" 2>/dev/null; echo "beat not written"; echo "cannot write $d/presence/$1.json" >&2
+  fi
+else
+  echo "beat not written"; echo "cannot make $d/presence" >&2
+fi
+"""
+    + _CHECK_HELD
+    + _READ_STATE
 )
 
 # On stdin, one `NAME LINE` a heartbeat judged stale: the file NAME is removed only when its first line

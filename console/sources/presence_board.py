@@ -102,11 +102,37 @@ class PresenceBoard:
             if lock is not None:
                 args.append(lock.info.lock_id)
             _, lines = await self.runner.run_to_the_end(hs.HEARTBEAT, *args, what="write the heartbeat")
-        if lock is not None and "lock lost" in lines and self.held is lock:
+        if lock is not None and "held lost" in lines and self.held is lock:
             lock.lost = True
+
+    async def beat_and_view(self, looking_at: str | None = None) -> PairingView:
+        """`heartbeat` and `view` in one run on the host (one SSH channel where they took two: a console's
+        link does both every beat). Once this console has left, only the view."""
+        if looking_at is not None:
+            self.looking_at = looking_at
+        async with self.turns:
+            if self.left:
+                snap = None
+            else:
+                await self.runner.sync_clock()
+                lock = self.held
+                args = [self.me.console_id, self.presence_record().model_dump_json()]
+                if lock is not None:
+                    args.append(lock.info.lock_id)
+                now, lines = await self.runner.run_to_the_end(
+                    hs.BEAT_AND_READ, *args, what="write the heartbeat and read presence and the lock"
+                )
+                if lock is not None and "held lost" in lines and self.held is lock:
+                    lock.lost = True
+                snap = self._parse(now, lines)
+        return await self._view_of(snap if snap is not None else await self.snapshot())
 
     async def snapshot(self) -> StateSnapshot:
         now, lines = await self.runner.run(hs.READ_STATE, what="read presence and the lock")
+        return self._parse(now, lines)
+
+    @staticmethod
+    def _parse(now: datetime, lines: list[str]) -> StateSnapshot:
         lock_line: str | None = None
         pending_line: str | None = None
         presence: dict[str, str] = {}
@@ -149,7 +175,9 @@ class PresenceBoard:
         """Who is here and who holds the lock, now. Stale heartbeats are left out, and removed from the host
         (`PRUNE_PER_READ` at most per read: consoles that died leave their file, and whoever reads them
         clears them, a bounded share at a time)."""
-        snap = await self.snapshot()
+        return await self._view_of(await self.snapshot())
+
+    async def _view_of(self, snap: StateSnapshot) -> PairingView:
         live, stale, lock, lock_stale = self.judge(snap)
         await self._prune(stale, lock)
         pending = None
