@@ -65,7 +65,7 @@ KEY_LOG: list[tuple[float, float]] = []
 # ---------------------------------------------------------------------------------------------- child
 
 
-def child_console(hosts: str, name: str, gpu_interval: float, preload_day: bool) -> None:
+def child_console(hosts: str, name: str, gpu_interval: float, preload_s: int) -> None:
     """The console as an operator runs it, with the GPU sampling rate set."""
     from console.sources.hosts import load_hosts
     from console.sources.session_options import SessionOptions
@@ -75,8 +75,8 @@ def child_console(hosts: str, name: str, gpu_interval: float, preload_day: bool)
     assert config is not None
     entry = HostEntry(name, config=config, session=SessionOptions(gpu_interval_s=gpu_interval))
     app = ConsoleApp([entry], target=200_000, target_source="--target-context")
-    if preload_day:
-        _preload_day(app, name)
+    if preload_s:
+        _preload_day(app, name, preload_s)
     gclog = os.environ.get("K26_BENCH_GCLOG")
     if gclog:
         _log_gc_pauses(gclog)
@@ -315,25 +315,25 @@ def _handle_name(handle: object) -> str:
     return repr(handle)[:300]
 
 
-def _preload_day(app: object, name: str) -> None:
-    """A day of a quiet server, pushed through the session's parser and state before the app runs:
-    one decode line a second and one 8-GPU sample a second, 86,400 of each."""
+def _preload_day(app: object, name: str, seconds: int = 86_400) -> None:
+    """A day of a quiet server (`seconds` of it), pushed through the session's parser and state before
+    the app runs: one decode line a second and one 8-GPU sample a second, 86,400 of each for a day."""
     import console.sources.session as session_mod
     from console.core.gpus import GpuSample, HostGpuSample, SamplerState
 
     original_start = session_mod.HostSession.start
 
     async def start(self: session_mod.HostSession) -> None:
-        base = time.time() - 86_400
+        base = time.time() - seconds
         lines = [
             f"[{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(base + i))} TP0] Decode batch, #running-req: 1, "
             f"#token: {1000 + i % 5000}, token usage: 0.01, cuda graph: True, gen throughput (token/s): 20.{i % 10}, "
             "#queue-req: 0, "
-            for i in range(86_400)
+            for i in range(seconds)
         ]
         for start_i in range(0, len(lines), 2000):
             self.fold.journal(lines[start_i : start_i + 2000])
-        for i in range(86_400):
+        for i in range(seconds):
             sample = HostGpuSample(
                 state=SamplerState.OK,
                 backend="nvml",
@@ -747,10 +747,17 @@ def main() -> int:
     ap.add_argument("--hosts", help=argparse.SUPPRESS)
     ap.add_argument("--name", help=argparse.SUPPRESS)
     ap.add_argument("--gpu-interval", type=float, default=1.0, help=argparse.SUPPRESS)
-    ap.add_argument("--preload-day", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--history-s",
+        type=int,
+        default=86_400,
+        help="seconds of a quiet server's history the idle console folds before it runs (default: a day; "
+        "the smoke run folds a few minutes: the day is ~15 s of CPU)",
+    )
+    ap.add_argument("--preload-s", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child == "console":
-        child_console(args.hosts, args.name, args.gpu_interval, args.preload_day)
+        child_console(args.hosts, args.name, args.gpu_interval, args.preload_s)
         return 0
     if args.child == "bare":
         child_bare()
@@ -789,7 +796,8 @@ def main() -> int:
 
             if args.only in (None, "idle"):
                 # -- idle: 8 GPUs at 1 Hz, quiet journal, after a day of history
-                say("idle console after a day of history (8 GPUs at 1 Hz, quiet journal)")
+                say(f"idle console after {args.history_s} s of history (8 GPUs at 1 Hz, quiet journal)")
+                figures["history_s"] = args.history_s
                 term = Terminal(
                     [
                         me,
@@ -801,7 +809,8 @@ def main() -> int:
                         "bench",
                         "--gpu-interval",
                         "1.0",
-                        "--preload-day",
+                        "--preload-s",
+                        str(args.history_s),
                     ],
                     console_cpus,
                 )
@@ -935,7 +944,7 @@ def report(f: dict[str, object]) -> None:
         f"terminal {f.get('load_bytes_per_s', 0) / 1024:.1f} KiB/s  journal {f.get('journal_lines_per_s', 0):.0f} lines/s"
     )
     print(
-        f"idle (after a day) CPU {idle.get('cpu_pct', float('nan')):.2f}% of a core  RSS {idle.get('rss_mb', float('nan')):.0f} MB  "
+        f"idle (after {f.get('history_s', 86_400)} s of history) CPU {idle.get('cpu_pct', float('nan')):.2f}% of a core  RSS {idle.get('rss_mb', float('nan')):.0f} MB  "
         f"terminal {idle.get('bytes_per_s', 0) / 1024:.2f} KiB/s   targets ≤ 2%, ≤ 150 MB"
     )
     print(
