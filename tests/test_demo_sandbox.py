@@ -153,7 +153,9 @@ def test_demo_applies_and_verifies_in_its_sandbox_never_in_the_operators_dirs(tm
         )
         _tmux(sock, "send-keys", "q")
         assert wait_until(rc.exists, 30), _tmux(sock, "capture-pane", "-p")
-        assert rc.read_text().strip() == "0"
+        # An exit of 1 is the console dying of an error: the pane says which, the crash log has the rest.
+        crashes = {str(p.relative_to(home)): p.read_text()[-4000:] for p in home.rglob("*.log")}
+        assert rc.read_text().strip() == "0", (_tmux(sock, "capture-pane", "-p"), crashes)
         said = " ".join(_tmux(sock, "capture-pane", "-p").split())
     finally:
         _tmux(sock, "kill-server")

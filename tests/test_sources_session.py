@@ -369,12 +369,13 @@ async def test_access_lines_alone_are_published_within_a_few_seconds_other_lines
         watcher = asyncio.create_task(watch())
         try:
             started = time.monotonic()
-            await asyncio.sleep(3 * same_s + 0.5)
+            await asyncio.sleep(6 * same_s + 0.5)
             window = [f for f in folded if f[0] >= started]
             access = [f for f in window if f[2] is HttpAccess]
-            assert len(access) >= 10, f"only {len(access)} batches of access lines at 0.05 s a scrape"
+            assert len(access) >= 18, f"only {len(access)} batches of access lines at 0.05 s a scrape"
+            # One a second, and a few more for readings that changed (one published per batch before).
             shown = [p for p in published if p[0] >= started]
-            assert len(shown) <= 5, f"{len(shown)} snapshots for {len(access)} batches of access lines"
+            assert len(shown) <= 10, f"{len(shown)} snapshots for {len(access)} batches of access lines"
             for t, total, _ in access[:-3]:
                 at = seen_by(total)
                 assert at is not None and at - t <= same_s + 0.5, (t, total, at)
