@@ -165,8 +165,17 @@ async def test_b_watches_a_apply_live_and_is_refused_by_name(twin, store, tmp_pa
         await eventually(
             lambda: "bob@jump2" in others(a, host), "bob in alice's console", pilot=pa, timeout=60
         )
-        bar = plain(db.pairing.render())
-        assert bar.startswith("lock free  │  with alice@jump1 (dashboard, since "), bar
+        # Only alice with bob: a console of an earlier test on the module's twin that did not leave
+        # (its app ended without quitting) is there until its heartbeat is stale (3 beats of 5 s).
+        await eventually(
+            lambda: plain(db.pairing.render()).startswith(
+                "lock free  │  with alice@jump1 (dashboard, since "
+            ),
+            "only alice in bob's bar",
+            pilot=pb,
+            timeout=60,
+            detail=lambda: plain(db.pairing.render()),
+        )
         # What alice looks at follows her screens: P opens the probe.
         await pa.press("P")
         await eventually(lambda: isinstance(a.screen, ProbeScreen), "the probe screen", pilot=pa, timeout=60)
