@@ -15,6 +15,7 @@ One twin serves the module at a small time scale; the tests run in file order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from datetime import UTC, datetime, timedelta
@@ -469,3 +470,34 @@ async def test_leaving_a_host_the_console_cannot_reach_does_not_wait_for_it(tmp_
         assert time.monotonic() - started < 0.5 and link.left
     finally:
         await transport.close()
+
+
+async def test_the_link_beats_at_the_pace_set_while_it_runs() -> None:
+    """The fleet plan changes a link's poll and heartbeat while it runs (a host brought on screen, then
+    poked): the next wait is the new pace, not the one the link started with."""
+    from console.tui.pairing import PairingLink
+
+    beats: list[float] = []
+
+    class Board:
+        heartbeat_s = 16.0
+
+        async def beat_and_view(self) -> PairingView:
+            beats.append(time.monotonic())
+            return _view(None)
+
+    class State:
+        board = Board()
+        me = ALICE
+
+    link = PairingLink(State(), on_view=lambda v: None, on_audit=lambda e: None, poll_s=16.0)  # type: ignore[arg-type]
+    task = asyncio.create_task(link._beat_and_watch())
+    try:
+        await eventually(lambda: len(beats) == 1, "the first beat", timeout=5)
+        link.poll_s, State.board.heartbeat_s = 0.1, 0.1
+        link.poke()
+        await eventually(lambda: len(beats) >= 6, "beats at 0.1 s", timeout=3, detail=lambda: beats)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

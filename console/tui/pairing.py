@@ -244,10 +244,11 @@ class PairingLink:
 
     async def _watch(self, *, beat: bool = False) -> None:
         # Not `PresenceBoard.watch`: a poke must be able to cut the wait short.
-        every = min(self.poll_s, self.state.board.heartbeat_s) if beat else self.poll_s
         while True:
             await self.refresh(beat=beat)
             self._wake.clear()
+            # Read each time: the fleet plan changes both paces while the link runs.
+            every = min(self.poll_s, self.state.board.heartbeat_s) if beat else self.poll_s
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(every):
                     await self._wake.wait()
