@@ -42,6 +42,20 @@ def _config(twin: TwinHost) -> HostConfig:
     return load_hosts(twin.hosts_toml).hosts[twin.name]
 
 
+async def _republished(
+    session: HostSession, reading_ts: Callable[[HostSnapshot], float | None], same_s: float
+) -> int:
+    """The snapshots published over `3 × same_s + 1` seconds of unchanged readings, each checked to carry
+    a reading (`reading_ts`: its time) no older than the republishing bound."""
+    seq0 = session.snapshot.seq
+    started = time.monotonic()
+    while time.monotonic() - started < 3 * same_s + 1:
+        snap = await session.wait_for(lambda s, seq=session.snapshot.seq: s.seq > seq, 2 * same_s)
+        ts = reading_ts(snap)
+        assert ts is not None and time.time() - ts < same_s + 1.5, (ts, time.time())
+    return session.snapshot.seq - seq0
+
+
 def _ready(snap: HostSnapshot) -> bool:
     return (
         snap.server is not None
@@ -247,17 +261,9 @@ async def test_an_idle_hosts_unchanged_gpu_samples_are_published_every_few_secon
     async with session:
         await session.wait_for(lambda s: s.gpus is not None and s.gpus.state.value == "ok", 30)
         samples = FoldTap(session).gpu
-        seq0 = session.snapshot.seq
-        started = time.monotonic()
-        while time.monotonic() - started < 3 * SAME_READING_S + 1:
-            snap = await session.wait_for(lambda s, seq=session.snapshot.seq: s.seq > seq, 2 * SAME_READING_S)
-            assert snap.gpus is not None and snap.gpus.ts is not None
-            # what is published is never older than the republishing bound
-            assert time.time() - snap.gpus.ts < SAME_READING_S + 1.5
+        shown = await _republished(session, lambda s: s.gpus.ts if s.gpus else None, SAME_READING_S)
         assert len(samples) >= 30, f"only {len(samples)} GPU samples at 0.25 s"
-        assert session.snapshot.seq - seq0 <= 6, (
-            f"{session.snapshot.seq - seq0} snapshots for {len(samples)} samples that read the same"
-        )
+        assert shown <= 6, f"{shown} snapshots for {len(samples)} samples that read the same"
         # positive control: GPU 3 in thermal slowdown reads differently, and is published at once
         last = session.snapshot.gpus
         assert last is not None
@@ -297,16 +303,9 @@ async def test_an_idle_servers_unchanged_scrapes_are_published_every_few_seconds
     async with session:
         await session.wait_for(lambda s: s.server is not None and s.server.health is HealthState.OK, 30)
         readings = FoldTap(session).server
-        seq0 = session.snapshot.seq
-        started = time.monotonic()
-        while time.monotonic() - started < 3 * SAME_READING_S + 1:
-            snap = await session.wait_for(lambda s, seq=session.snapshot.seq: s.seq > seq, 2 * SAME_READING_S)
-            assert snap.server is not None and snap.server.ts is not None
-            assert time.time() - snap.server.ts < SAME_READING_S + 1.5
+        shown = await _republished(session, lambda s: s.server.ts if s.server else None, SAME_READING_S)
         assert len(readings) >= 12, f"only {len(readings)} server readings at 0.2 s"
-        assert session.snapshot.seq - seq0 <= 8, (
-            f"{session.snapshot.seq - seq0} snapshots for {len(readings)} readings of an idle server"
-        )
+        assert shown <= 8, f"{shown} snapshots for {len(readings)} readings of an idle server"
         assert session.idle_readings >= IDLE_READINGS
         gaps = sorted(b[0] - a[0] for a, b in itertools.pairwise(readings[IDLE_READINGS + 1 :]))
         assert gaps[len(gaps) // 2] >= 0.2 * IDLE_PACE * 0.9, f"an idle server scraped every {gaps} s"

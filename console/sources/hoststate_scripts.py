@@ -97,13 +97,15 @@ release_lock() {
 }
 """
 
-# $1 console id, $2 presence JSON: write the heartbeat atomically.
+# $1 console id, $2 presence JSON: write the heartbeat atomically (`try_presence`: status 1 when it cannot,
+# the script goes on; `put_presence`: the script ends, exit 71).
 WRITE_PRESENCE = r"""
-put_presence() {
+try_presence() {
   t=$d/presence/.$1.json.$$
   if printf '%s\n' "$2" > "$t" && mv -f "$t" "$d/presence/$1.json"; then return 0; fi
-  rm -f "$t"; echo "cannot write $d/presence/$1.json" >&2; exit 71
+  rm -f "$t"; echo "cannot write $d/presence/$1.json" >&2; return 1
 }
+put_presence() { try_presence "$1" "$2" || exit 71; }
 """
 
 # $3, when this console holds a lock: its id; prints `held ours` or `held lost`.
@@ -152,15 +154,9 @@ READ_STATE = READ_PROLOGUE + _READ_STATE
 # on stdout, and the state is read all the same, as READ_STATE alone would.
 BEAT_AND_READ = (
     READ_PROLOGUE
+    + WRITE_PRESENCE
     + r"""
-if mkdir -p "$d/presence" 2>/dev/null; then
-  t=$d/presence/.$1.json.$$
-  if printf '%s\n' "$2" > "$t" 2>/dev/null && mv -f "$t" "$d/presence/$1.json" 2>/dev/null; then :; else
-    rm -f "$t" 2>/dev/null; echo "beat not written"; echo "cannot write $d/presence/$1.json" >&2
-  fi
-else
-  echo "beat not written"; echo "cannot make $d/presence" >&2
-fi
+{ mkdir -p "$d/presence" && try_presence "$1" "$2"; } || echo "beat not written"
 """
     + _CHECK_HELD
     + _READ_STATE

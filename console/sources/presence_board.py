@@ -94,38 +94,33 @@ class PresenceBoard:
             # Leaving is final: a console leaves, then exits, and its heartbeat task runs until the exit
             # cancels it. A beat under way as it leaves finishes first; one due after it writes nothing
             # (it would put back the presence leaving removed, for others to see go stale).
-            if self.left:
-                return
-            await self.runner.sync_clock()
-            lock = self.held
-            args = [self.me.console_id, self.presence_record().model_dump_json()]
-            if lock is not None:
-                args.append(lock.info.lock_id)
-            _, lines = await self.runner.run_to_the_end(hs.HEARTBEAT, *args, what="write the heartbeat")
-        if lock is not None and "held lost" in lines and self.held is lock:
-            lock.lost = True
+            if not self.left:
+                await self._beat(hs.HEARTBEAT, "write the heartbeat")
 
     async def beat_and_view(self, looking_at: str | None = None) -> PairingView:
         """`heartbeat` and `view` in one run on the host (one SSH channel where they took two: a console's
         link does both every beat). Once this console has left, only the view."""
         if looking_at is not None:
             self.looking_at = looking_at
+        snap: StateSnapshot | None = None
         async with self.turns:
-            if self.left:
-                snap = None
-            else:
-                await self.runner.sync_clock()
-                lock = self.held
-                args = [self.me.console_id, self.presence_record().model_dump_json()]
-                if lock is not None:
-                    args.append(lock.info.lock_id)
-                now, lines = await self.runner.run_to_the_end(
-                    hs.BEAT_AND_READ, *args, what="write the heartbeat and read presence and the lock"
+            if not self.left:
+                snap = self._parse(
+                    *await self._beat(hs.BEAT_AND_READ, "write the heartbeat and read the state")
                 )
-                if lock is not None and "held lost" in lines and self.held is lock:
-                    lock.lost = True
-                snap = self._parse(now, lines)
         return await self._view_of(snap if snap is not None else await self.snapshot())
+
+    async def _beat(self, script: str, what: str) -> tuple[datetime, list[str]]:
+        """Run a script that writes this console's heartbeat (and checks the lock it holds), under `turns`."""
+        await self.runner.sync_clock()
+        lock = self.held
+        args = [self.me.console_id, self.presence_record().model_dump_json()]
+        if lock is not None:
+            args.append(lock.info.lock_id)
+        now, lines = await self.runner.run_to_the_end(script, *args, what=what)
+        if lock is not None and "held lost" in lines and self.held is lock:
+            lock.lost = True
+        return now, lines
 
     async def snapshot(self) -> StateSnapshot:
         now, lines = await self.runner.run(hs.READ_STATE, what="read presence and the lock")
@@ -242,15 +237,6 @@ class PresenceBoard:
                 last = view.signature()
                 yield view
             await asyncio.sleep(poll_s)
-
-    async def keep_alive(self, looking_at: str | None = None) -> None:
-        """Heartbeat every `heartbeat_s` until cancelled (run it as a task or a Textual worker)."""
-        if looking_at is not None:
-            self.looking_at = looking_at
-        while True:
-            with contextlib.suppress(TransportError, HostStateError):
-                await self.heartbeat()
-            await asyncio.sleep(self.heartbeat_s)
 
     async def leave(self) -> None:
         """Remove this console's heartbeat, and its lock if it still holds one."""

@@ -244,7 +244,7 @@ class HostSession:
         wait = SAME_READING_S - (time.monotonic() - self._published_at)
         if wait <= 0:
             self._touch()
-        elif self._quiet_due is None or self._quiet_due.cancelled():
+        elif self._quiet_due is None:
             self._quiet_due = asyncio.get_running_loop().call_later(wait, self._quiet_elapsed)
 
     def _quiet_elapsed(self) -> None:
