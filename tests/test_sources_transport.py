@@ -500,3 +500,38 @@ async def test_aes_gcm_is_asked_for_first_unless_the_ssh_config_names_ciphers(
         assert t.connection.get_extra_info("send_cipher") == "chacha20-poly1305@openssh.com"
     finally:
         await t.close()
+
+
+@pytest.mark.parametrize("opening", ["run", "stream"])
+async def test_a_connection_that_closes_as_a_command_is_accepted_is_a_lost_link_not_a_crash(
+    endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch, opening: str
+) -> None:
+    """The server accepts the exec and the connection closes before asyncssh's `create()` resumes: asyncssh
+    2.24 then calls `session_started()` on the channel's session it has already dropped (AttributeError on
+    None). CI saw it end the demo with exit 1 when `q` closed the link under a worker's command."""
+    from asyncssh.channel import SSHChannel
+    from asyncssh.constants import MSG_CHANNEL_SUCCESS
+
+    real = SSHChannel._packet_handlers[MSG_CHANNEL_SUCCESS]
+    closed: list[bool] = []
+
+    def accept_then_close(chan: SSHChannel[Any], pkttype: int, pktid: int, packet: Any) -> None:
+        if not closed and chan._conn is not None and not isinstance(chan._conn, asyncssh.SSHServerConnection):
+            # The close comes first and the acceptance after it, in one turn of the loop: asyncssh drops
+            # the channels before `create()` wakes up to a request that succeeded.
+            closed.append(True)
+            chan._conn.close()
+        real(chan, pkttype, pktid, packet)
+
+    monkeypatch.setitem(SSHChannel._packet_handlers, MSG_CHANNEL_SUCCESS, accept_then_close)  # type: ignore[arg-type]
+    async with transport(endpoint.host, backoff=FAST) as t:
+        await t.wait_up(5)
+        with pytest.raises(TransportError, match="lost the connection as echo started"):
+            if opening == "run":
+                await t.run(["echo", "hi"], timeout=5)
+            else:
+                async with t.stream(["echo", "hi"], timeout=5):
+                    pass
+        assert closed
+        await eventually(lambda: t.status.drops == 1, timeout=5)
+        assert (await t.run(["echo", "back"], timeout=5)).stdout == "back\n"

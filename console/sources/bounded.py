@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Sequence
 import asyncssh
 
 from console.sources.ssh_channels import RemoteStream
-from console.sources.transport import CommandResult, Transport, TransportError, quote
+from console.sources.transport import CommandResult, Transport, TransportError
 
 STDERR_LIMIT = 16 << 10
 
@@ -62,10 +62,7 @@ async def run_bounded(
     """Run `argv` on the host, `input` on its stdin; raise OutputTooLarge past `limit` characters of
     stdout, TransportError when the connection is lost or the command outlives `timeout`."""
     conn = await transport.wait_up(timeout)
-    try:
-        process = await conn.create_process(quote(argv), encoding="utf-8", errors="replace")
-    except (asyncssh.Error, OSError) as exc:
-        raise TransportError(f"{transport.host.name}: cannot start {argv[0]}: {exc}") from None
+    process = await transport.open_process(conn, argv, encoding="utf-8")
     try:
         if input is not None:
             process.stdin.write(input)

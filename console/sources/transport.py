@@ -449,17 +449,29 @@ class Transport:
 
     # ---- commands ------------------------------------------------------------------------------------
 
+    async def open_process(
+        self, conn: asyncssh.SSHClientConnection, argv: Sequence[str], *, encoding: str | None
+    ) -> asyncssh.SSHClientProcess[Any]:
+        """Start `argv` (quoted) on `conn`; a refusal or a lost connection raises `TransportError`."""
+        try:
+            return await conn.create_process(quote(argv), encoding=encoding, errors="replace")
+        except (asyncssh.Error, OSError) as exc:
+            raise TransportError(f"{self.host.name}: cannot start {argv[0]}: {exc}") from None
+        except AttributeError as exc:
+            # asyncssh 2.24: a connection closed in the same turn of the loop as the server accepted the
+            # exec drops the channel's session before `create()` wakes up, which then calls
+            # `session_started()` on None. The command's fate is unknown: a lost link, like any other.
+            if exc.name != "session_started":
+                raise
+            raise TransportError(f"{self.host.name}: lost the connection as {argv[0]} started") from None
+
     async def run(
         self, argv: Sequence[str], *, timeout: float | None = 30.0, input: str | None = None
     ) -> CommandResult:
         """Run a command to completion. The exit status is data, not an exception; a lost connection
         or a timeout raises `TransportError`."""
         conn = await self.wait_up(timeout)
-        command = quote(argv)
-        try:
-            process = await conn.create_process(command, encoding="utf-8", errors="replace")
-        except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"{self.host.name}: cannot start {argv[0]}: {exc}") from None
+        process = await self.open_process(conn, argv, encoding="utf-8")
         try:
             if input is not None:
                 process.stdin.write(input)
@@ -492,10 +504,7 @@ class Transport:
         """Start a long-running command; closing the context closes its channel (journalctl -f and the
         GPU agent exit when it closes)."""
         conn = await self.wait_up(timeout)
-        try:
-            process = await conn.create_process(quote(argv), encoding=None)
-        except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"{self.host.name}: cannot start {argv[0]}: {exc}") from None
+        process = await self.open_process(conn, argv, encoding=None)
         try:
             yield RemoteStream(process, tuple(argv), self.host.name)
         finally:
