@@ -4,10 +4,12 @@ waiting on a condition with a deadline."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -19,6 +21,7 @@ import pytest
 from console.cli.main import main
 from console.core.pairing import LockInfo, Presence
 from console.twin.host import TwinHost
+from tests.support.cli_zygote import Zygote
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "console.cli.main"]
@@ -35,8 +38,31 @@ def operator_env(home: Path) -> dict[str, str]:
     }
 
 
+_zygote: Zygote | None = None
+
+
+def _forked_cli() -> Zygote | None:
+    """This worker's CLI zygote (tests/support/cli_zygote.py), started on first use; None when
+    K26_TEST_CLI_FORK=0."""
+    global _zygote
+    if os.environ.get("K26_TEST_CLI_FORK", "1") == "0":
+        return None
+    if _zygote is None or not _zygote.alive():
+        directory = tempfile.mkdtemp(prefix="k26-zygote-")
+        _zygote = Zygote(directory)
+        atexit.register(_zygote.close)
+    return _zygote
+
+
 def run_cli(home: Path, *args: str, timeout: float = 120, **kw: Any) -> subprocess.CompletedProcess[str]:
-    """`k26-console ARGS` in a process of its own, no terminal, as the operator of `home`."""
+    """`k26-console ARGS` in a process of its own, no terminal, as the operator of `home`: forked from this
+    worker's zygote (the imports done once), or a fresh process with keyword arguments of subprocess's."""
+    zygote = None if kw else _forked_cli()
+    if zygote is not None:
+        result: subprocess.CompletedProcess[str] = zygote.run(
+            [*CLI, *args], list(args), operator_env(home), timeout
+        )
+        return result
     return subprocess.run(
         [*CLI, *args],
         capture_output=True,
