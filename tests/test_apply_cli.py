@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from console.twin.host import TwinHost
-from tests.support.cli import CLI, CTX200K, operator_env, wait_until
+from tests.support.cli import CLI, CTX200K, cli_process, operator_env, wait_until
 from tests.support.twins import module_twin
 
 TIME_SCALE = 0.002
@@ -32,14 +32,7 @@ twin = module_twin("cli-twin", time_scale=TIME_SCALE)
 
 
 def _apply(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, "apply", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=operator_env(home),
-        stdin=subprocess.DEVNULL,
-    )
+    return cli_process(["apply", *args], env=operator_env(home), timeout=timeout)
 
 
 def _host_state(twin: TwinHost) -> tuple[dict[str, str], str]:

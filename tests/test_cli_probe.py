@@ -20,6 +20,7 @@ import pytest
 
 from console.core.profiles import parse_profile
 from console.twin.host import TwinHost
+from tests.support.cli import cli_process
 from tests.support.twins import module_twin
 from tests.test_probe_twin import TIME_SCALE, set_flags
 
@@ -51,7 +52,7 @@ def dirs(tmp_path: Path) -> dict[str, str]:
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=180)
+    return cli_process(list(args), env=env, cwd=REPO, timeout=180)
 
 
 def history(env: dict[str, str]) -> list[dict[str, object]]:

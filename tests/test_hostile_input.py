@@ -37,7 +37,7 @@ from console.core.text import (
     split_lines,
     terminal_safe,
 )
-from tests.support.cli import CLI, REPO
+from tests.support.cli import CLI, REPO, cli_process
 from tests.support.cli import run_main as run
 
 # The hostile strings of the issue: an OSC retitle ended by BEL, a CSI clear screen, a bare CR that
@@ -62,6 +62,8 @@ def one_sentence(err: str) -> str:
 
 
 def cli(*args: str, cwd: Path = REPO, timeout: float = 60, **kw: object) -> subprocess.CompletedProcess[str]:
+    if not kw or kw == {"stdin": subprocess.DEVNULL}:
+        return cli_process(list(args), env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=cwd, timeout=timeout)
     return subprocess.run(
         [*CLI, *args],
         capture_output=True,

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from console.twin.host import TwinHost
+from tests.support.cli import cli_process
 from tests.support.twins import module_twin
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,7 +34,7 @@ def _saved(twin: TwinHost, tmp_path: Path) -> Path:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=REPO, timeout=60)
+    return cli_process(list(args), cwd=REPO, timeout=60)
 
 
 def test_verify_host_matches_verify_journal(twin: TwinHost, tmp_path: Path) -> None:

@@ -55,12 +55,29 @@ def _forked_cli() -> Zygote | None:
 
 
 def run_cli(home: Path, *args: str, timeout: float = 120, **kw: Any) -> subprocess.CompletedProcess[str]:
-    """`k26-console ARGS` in a process of its own, no terminal, as the operator of `home`: forked from this
-    worker's zygote (the imports done once), or a fresh process with keyword arguments of subprocess's."""
-    zygote = None if kw else _forked_cli()
+    """`k26-console ARGS` in a process of its own, no terminal, as the operator of `home`."""
+    if kw:
+        return subprocess.run(
+            [*CLI, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=operator_env(home),
+            stdin=subprocess.DEVNULL,
+            **kw,
+        )
+    return cli_process(list(args), env=operator_env(home), timeout=timeout)
+
+
+def cli_process(
+    args: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run([*CLI, *args], capture_output=True, text=True, stdin=DEVNULL, ...)`: forked from this
+    worker's zygote (the imports done once), a fresh process with K26_TEST_CLI_FORK=0."""
+    zygote = _forked_cli()
     if zygote is not None:
         result: subprocess.CompletedProcess[str] = zygote.run(
-            [*CLI, *args], list(args), operator_env(home), timeout
+            [*CLI, *args], args, dict(os.environ) if env is None else env, timeout, cwd=cwd
         )
         return result
     return subprocess.run(
@@ -68,9 +85,9 @@ def run_cli(home: Path, *args: str, timeout: float = 120, **kw: Any) -> subproce
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=operator_env(home),
+        env=env,
+        cwd=cwd,
         stdin=subprocess.DEVNULL,
-        **kw,
     )
 
 

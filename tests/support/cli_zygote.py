@@ -206,7 +206,9 @@ class Zygote:
         with contextlib.suppress(OSError):
             os.rmdir(self.directory)
 
-    def run(self, cmd: list[str], argv: list[str], env: dict[str, str], timeout: float) -> Any:
+    def run(
+        self, cmd: list[str], argv: list[str], env: dict[str, str], timeout: float, *, cwd: Any = None
+    ) -> Any:
         """Like `subprocess.run(cmd, capture_output=True, text=True, stdin=DEVNULL, env=env,
         timeout=timeout)`, the child forked from the zygote."""
         import locale
@@ -219,7 +221,7 @@ class Zygote:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             conn.connect(self.path)
-            request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode()
+            request = json.dumps({"argv": argv, "env": env, "cwd": str(cwd or os.getcwd())}).encode()
             fds = array.array("i", [devnull, out_w, err_w])
             conn.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         finally:
