@@ -40,6 +40,10 @@ PRIVATE_ATTRIBUTES = {
     "_sigcont_application": {"console/tui/lifeline.py"},
     "_exit": {"console/tui/app.py"},
     "_post_selected_message": {"console/tui/fleet.py"},
+    "_cell_render_cache": {"console/tui/fleet.py"},
+    "_row_render_cache": {"console/tui/fleet.py"},
+    "_row_renderable_cache": {"console/tui/fleet.py"},
+    "_line_cache": {"console/tui/fleet.py"},
 }
 
 
@@ -157,3 +161,20 @@ def test_the_data_table_posts_a_selection_from_its_private_method() -> None:
     assert callable(DataTable._post_selected_message)
     source = inspect.getsource(DataTable._post_selected_message)
     assert "RowSelected" in source and "CellSelected" in source
+
+
+def test_the_data_tables_render_caches_are_lru_caches_keyed_by_the_update_count() -> None:
+    # The fleet overview sizes them to its own table (FleetView._bound_caches): a smaller maxsize must
+    # bound them, and only the current update count's entries may be read again.
+    from textual.cache import LRUCache
+
+    table: DataTable[str] = DataTable()
+    for name in ("_cell_render_cache", "_row_render_cache", "_row_renderable_cache", "_line_cache"):
+        cache = getattr(table, name)
+        assert isinstance(cache, LRUCache), name
+        cache.maxsize = 3
+        for key in range(10):
+            cache[key] = key
+        assert len(cache) <= 4 and 9 in cache, (name, len(cache))
+    for method in ("_render_cell", "_render_line_in_row", "_render_line"):
+        assert "self._update_count" in inspect.getsource(getattr(DataTable, method)), method

@@ -237,6 +237,10 @@ def window(term: Terminal, counts: Path, twins: list[Any], hosts: int, seconds: 
     time.sleep(seconds)
     c1, cpu1, t1 = read_counts(counts), term.cpu_seconds(), time.monotonic()
     span = t1 - t0
+    smaps = os.environ.get("K26_BENCH_SMAPS")
+    if smaps:
+        # The console's memory map at the end of the window, for where its RSS is outside Python's heap.
+        Path(f"{smaps}.{hosts}").write_bytes(Path(f"/proc/{term.pid}/smaps").read_bytes())
     traced = os.environ.get("K26_BENCH_TRACEMALLOC")
     if traced:
         Path(traced).unlink(missing_ok=True)
