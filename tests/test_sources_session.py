@@ -371,7 +371,9 @@ async def test_access_lines_alone_are_published_within_a_few_seconds_other_lines
             await asyncio.sleep(6 * same_s + 0.5)
             window = [f for f in folded if f[0] >= started]
             access = [f for f in window if f[2] is HttpAccess]
-            assert len(access) >= 18, f"only {len(access)} batches of access lines at 0.05 s a scrape"
+            # ~20 on a quiet machine, 17 once on a loaded CI run; with one snapshot a batch, as before, 14
+            # batches would still be more snapshots than the bound below.
+            assert len(access) >= 14, f"only {len(access)} batches of access lines at 0.05 s a scrape"
             # One a second, and a few more for readings that changed (one published per batch before).
             shown = [p for p in published if p[0] >= started]
             assert len(shown) <= 10, f"{len(shown)} snapshots for {len(access)} batches of access lines"

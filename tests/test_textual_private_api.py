@@ -164,7 +164,7 @@ def test_the_data_table_posts_a_selection_from_its_private_method() -> None:
 
 
 def test_the_data_tables_render_caches_are_lru_caches_keyed_by_the_update_count() -> None:
-    # The fleet overview sizes them to its own table (FleetView._bound_caches): a smaller maxsize must
+    # The fleet overview sizes them to its own table (FleetTable.bound_caches): a smaller maxsize must
     # bound them, and only the current update count's entries may be read again.
     from textual.cache import LRUCache
 

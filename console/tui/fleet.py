@@ -58,6 +58,18 @@ class FleetTable(DataTable[Text]):
         "dashboard; [b]o[/b] comes back here. The title says how often the hosts not on screen are polled."
     )
 
+    def bound_caches(self, rows: int) -> None:
+        """Keep four generations of this table's renderings (`rows` rows of `COLUMNS`).
+
+        DataTable keys its render caches by an update count that each update_cell raises, so only the last
+        generation's entries are ever read again; its fixed sizes (10,000 cells, 1,000 rows and lines)
+        kept ~10,000 stale renderings once a fleet's "last heard" cells had ticked for a minute (32 hosts:
+        ~290 cells a second)."""
+        cells = (rows + 1) * len(COLUMNS)
+        self._cell_render_cache.maxsize = 4 * cells + 64
+        for cache in (self._row_render_cache, self._row_renderable_cache, self._line_cache):
+            cache.maxsize = 4 * (rows + 1) + 16
+
     async def _on_click(self, event: events.Click) -> None:
         # DataTable opens a row on the second click (the first only highlights it): one click on a
         # host's row opens it, as Enter does.
@@ -101,22 +113,10 @@ class FleetView(Vertical):
             self.table.add_column(label, key=key)
         for host in self.hosts:
             self.table.add_row(*(Text("") for _ in COLUMNS), key=host)
-        self._bound_caches()
+        self.table.bound_caches(len(self.hosts))
         self.set_plan(self.plan)
         self.refresh_rows()
         self.set_interval(1.0, self._tick)
-
-    def _bound_caches(self) -> None:
-        # DataTable keys its render caches by an update count that each update_cell raises, so only the
-        # last generation's entries are ever read again; its fixed sizes (10,000 cells, 1,000 rows and
-        # lines) kept ~10,000 stale renderings once a fleet's "last heard" cells had ticked for a minute
-        # (32 hosts: ~290 cells a second). Four generations of this table's cells and lines are kept.
-        cells = (len(self.hosts) + 1) * len(COLUMNS)
-        lines = len(self.hosts) + 1
-        table = self.table
-        table._cell_render_cache.maxsize = 4 * cells + 64
-        for cache in (table._row_render_cache, table._row_renderable_cache, table._line_cache):
-            cache.maxsize = 4 * lines + 16
 
     def set_plan(self, plan: PollPlan) -> None:
         self.plan = plan
