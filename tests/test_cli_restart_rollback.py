@@ -15,7 +15,7 @@ from console.sources.hosts import load_hosts
 from console.sources.hoststate import HostStateDir
 from console.sources.transport import Transport
 from console.twin.host import TwinHost
-from tests.support.cli import one_sentence, profile_variant, run_cli, started_twin
+from tests.support.cli import one_sentence, profile_variant, run_cli, started_twin, wait_until
 from tests.support.twins import module_twin
 
 TIME_SCALE = 0.002
@@ -76,9 +76,11 @@ def test_restart_restarts_verifies_and_is_audited(twin: TwinHost, tmp_path: Path
     trail_before = len(_trail(twin, tmp_path))
     res = _cli(twin, tmp_path, "restart", "twin", "--yes")
     assert res.returncode == 0, (res.stdout, res.stderr)
+    # The verdict reads the server (ready, its pool); systemd calls the unit active once the unit's
+    # ExecStartPost= (its /health wait, polling every 0.2 s) has seen it too: a moment later.
+    assert wait_until(lambda: _unit(twin)["ActiveState"] == "active", 30), _unit(twin)
     after = _unit(twin)
     assert after["InvocationID"] != before_unit["InvocationID"]
-    assert after["ActiveState"] == "active"
     assert after["ExecStart"] == before_unit["ExecStart"]
     assert _dropins(twin) == before_dropins  # nothing written
     # The phases as they come, then the verdict and the timings.
