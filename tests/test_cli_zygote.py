@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import CLI, _forked_cli, operator_env, profile_variant, wait_until
+from tests.support.cli import CLI, _forked_cli, cli_process, operator_env, profile_variant, wait_until
 
 CASES = [
     ["--version"],
@@ -25,15 +25,7 @@ CASES = [
 
 
 def _fresh(home: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=operator_env(home),
-        stdin=subprocess.DEVNULL,
-        cwd=cwd,
-    )
+    return cli_process(list(args), env=operator_env(home), cwd=cwd, timeout=60, fork=False)
 
 
 def _forked(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

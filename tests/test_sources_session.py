@@ -397,7 +397,12 @@ async def test_access_lines_alone_are_published_within_a_few_seconds_other_lines
             # Scrapes further apart than the wait: each access line is published when the wait runs out,
             # with nothing else coming to carry it.
             session.set_intervals(server_s=3 * same_s)
-            await asyncio.sleep(3 * same_s)  # the scrapes at the old pace are done
+
+            def at_new_pace() -> bool:  # the last two access lines folded a new-pace gap apart
+                times = [f[0] for f in folded if f[2] is HttpAccess]
+                return len(times) >= 2 and times[-1] - times[-2] >= 2 * same_s
+
+            await eventually(at_new_pace, "an access line at the new pace", timeout=4 * 3 * same_s)
             mark = time.monotonic()
             await eventually_folded(folded, HttpAccess, after=mark, timeout=4 * 3 * same_s)
             t, total, _ = next(f for f in folded if f[2] is HttpAccess and f[0] >= mark)

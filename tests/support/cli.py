@@ -54,27 +54,22 @@ def _forked_cli() -> Zygote | None:
     return _zygote
 
 
-def run_cli(home: Path, *args: str, timeout: float = 120, **kw: Any) -> subprocess.CompletedProcess[str]:
+def run_cli(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """`k26-console ARGS` in a process of its own, no terminal, as the operator of `home`."""
-    if kw:
-        return subprocess.run(
-            [*CLI, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=operator_env(home),
-            stdin=subprocess.DEVNULL,
-            **kw,
-        )
     return cli_process(list(args), env=operator_env(home), timeout=timeout)
 
 
 def cli_process(
-    args: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+    args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120,
+    fork: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     """`subprocess.run([*CLI, *args], capture_output=True, text=True, stdin=DEVNULL, ...)`: forked from this
-    worker's zygote (the imports done once), a fresh process with K26_TEST_CLI_FORK=0."""
-    zygote = _forked_cli()
+    worker's zygote (the imports done once), a fresh process with `fork=False` or K26_TEST_CLI_FORK=0."""
+    zygote = _forked_cli() if fork else None
     if zygote is not None:
         result: subprocess.CompletedProcess[str] = zygote.run(
             [*CLI, *args], args, dict(os.environ) if env is None else env, timeout, cwd=cwd
