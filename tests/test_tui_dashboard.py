@@ -18,6 +18,7 @@ from console.tui.messages import RestartRequested
 from console.tui.themes import palette
 from console.tui.view import gpu_rows, kv_gauge, restart_timeline
 from tests.tui_support import NOW, corpus_events, gpu_sample, make_app, snapshot
+from tests.tui_support import plain as plain_text
 
 GIB = 1024.0
 
@@ -242,10 +243,16 @@ async def test_feed_hides_monitoring_polls_until_m() -> None:
         feed = app.dashboards["gpu1"].feed
         lines = "\n".join(feed.visible_lines())
         assert "POST /generate" in lines and "/get_model_info" not in lines
+        assert "polls hidden (m)" in plain_text(feed.border_subtitle)  # the feed says what it leaves out
         feed.log_widget.focus()
         await pilot.press("m")
         await pilot.pause()
         assert "/get_model_info" in "\n".join(feed.visible_lines())
+        assert "polls shown (m)" in plain_text(feed.border_subtitle)  # m's answer, where it stays
+        await pilot.press("m")
+        await pilot.pause()
+        assert "/get_model_info" not in "\n".join(feed.visible_lines())
+        assert "polls hidden (m)" in plain_text(feed.border_subtitle)
 
 
 async def test_help_screens_are_kept_and_follow_focus_each_time() -> None:

@@ -373,15 +373,29 @@ def child_bare() -> None:
             self.dismiss(None)
 
     class Bare(App[None]):
-        BINDINGS = [Binding("f1", "help", "Help"), Binding("q", "quit", "Quit"), Binding("m", "toggle")]  # noqa: RUF012
+        # m answers with a toast, as the console did; b with the words on a widget's border, as the
+        # console's m does now (its feed says whether polls are hidden): both baselines are reported.
+        CSS = "#body { border: round $accent; height: 1fr; }"
+        BINDINGS = [  # noqa: RUF012
+            Binding("f1", "help", "Help"),
+            Binding("q", "quit", "Quit"),
+            Binding("m", "toggle"),
+            Binding("b", "border"),
+        ]
         shown = False
+        on_border = False
 
         def action_toggle(self) -> None:
             self.shown = not self.shown
             self.notify("polls shown" if self.shown else "polls hidden", timeout=2)
 
+        def action_border(self) -> None:
+            self.on_border = not self.on_border
+            said = "polls shown (m)" if self.on_border else "polls hidden (m)"
+            self.query_one("#body", Static).border_subtitle = said
+
         def compose(self) -> ComposeResult:
-            yield Static("k26 baseline " * 40)
+            yield Static("k26 baseline " * 40, id="body")
             yield Footer()
 
         def action_help(self) -> None:
@@ -669,14 +683,14 @@ def key_latencies(term: Terminal, presses: int) -> list[float]:
     return out
 
 
-def toggle_latencies(term: Terminal, presses: int) -> list[float]:
-    """`m` (monitoring polls shown / hidden in the feed): a light key, answered by a toast whose text is
-    unique to each state."""
+def toggle_latencies(term: Terminal, presses: int, key: bytes = b"m") -> list[float]:
+    """`m` (monitoring polls shown / hidden in the feed): a light key, answered by words unique to each
+    state (the console's on the feed's border, the bare app's in a toast, or on a border with `b`)."""
     out: list[float] = []
     for i in range(presses):
         want = b"polls shown" if i % 2 == 0 else b"polls hidden"
         mark = term.mark()
-        t0 = term.write(b"m")
+        t0 = term.write(key)
         t = term.wait_for(want, mark, 5.0)
         if t is not None:
             out.append(t - t0)
@@ -687,6 +701,10 @@ def toggle_latencies(term: Terminal, presses: int) -> list[float]:
 
 def bare_toggle_latencies(term: Terminal, presses: int) -> list[float]:
     return toggle_latencies(term, presses)
+
+
+def bare_border_latencies(term: Terminal, presses: int) -> list[float]:
+    return toggle_latencies(term, presses, b"b")
 
 
 def settle(term: Terminal, seconds: float) -> None:
@@ -791,6 +809,7 @@ def main() -> int:
                     figures["bare_idle"] = idle_window(bare, args.seconds / 2)
                     figures["bare_key_ms"] = _ms(key_latencies(bare, args.presses))
                     figures["bare_toggle_ms"] = _ms(bare_toggle_latencies(bare, args.presses))
+                    figures["bare_border_ms"] = _ms(bare_border_latencies(bare, args.presses))
                 finally:
                     bare.close()
 
@@ -937,6 +956,10 @@ def report(f: dict[str, object]) -> None:
     print(
         f"light key (m)    p50 {tog.get('p50')} ms  p95 {tog.get('p95')} ms under load; "
         f"idle p50 {itog.get('p50')} / p95 {itog.get('p95')} ms; bare app p50 {btog.get('p50')} / p95 {btog.get('p95')} ms"
+    )
+    bb = g("bare_border_ms")
+    print(
+        f"  bare app answering on a border instead of a toast: p50 {bb.get('p50')} ms  p95 {bb.get('p95')} ms"
     )
     print(f"F1 when idle     p50 {ikey.get('p50')} ms  p95 {ikey.get('p95')} ms")
     print(
