@@ -275,3 +275,36 @@ async def test_a_release_takes_its_turn_behind_a_break_under_way(
         assert (got if how == "release" else lock.released) is False
         assert LockInfo.model_validate_json((d / "lock").read_text()) == bob
     _no_leftovers(d)
+
+
+async def test_a_second_leave_waits_for_the_first_on_the_wire(twin: TwinHost, config: HostConfig) -> None:
+    """`q` leaves the host, then exits; SIGHUP 30 ms later made the lifeline leave too. The second leave
+    returned at once (the link had "left"), the lifeline exited the app, and the exit cut the first
+    leave off mid-command: the heartbeat stayed on the host (a CI failure of test_terminal_loss). The
+    second now waits for the first; an `rm` on the host that waits for a gate keeps the first on the wire."""
+    from console.tui.pairing import PairingLink
+
+    d = _dir(twin, config)
+    beat = d / "presence" / f"{ALICE.console_id}.json"
+    asked, gate = d / "rm-asked", d / "rm-gate"
+    held_rm = (
+        f'if [ "${{2-}}" = "{beat}" ]; then\n'
+        f'  : > "{asked}"\n'
+        f'  while [ ! -e "{gate}" ]; do sleep 0.05; done\n'
+        f"fi\n"
+        f'exec {_real("rm")} "$@"\n'
+    )
+    async with _consoles(config, ALICE) as (a,):
+        await a.board.heartbeat()
+        assert beat.exists()  # the control: there is a heartbeat to take off
+        link = PairingLink(a, on_view=lambda view: None, on_audit=lambda entries: None)
+        with _stand_ins(twin, {"rm": held_rm}):
+            first = asyncio.ensure_future(link.leave(10.0))  # q's
+            await eventually(lambda: asked.exists() or first.done(), "the leave never reached the host's rm")
+            assert not first.done()
+            second = asyncio.ensure_future(link.leave(10.0))  # the lifeline's
+            await stays(lambda: not second.done(), "the second leave waiting for the first", for_s=0.5)
+            gate.touch()
+            await asyncio.wait_for(second, 15)
+        assert not beat.exists(), "the second leave returned with the heartbeat still on the host"
+        await asyncio.wait_for(first, 15)

@@ -192,6 +192,7 @@ class PairingLink:
         self.backlog = backlog
         self.view: PairingView | None = None
         self.left = False
+        self._leaving: asyncio.Future[None] | None = None
         self._wake = asyncio.Event()
 
     @property
@@ -286,10 +287,20 @@ class PairingLink:
                 self.on_error(str(exc))
 
     async def leave(self, timeout: float = 3.0) -> None:
-        """Take this console's heartbeat off the host (and a lock it still holds); best effort."""
-        if self.left:
-            return
-        self.left = True
+        """Take this console's heartbeat off the host (and a lock it still holds); best effort.
+
+        Once: a second call waits for the first's removal (within its own `timeout`) rather than
+        returning at once. SIGHUP 30 ms after `q` had the lifeline's leave return while q's was still
+        on the wire, and the app's exit then cut it off: the heartbeat stayed on the host."""
+        if self._leaving is None:
+            self.left = True
+            self._leaving = asyncio.ensure_future(self._leave(timeout))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                # shielded: a caller that stops waiting (its bound, a cancel) leaves the removal running
+                await asyncio.shield(self._leaving)
+
+    async def _leave(self, timeout: float) -> None:
         transport = getattr(self.state, "transport", None)
         if transport is not None and getattr(transport, "connection", True) is None:
             # No link now (never made, or lost): nothing can be taken off the host, and waiting for a
