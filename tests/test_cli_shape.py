@@ -63,3 +63,38 @@ def test_light_commands_import_no_ssh_or_textual(argv: list[str]) -> None:
     heavy = HEAVY if argv[0] != "parse" else ("asyncssh", "textual", "console.sources.transport")
     found = sorted({m for m in loaded for h in heavy if m == h or m.startswith(h + ".")})
     assert found == [], f"{argv}: {found[:10]}"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [
+            "verify",
+            "--journal",
+            str(REPO.parent / "shared/corpus/seed-restart-mfs094.journal"),
+            "--target-context",
+            "200k",
+        ],
+        ["profiles", "list"],
+    ],
+    ids=["verify", "profiles-list"],
+)
+def test_commands_that_write_no_profile_import_no_toml_writer_or_textual(argv: list[str]) -> None:
+    """tomlkit (10 ms of a start) loads where a profile is written; verify and a listing write none."""
+    code = (
+        "import sys, json\n"
+        "from console.cli.main import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "sys.stderr.write('\\nMODULES ' + json.dumps(sorted(sys.modules)))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, input="", timeout=60, cwd=REPO
+    )
+    loaded = json.loads(res.stderr.rsplit("MODULES ", 1)[1])
+    did = "console.core.apply" if argv[0] == "verify" else "console.core.profiles"
+    assert did in loaded, f"the control: {argv[0]} did its work ({did})"
+    found = sorted({m for m in loaded for h in ("tomlkit", "textual") if m == h or m.startswith(h + ".")})
+    assert found == [], f"{argv}: {found[:10]}"

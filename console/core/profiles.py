@@ -36,11 +36,8 @@ import shlex
 import tomllib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import tomlkit
-import tomlkit.exceptions
-import tomlkit.items
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from console.core.flag_validation import ValidationReport, validate_flags
@@ -58,6 +55,9 @@ from console.core.flags import (
 from console.core.issues import Findings, Issue
 from console.core.systemd import ExecStartError, argv_size_problems, render_dropin, render_exec_start
 from console.core.tomlread import TomlTooDeep, load_toml
+
+if TYPE_CHECKING:
+    import tomlkit
 
 DEFAULT_COMMAND = ("python3", "-m", "sglang.launch_server")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -413,11 +413,14 @@ def diff_against_argv(running: Sequence[str], profile: Profile, flag_list: FlagL
 
 
 # --------------------------------------------------------------------------------------------------
-# TOML out (tomlkit: the operator's comments and order survive)
+# TOML out (tomlkit: the operator's comments and order survive). tomlkit is imported where a profile is
+# written, not with the module: 10 ms of every command's start that reads profiles and writes none.
 # --------------------------------------------------------------------------------------------------
 
 
 def _toml_value(v: Any) -> Any:
+    import tomlkit
+
     if isinstance(v, dict):
         t = tomlkit.inline_table()
         for k, x in v.items():
@@ -432,6 +435,9 @@ def _toml_value(v: Any) -> Any:
 
 
 def _load_doc(text: str) -> tomlkit.TOMLDocument:
+    import tomlkit
+    import tomlkit.exceptions
+
     try:
         return tomlkit.parse(text)
     except tomlkit.exceptions.ParseError as exc:
@@ -440,6 +446,9 @@ def _load_doc(text: str) -> tomlkit.TOMLDocument:
 
 def _set(table: Any, key: str, value: Any) -> None:
     """Set a key, keeping the comment that trails the old value."""
+    import tomlkit
+    import tomlkit.items
+
     new = _toml_value(value)
     if key in table:
         old = table.item(key) if hasattr(table, "item") else None
@@ -465,6 +474,8 @@ def _same(old: Any, new: Any) -> bool:
 def update_profile_text(text: str, profile: Profile) -> str:
     """Write `profile` into the operator's TOML text: changed values in place (trailing comments kept),
     new keys appended, removed flags deleted, everything else untouched. An empty `text` gives a new file."""
+    import tomlkit
+
     doc = _load_doc(text) if text.strip() else tomlkit.document()
     data = profile.model_dump(mode="python", exclude_none=True)
     for key in ("name", "target_context", "sglang_version", "notes", "command"):
@@ -494,6 +505,8 @@ def update_profile_text(text: str, profile: Profile) -> str:
 def record_verified(text: str, verified: Verified) -> str:
     """Update the `[verified]` table of the operator's TOML text with what a verified restart measured;
     comments and order elsewhere (and inside the table) are kept."""
+    import tomlkit
+
     doc = _load_doc(text)
     if "verified" not in doc:
         table = tomlkit.table()
