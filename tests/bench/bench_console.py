@@ -375,15 +375,26 @@ def child_bare() -> None:
     class Bare(App[None]):
         # m answers with a toast, as the console did; b with the words on a widget's border, as the
         # console's m does now (its feed says whether polls are hidden): both baselines are reported.
-        CSS = "#body { border: round $accent; height: 1fr; }"
+        # t makes it busy: a one-line widget redrawn 60 times a second, so every frame slot is taken, as
+        # a console under load has it: a key then waits for the next slot of Textual's frame timer.
+        CSS = "#body { border: round $accent; height: 1fr; } #tick { height: 1; }"
         BINDINGS = [  # noqa: RUF012
             Binding("f1", "help", "Help"),
             Binding("q", "quit", "Quit"),
             Binding("m", "toggle"),
             Binding("b", "border"),
+            Binding("t", "busy"),
         ]
         shown = False
         on_border = False
+        ticks = 0
+
+        def action_busy(self) -> None:
+            self.set_interval(1 / 60, self.tick)
+
+        def tick(self) -> None:
+            self.ticks += 1
+            self.query_one("#tick", Static).update(f"tick {self.ticks}")
 
         def action_toggle(self) -> None:
             self.shown = not self.shown
@@ -396,6 +407,7 @@ def child_bare() -> None:
 
         def compose(self) -> ComposeResult:
             yield Static("k26 baseline " * 40, id="body")
+            yield Static("", id="tick")
             yield Footer()
 
         def action_help(self) -> None:
@@ -810,6 +822,10 @@ def main() -> int:
                     figures["bare_key_ms"] = _ms(key_latencies(bare, args.presses))
                     figures["bare_toggle_ms"] = _ms(bare_toggle_latencies(bare, args.presses))
                     figures["bare_border_ms"] = _ms(bare_border_latencies(bare, args.presses))
+                    bare.write(b"t")  # busy from now on: a frame every slot
+                    settle(bare, 1.0)
+                    figures["bare_busy_toggle_ms"] = _ms(bare_toggle_latencies(bare, args.presses))
+                    figures["bare_busy_border_ms"] = _ms(bare_border_latencies(bare, args.presses))
                 finally:
                     bare.close()
 
@@ -960,6 +976,11 @@ def report(f: dict[str, object]) -> None:
     bb = g("bare_border_ms")
     print(
         f"  bare app answering on a border instead of a toast: p50 {bb.get('p50')} ms  p95 {bb.get('p95')} ms"
+    )
+    bt, bbb = g("bare_busy_toggle_ms"), g("bare_busy_border_ms")
+    print(
+        f"  bare app busy (a frame every 1/60 s): toast p50 {bt.get('p50')} / p95 {bt.get('p95')} ms, "
+        f"border p50 {bbb.get('p50')} / p95 {bbb.get('p95')} ms"
     )
     print(f"F1 when idle     p50 {ikey.get('p50')} ms  p95 {ikey.get('p95')} ms")
     print(
