@@ -435,6 +435,9 @@ class Terminal:
         self.fd = fd
         self.chunks: list[tuple[float, bytes]] = []
         self.total = 0
+        # Presses of each toggle key so far: the words the next press brings follow from it, whatever
+        # number of presses a phase made (an odd --presses left the next phase waiting for the wrong ones).
+        self.toggled: dict[bytes, int] = {}
         self._lock = threading.Lock()
         self._stop = False
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -699,8 +702,10 @@ def toggle_latencies(term: Terminal, presses: int, key: bytes = b"m") -> list[fl
     """`m` (monitoring polls shown / hidden in the feed): a light key, answered by words unique to each
     state (the console's on the feed's border, the bare app's in a toast, or on a border with `b`)."""
     out: list[float] = []
-    for i in range(presses):
-        want = b"polls shown" if i % 2 == 0 else b"polls hidden"
+    for _ in range(presses):
+        n = term.toggled.get(key, 0)
+        term.toggled[key] = n + 1
+        want = b"polls shown" if n % 2 == 0 else b"polls hidden"
         mark = term.mark()
         t0 = term.write(key)
         t = term.wait_for(want, mark, 5.0)
