@@ -375,8 +375,9 @@ def child_bare() -> None:
     class Bare(App[None]):
         # m answers with a toast, as the console did; b with the words on a widget's border, as the
         # console's m does now (its feed says whether polls are hidden): both baselines are reported.
-        # t makes it busy: a one-line widget redrawn 60 times a second, so every frame slot is taken, as
-        # a console under load has it: a key then waits for the next slot of Textual's frame timer.
+        # t makes it busy: a one-line widget redrawn 60 times a second, so a key always finds the frame
+        # timer running and waits for its turn: the waiting alone, as a console under load waits behind
+        # its loop's work.
         CSS = "#body { border: round $accent; height: 1fr; } #tick { height: 1; }"
         BINDINGS = [  # noqa: RUF012
             Binding("f1", "help", "Help"),
