@@ -41,60 +41,59 @@ HEAVY = (
 )
 
 
+def _modules_after(argv: list[str]) -> list[str]:
+    """The modules a fresh interpreter holds once `k26-console ARGV` has run (its exit included)."""
+    code = (
+        "import sys, json\n"
+        "from console.cli.main import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "sys.stderr.write('\\nMODULES ' + json.dumps(sorted(sys.modules)))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, input="", timeout=60, cwd=REPO
+    )
+    loaded: list[str] = json.loads(res.stderr.rsplit("MODULES ", 1)[1])
+    return loaded
+
+
+def _within(loaded: list[str], packages: tuple[str, ...]) -> list[str]:
+    return sorted({m for m in loaded for h in packages if m == h or m.startswith(h + ".")})
+
+
 @pytest.mark.parametrize(
     "argv",
     [["--help"], ["completion", "bash"], ["completion", "zsh"], ["parse", "-", "--kinds", "pool_summary"]],
     ids=["help", "completion-bash", "completion-zsh", "parse"],
 )
 def test_light_commands_import_no_ssh_or_textual(argv: list[str]) -> None:
-    code = (
-        "import sys, json\n"
-        "from console.cli.main import main\n"
-        "try:\n"
-        f"    main({argv!r})\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        "sys.stderr.write('\\nMODULES ' + json.dumps(sorted(sys.modules)))\n"
-    )
-    res = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, input="", timeout=60, cwd=REPO
-    )
-    loaded = json.loads(res.stderr.rsplit("MODULES ", 1)[1])
     heavy = HEAVY if argv[0] != "parse" else ("asyncssh", "textual", "console.sources.transport")
-    found = sorted({m for m in loaded for h in heavy if m == h or m.startswith(h + ".")})
+    found = _within(_modules_after(argv), heavy)
     assert found == [], f"{argv}: {found[:10]}"
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "did"),
     [
-        [
-            "verify",
-            "--journal",
-            str(REPO.parent / "shared/corpus/seed-restart-mfs094.journal"),
-            "--target-context",
-            "200k",
-        ],
-        ["profiles", "list"],
+        (
+            [
+                "verify",
+                "--journal",
+                str(REPO.parent / "shared/corpus/seed-restart-mfs094.journal"),
+                "--target-context",
+                "200k",
+            ],
+            "console.core.apply",
+        ),
+        (["profiles", "list"], "console.core.profiles"),
     ],
     ids=["verify", "profiles-list"],
 )
-def test_commands_that_write_no_profile_import_no_toml_writer_or_textual(argv: list[str]) -> None:
+def test_commands_that_write_no_profile_import_no_toml_writer_or_textual(argv: list[str], did: str) -> None:
     """tomlkit (10 ms of a start) loads where a profile is written; verify and a listing write none."""
-    code = (
-        "import sys, json\n"
-        "from console.cli.main import main\n"
-        "try:\n"
-        f"    main({argv!r})\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        "sys.stderr.write('\\nMODULES ' + json.dumps(sorted(sys.modules)))\n"
-    )
-    res = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, input="", timeout=60, cwd=REPO
-    )
-    loaded = json.loads(res.stderr.rsplit("MODULES ", 1)[1])
-    did = "console.core.apply" if argv[0] == "verify" else "console.core.profiles"
+    loaded = _modules_after(argv)
     assert did in loaded, f"the control: {argv[0]} did its work ({did})"
-    found = sorted({m for m in loaded for h in ("tomlkit", "textual") if m == h or m.startswith(h + ".")})
+    found = _within(loaded, ("tomlkit", "textual"))
     assert found == [], f"{argv}: {found[:10]}"

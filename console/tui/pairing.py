@@ -191,13 +191,17 @@ class PairingLink:
         self.poll_s = poll_s
         self.backlog = backlog
         self.view: PairingView | None = None
-        self.left = False
         self._leaving: asyncio.Future[None] | None = None
         self._wake = asyncio.Event()
 
     @property
     def me(self) -> Identity:
         return self.state.me
+
+    @property
+    def left(self) -> bool:
+        """This console has left the host (or is leaving it): set by the first `leave`."""
+        return self._leaving is not None
 
     async def run(self) -> None:
         """Heartbeat, watch and follow until cancelled."""
@@ -293,7 +297,6 @@ class PairingLink:
         returning at once. SIGHUP 30 ms after `q` had the lifeline's leave return while q's was still
         on the wire, and the app's exit then cut it off: the heartbeat stayed on the host."""
         if self._leaving is None:
-            self.left = True
             self._leaving = asyncio.ensure_future(self._leave(timeout))
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
