@@ -6,6 +6,7 @@ docs/textual-upstream.md."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import inspect
 import queue
 import re
@@ -44,6 +45,14 @@ PRIVATE_ATTRIBUTES = {
     "_row_render_cache": {"console/tui/fleet.py"},
     "_row_renderable_cache": {"console/tui/fleet.py"},
     "_line_cache": {"console/tui/fleet.py"},
+    # Timer's loop, replaced, and what the replacement reads (bug 4 in docs/textual-upstream.md).
+    "_run": {"console/tui/timer_slots.py"},
+    "_repeat": {"console/tui/timer_slots.py"},
+    "_interval": {"console/tui/timer_slots.py"},
+    "_active": {"console/tui/timer_slots.py"},
+    "_skip": {"console/tui/timer_slots.py"},
+    "_reset": {"console/tui/timer_slots.py"},
+    "_tick": {"console/tui/timer_slots.py"},
 }
 
 
@@ -178,3 +187,21 @@ def test_the_data_tables_render_caches_are_lru_caches_keyed_by_the_update_count(
         assert len(cache) <= 4 and 9 in cache, (name, len(cache))
     for method in ("_render_cell", "_render_line_in_row", "_render_line"):
         assert "self._update_count" in inspect.getsource(getattr(DataTable, method)), method
+
+
+def test_the_timer_loop_the_console_replaces_still_skips_one_slot_too_many() -> None:
+    # console/tui/timer_slots.py exists for this line. When an upgrade changes Textual's loop, read the new
+    # one: if it ticks on the next slot after falling behind, drop timer_slots.py (and this test).
+    from textual.timer import Timer
+
+    from console.tui.timer_slots import STOCK_RUN
+
+    source = inspect.getsource(STOCK_RUN)
+    assert "count = int((now - start) / _interval + 1)" in source
+    assert "next_timer = start + ((count + 1) * _interval)" in source
+    # What the replacement reads and calls, with the names and shapes it uses.
+    timer = Timer(App(), 0.5, repeat=3, pause=True)
+    assert (timer._repeat, timer._interval, timer._skip, timer._reset) == (3, 0.5, True, False)
+    assert isinstance(timer._active, asyncio.Event) and not timer._active.is_set()
+    assert list(inspect.signature(Timer._tick).parameters) == ["self", "next_timer", "count"]
+    assert "self._run()" in inspect.getsource(Timer._run_timer)

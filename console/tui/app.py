@@ -67,6 +67,7 @@ from console.tui.profiles import ProfilesScreen
 from console.tui.recording import RecordSwitch
 from console.tui.screens import HelpScreens, focused_help, help_keys
 from console.tui.themes import DEFAULT_THEME, THEMES, restyle_screens, role_variables
+from console.tui.timer_slots import land_late_ticks_on_the_next_slot
 
 __all__ = ["ConsoleApp", "HostEntry"]
 
@@ -116,6 +117,9 @@ class ConsoleApp(App[int]):
         (default: the local login, this machine, this process). `alerts` are the rules, the bell and the
         hook (`console/sources/alerts.py`); None: no alerts. `theme`: dark, light or high-contrast
         (console/tui/themes.py)."""
+        # Before any screen makes its repaint timer: a repaint after a pause must not hold the next one
+        # back by two frames (console/tui/timer_slots.py).
+        land_late_ticks_on_the_next_slot()
         super().__init__()
         for registered in THEMES.values():
             self.register_theme(registered)

@@ -101,7 +101,8 @@ def child_console(hosts: str, name: str, gpu_interval: float, preload_s: int) ->
     try:
         if os.environ.get("K26_BENCH_PROFILE_WINDOW"):
             # The parent brackets its idle window: SIGUSR1 at its start, SIGUSR2 at its end (the key
-            # presses after the window are not idle work).
+            # presses after the window are not idle work). K26_BENCH_PROFILE_WINDOW=load brackets the `m`
+            # presses under the filtered load instead.
             signal.signal(signal.SIGUSR1, lambda *_: prof.enable())
             signal.signal(signal.SIGUSR2, lambda *_: prof.disable())
             app.run()
@@ -144,22 +145,59 @@ def _log_gc_pauses(path: str) -> None:
 
 
 def _log_loop_stalls(path: str) -> None:
-    """Every event-loop callback that held the loop ≥ 5 ms, one JSON line `[start, ms, what]` each, in
-    `time.monotonic` seconds: the same clock as the parent's key timestamps. Written as they happen
-    (the child may be killed at the end)."""
+    """Every event-loop callback that held the loop ≥ 5 ms (K26_BENCH_LOOPLOG_MS sets another floor), one
+    JSON line `[start, ms, what]` each, in `time.monotonic` seconds: the same clock as the parent's key
+    timestamps. Written as they happen (the child may be killed at the end). Under 5 ms the log also
+    follows a key's path: `KEY` when the driver's thread read it, `RESUME` when a repaint was asked of a
+    paused screen, `DISPLAY` for every frame written."""
     import asyncio.events
 
     out = open(path, "w", buffering=1)  # noqa: SIM115 - open for the child's whole life
     run = asyncio.events.Handle._run
 
+    floor = float(os.environ.get("K26_BENCH_LOOPLOG_MS", "5"))
+
     def timed(handle: asyncio.events.Handle) -> None:
         t0 = time.monotonic()
         run(handle)
         ms = (time.monotonic() - t0) * 1000
-        if ms >= 5.0:
+        if ms >= floor:
             out.write(json.dumps([t0, round(ms, 2), _handle_name(handle)]) + "\n")
 
     asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+    if floor >= 5:
+        return
+    # Below 5 ms the log is for one key's path: when the driver's thread read it, and every frame written.
+    from textual import events
+    from textual.app import App
+    from textual.driver import Driver
+
+    process = Driver.process_message
+
+    def traced_process(self: Driver, message: object) -> None:
+        if isinstance(message, events.Key):
+            out.write(json.dumps([time.monotonic(), 0, f"KEY {message.key}"]) + "\n")
+        process(self, message)  # type: ignore[arg-type]
+
+    Driver.process_message = traced_process  # type: ignore[method-assign]
+    display = App._display
+
+    def traced_display(self: App[object], screen: object, renderable: object) -> None:
+        t0 = time.monotonic()
+        display(self, screen, renderable)  # type: ignore[arg-type]
+        out.write(json.dumps([t0, round((time.monotonic() - t0) * 1000, 2), "DISPLAY"]) + "\n")
+
+    App._display = traced_display  # type: ignore[method-assign]
+    from textual.timer import Timer
+
+    resume = Timer.resume
+
+    def traced_resume(self: Timer) -> None:
+        if self.name == "screen_update" and not self._active.is_set():
+            out.write(json.dumps([time.monotonic(), 0, "RESUME"]) + "\n")
+        resume(self)
+
+    Timer.resume = traced_resume  # type: ignore[method-assign]
 
 
 def _log_paints(path: str) -> None:
@@ -731,7 +769,7 @@ def settle(term: Terminal, seconds: float) -> None:
 
 
 def idle_window(term: Terminal, seconds: float) -> dict[str, float]:
-    bracket = bool(os.environ.get("K26_BENCH_PROFILE_WINDOW"))
+    bracket = os.environ.get("K26_BENCH_PROFILE_WINDOW", "") not in ("", "load")
     if bracket:
         os.kill(term.pid, signal.SIGUSR1)
     cpu0, t0 = term.cpu_seconds(), time.monotonic()
@@ -896,7 +934,12 @@ def main() -> int:
                     lat = marker_latencies(term, load, first, 2.0)
                     figures["event_to_screen_ms"] = _ms(lat) | {"markers": sent, "seen": len(lat)}
                     figures["key_ms"] = _ms(key_latencies(term, args.presses))
+                    bracket = os.environ.get("K26_BENCH_PROFILE_WINDOW") == "load"
+                    if bracket:
+                        os.kill(term.pid, signal.SIGUSR1)
                     figures["toggle_ms"] = _ms(toggle_latencies(term, args.presses))
+                    if bracket:
+                        os.kill(term.pid, signal.SIGUSR2)
                     # The same keys with the feed unfiltered, as an operator usually has it: every line
                     # of the 2,000 a second is written to the feed.
                     term.write(b"/")
