@@ -65,6 +65,10 @@ Usage = Annotated[float, Field(ge=0.0, le=MAX_USAGE)]
 @with_config(ConfigDict(extra="forbid"))
 @dataclass(frozen=True, kw_only=True)
 class EventBase:
+    """What every event carries: when, where and by which rank it was said, the line itself, and the journal's
+    metadata. (Each event class has a docstring, and not for show alone: a dataclass without one gets one made
+    from `inspect.signature`, which cost every command that imports the events ~3 ms.)"""
+
     ts: str | None = None
     """ISO 8601 time of the line (journal time when known, else the time printed in the line).
 
@@ -132,12 +136,16 @@ class EventBase:
 
 @dataclass(frozen=True, kw_only=True)
 class ServerArgs(EventBase):
+    """`server_args=ServerArgs(...)`: the flags the server started with, as SGLang printed them."""
+
     kind: Literal["server_args"] = "server_args"
     args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
 class DistInit(EventBase):
+    """`Init torch distributed begin.` / `Init torch distributed ends. mem usage=X GB`."""
+
     kind: Literal["dist_init"] = "dist_init"
     phase: Literal["begin", "end"]
     mem_usage_gb: UsageGiB | None = None
@@ -146,12 +154,16 @@ class DistInit(EventBase):
 
 @dataclass(frozen=True, kw_only=True)
 class WeightsBegin(EventBase):
+    """`Load weight begin. avail mem=X GB`."""
+
     kind: Literal["weights_begin"] = "weights_begin"
     avail_mem_gb: GiB | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class WeightsLoaded(EventBase):
+    """`Load weight end. type=…, dtype=…, avail mem=X GB, mem usage=Y GB.` (with the time it took when printed)."""
+
     kind: Literal["weights_loaded"] = "weights_loaded"
     avail_mem_gb: GiB | None = None
     mem_usage_gb: UsageGiB | None = None
@@ -163,6 +175,8 @@ class WeightsLoaded(EventBase):
 
 @dataclass(frozen=True, kw_only=True)
 class KvPoolAllocated(EventBase):
+    """`KV Cache is allocated. #tokens: N, K size: X GB, V size: Y GB` (or `KV size:` for MLA): the KV pool."""
+
     kind: Literal["kv_pool_allocated"] = "kv_pool_allocated"
     tokens: PoolTokens | None = None
     k_size_gb: GiB | None = None
@@ -175,6 +189,8 @@ class KvPoolAllocated(EventBase):
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryPoolEnd(EventBase):
+    """`Memory pool end. avail mem=X GB`: what the GPU has left once every pool is allocated."""
+
     kind: Literal["memory_pool_end"] = "memory_pool_end"
     avail_mem_gb: GiB | None = None
 
@@ -250,6 +266,8 @@ class KvCacheDtype(EventBase):
 
 @dataclass(frozen=True, kw_only=True)
 class CudaGraph(EventBase):
+    """`Capture cuda graph begin. … avail mem=X GB` / `Capture cuda graph end. Time elapsed: T s. mem usage=Y GB.`"""
+
     kind: Literal["cuda_graph"] = "cuda_graph"
     phase: Literal["begin", "end"]
     avail_mem_gb: GiB | None = None
@@ -261,6 +279,9 @@ class CudaGraph(EventBase):
 
 @dataclass(frozen=True, kw_only=True)
 class PoolSummary(EventBase):
+    """`max_total_num_tokens=N, chunked_prefill_size=…, max_prefill_tokens=…, max_running_requests=…, context_len=…,
+    available_gpu_mem=X GB`: the pool the scheduler runs with (the figure the capacity gauge reads)."""
+
     kind: Literal["pool_summary"] = "pool_summary"
     max_total_num_tokens: PoolTokens
     chunked_prefill_size: Annotated[int, Field(ge=-1, le=MAX_TOKENS)] | None = None
@@ -272,6 +293,9 @@ class PoolSummary(EventBase):
 
 @dataclass(frozen=True, kw_only=True)
 class PoolClamped(EventBase):
+    """`max_total_tokens=N is larger than the profiled value M`: `--max-total-tokens` asked for more than
+    memory holds, and SGLang used the profiled value (negative when the weights alone exceed the budget)."""
+
     kind: Literal["pool_clamped"] = "pool_clamped"
     requested: Annotated[int, Field(ge=1, le=2**63 - 1)]
     profiled: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
@@ -279,11 +303,15 @@ class PoolClamped(EventBase):
 
 @dataclass(frozen=True, kw_only=True)
 class ServerReady(EventBase):
+    """`The server is fired up and ready to roll!`."""
+
     kind: Literal["server_ready"] = "server_ready"
 
 
 @dataclass(frozen=True, kw_only=True)
 class PrefillBatch(EventBase):
+    """`Prefill batch. #new-seq: …, #new-token: …, #cached-token: …, token usage: …, #running-req: …, #queue-req: …`."""
+
     kind: Literal["prefill_batch"] = "prefill_batch"
     new_seq: Count | None = None
     new_token: Count | None = None
@@ -301,6 +329,8 @@ class PrefillBatch(EventBase):
 
 @dataclass(frozen=True, kw_only=True)
 class DecodeBatch(EventBase):
+    """`Decode batch. #running-req: …, #token: …, token usage: …, gen throughput (token/s): …, #queue-req: …`."""
+
     kind: Literal["decode_batch"] = "decode_batch"
     running_req: Count | None = None
     num_tokens: Count | None = None
@@ -321,6 +351,8 @@ class DecodeBatch(EventBase):
 
 @dataclass(frozen=True, kw_only=True)
 class HttpAccess(EventBase):
+    """An HTTP access line (`127.0.0.1:54321 - "GET /health HTTP/1.1" 200`): the console's own polls among them."""
+
     kind: Literal["http_access"] = "http_access"
     method: str
     path: str
@@ -346,6 +378,8 @@ here instead of the event it claimed to be (console.core.ranges)."""
 
 @dataclass(frozen=True, kw_only=True)
 class Error(EventBase):
+    """An error line, or a whole traceback, in one of the categories an operator acts on."""
+
     kind: Literal["error"] = "error"
     category: ErrorCategory
     message: str
@@ -355,6 +389,8 @@ class Error(EventBase):
 
 @dataclass(frozen=True, kw_only=True)
 class Unit(EventBase):
+    """systemd's own line about the unit (`Starting …`, `Started …`, `Stopping …`, `… failed with result …`)."""
+
     kind: Literal["unit"] = "unit"
     state: Literal["starting", "started", "stopping", "stopped", "failed"]
     result: str | None = None
@@ -365,6 +401,8 @@ class Unit(EventBase):
 
 @dataclass(frozen=True, kw_only=True)
 class Log(EventBase):
+    """Any other line: kept for the feed, read for nothing."""
+
     kind: Literal["log"] = "log"
     message: str = ""
 
