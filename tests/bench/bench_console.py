@@ -13,7 +13,9 @@ What it measures, each set against a baseline taken in the same run (these machi
   `journalctl -f` over the same SSH path — what the transport alone costs.
 * **key → repaint** under that load: F1 opens the help screen; latency = key written to the help text's
   bytes arriving on the pty (p50/p95 over the presses). Baseline: the same key in a bare Textual app
-  with one static widget, in the same kind of pty.
+  with one static widget, in the same kind of pty. `m` likewise, with the bare app's answer in a toast or
+  on a border; the bare app is measured idle before the load, busy (a frame every 1/60 s), and on the
+  console's CPU while the same load runs (the console closed).
 * **CPUs**: by default the console (and each baseline's client) runs on a CPU of its own and everything
   that stands in for the remote host (the twin's sshd, journal and journalctl, the load generator, this
   process) on the others. In production those run on the GPU host, not on the jump host beside the
@@ -550,6 +552,8 @@ class Terminal:
         return float("nan")
 
     def close(self) -> None:
+        if self._stop:
+            return  # reaped already: its pid may be another process's by now
         with contextlib.suppress(OSError):
             os.kill(self.pid, signal.SIGTERM)
         for _ in range(50):
@@ -955,6 +959,19 @@ def main() -> int:
                     figures["journalctl_ms"] = _ms(
                         journal_baseline(twin, load, args.seconds / 2, console_cpus)
                     )
+                    # The keys' baseline under the same load: the bare app on the console's CPU (closed
+                    # first, so the app has it to itself as the console had), while the twin's sshd,
+                    # journal and load keep the other CPU, and this process's reader, as busy as they were
+                    # for the console's presses. The idle baselines above ran before any load.
+                    term.close()
+                    say("baseline: the bare app on the console's CPU, the same load running")
+                    bare = Terminal([me, "--child", "bare"], console_cpus)
+                    try:
+                        settle(bare, 3.0)
+                        figures["bare_loaded_toggle_ms"] = _ms(bare_toggle_latencies(bare, args.presses))
+                        figures["bare_loaded_border_ms"] = _ms(bare_border_latencies(bare, args.presses))
+                    finally:
+                        bare.close()
                 finally:
                     load.stop()
                     term.close()
@@ -1025,6 +1042,11 @@ def report(f: dict[str, object]) -> None:
     bb = g("bare_border_ms")
     print(
         f"  bare app answering on a border instead of a toast: p50 {bb.get('p50')} ms  p95 {bb.get('p95')} ms"
+    )
+    lt, lb = g("bare_loaded_toggle_ms"), g("bare_loaded_border_ms")
+    print(
+        f"  bare app while the same load runs: toast p50 {lt.get('p50')} / p95 {lt.get('p95')} ms, "
+        f"border p50 {lb.get('p50')} / p95 {lb.get('p95')} ms"
     )
     bt, bbb = g("bare_busy_toggle_ms"), g("bare_busy_border_ms")
     print(
