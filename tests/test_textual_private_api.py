@@ -205,3 +205,10 @@ def test_the_timer_loop_the_console_replaces_still_skips_one_slot_too_many() -> 
     assert isinstance(timer._active, asyncio.Event) and not timer._active.is_set()
     assert list(inspect.signature(Timer._tick).parameters) == ["self", "next_timer", "count"]
     assert "self._run()" in inspect.getsource(Timer._run_timer)
+    # A key's frame hurries the screens' repaint timers, found by the name Textual gives them.
+    from textual.screen import Screen
+
+    from console.tui.timer_slots import SCREEN_TIMER
+
+    update_timer = Screen._update_timer.fget  # type: ignore[attr-defined]
+    assert f'name="{SCREEN_TIMER}"' in inspect.getsource(update_timer)

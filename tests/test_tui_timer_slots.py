@@ -16,7 +16,12 @@ import pytest
 from textual.app import App
 from textual.timer import Timer
 
-from console.tui.timer_slots import STOCK_RUN, _run_on_slots
+from console.tui.timer_slots import (
+    SCREEN_TIMER,
+    STOCK_RUN,
+    _run_on_slots,
+    draw_the_next_frame_at_once,
+)
 
 INTERVAL = 0.2
 """Long next to the loop's jitter on a busy machine: the two loops' ticks come 0.5 and 1.5 intervals after the
@@ -85,3 +90,64 @@ def test_the_console_app_runs_its_timers_on_slots() -> None:
     Timer._run = STOCK_RUN  # type: ignore[method-assign]
     ConsoleApp([], connect=False)
     assert Timer._run is _run_on_slots
+
+
+async def _ticks_after_a_key(name: str, key: bool) -> tuple[float, float]:
+    """(second tick - first, third - first) of a timer named `name` run by our loop: paused by each tick,
+    resumed at once after the first two, with `draw_the_next_frame_at_once` after the first when `key`."""
+    app: App[None] = App()
+    async with app.run_test():
+        ticks: list[float] = []
+
+        def tick() -> None:
+            ticks.append(time.monotonic())
+            timer.pause()
+            if len(ticks) < 3:
+                timer.resume()
+                if key and len(ticks) == 1:
+                    draw_the_next_frame_at_once()
+
+        timer = Timer(app, INTERVAL, name=name, callback=tick, pause=True)
+        loop = asyncio.create_task(_run_on_slots(timer))
+        timer.resume()
+        async with asyncio.timeout(10):
+            while len(ticks) < 3:
+                await asyncio.sleep(0.01)
+        loop.cancel()
+        return ticks[1] - ticks[0], ticks[2] - ticks[0]
+
+
+@pytest.mark.serial
+async def test_a_keys_frame_is_drawn_at_once_and_the_next_keeps_its_slot() -> None:
+    # A screen's repaint timer that has just ticked is resumed at once: it waits for its next slot, one
+    # interval on, unless the app has handled a key, when it ticks at once. The tick after the key's frame
+    # is on the slot the timer was waiting for, as if the key's frame had not been.
+    keyed_second, keyed_third = await _ticks_after_a_key(SCREEN_TIMER, key=True)
+    plain_second, _ = await _ticks_after_a_key(SCREEN_TIMER, key=False)
+    other_second, _ = await _ticks_after_a_key("Timer#other", key=True)
+    assert keyed_second < INTERVAL / 2 < plain_second, (keyed_second, plain_second)
+    assert INTERVAL / 2 < keyed_third < 1.5 * INTERVAL, keyed_third
+    # Only a screen's repaints are hurried; the app's other timers keep their slots.
+    assert other_second > INTERVAL / 2, other_second
+
+
+async def test_the_console_app_asks_for_a_keys_frame_after_handling_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import console.tui.app as app_module
+    from tests.tui_support import make_app
+
+    asked: list[bool] = []
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        dash = app.dashboards["gpu1"]
+        dash.feed.log_widget.focus()
+        await pilot.pause()
+        polls = dash.feed.show_polls
+        monkeypatch.setattr(
+            app_module, "draw_the_next_frame_at_once", lambda: asked.append(dash.feed.show_polls != polls)
+        )
+        await pilot.press("m")
+        await pilot.pause()
+    # Asked once, after the key's binding (m) had run.
+    assert asked == [True]

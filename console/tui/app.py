@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from textual import events
 from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -67,7 +68,7 @@ from console.tui.profiles import ProfilesScreen
 from console.tui.recording import RecordSwitch
 from console.tui.screens import HelpScreens, focused_help, help_keys
 from console.tui.themes import DEFAULT_THEME, THEMES, restyle_screens, role_variables
-from console.tui.timer_slots import land_late_ticks_on_the_next_slot
+from console.tui.timer_slots import draw_the_next_frame_at_once, land_late_ticks_on_the_next_slot
 
 __all__ = ["ConsoleApp", "HostEntry"]
 
@@ -205,6 +206,12 @@ class ConsoleApp(App[int]):
         yield self.recording.badge
         # Compact: an 80-column pane still shows restart, roll back, quit and help.
         yield KeyFooter(compact=True)
+
+    def on_key(self, event: events.Key) -> None:
+        # Once the key is handled (this runs before App._on_key, which runs the bindings: the call waits
+        # its turn behind it), its answer is drawn in the next frame the screen asks for, not held to the
+        # frame cap (console/tui/timer_slots.py).
+        self.call_later(draw_the_next_frame_at_once)
 
     def on_mount(self) -> None:
         dash = self.active_dashboard

@@ -12,18 +12,86 @@ p95 20-37 ms with the stock timer, 15-16 ms with this one (docs/performance.md, 
 report for upstream is in docs/textual-upstream.md (bug 4); `tests/test_textual_private_api.py` fails
 once Textual's own `_run` changes, so this goes when upstream fixes it.
 
-Only the skip's arithmetic differs from Textual's loop. The private parts it reads are listed in that test.
+The loop also draws a key's answer at once. Frames are capped at 60 a second: a repaint asked within a
+frame of the last one waits for the next slot. An idle app never meets the cap, since its last frame is long
+gone when a key comes. A console repainting ~5 times a second for the data it shows meets it with about one
+key in ten, which then waits up to 16.7 ms more. After the app has handled a key
+(`draw_the_next_frame_at_once`), a screen's timer that sleeps towards its slot wakes. It draws as soon as
+the screen asks for a repaint, and goes back to its slots after that one frame. The data's frames keep the
+cap: raising it for everything (`TEXTUAL_FPS=120`) tripled the time of a key with the feed unfiltered
+(docs/performance.md).
+
+Apart from these two changes, the loop is Textual's. The private parts it reads are listed in that test.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 
 from textual.timer import EventTargetGone, Timer
 
 STOCK_RUN = Timer._run
 """Textual's own loop, kept for the test that shows what it does."""
+
+SCREEN_TIMER = "screen_update"
+"""The name Textual gives every screen's repaint timer (`Screen._update_timer`)."""
+
+
+class _KeyFrame:
+    """A loop's state of the frame a key asked for: whether one is owed, and what wakes the screens'
+    timers sleeping towards their slot. One per event loop, so an app's key never reaches another app's
+    loop (each test runs its own)."""
+
+    __slots__ = ("owed", "wake")
+
+    def __init__(self) -> None:
+        self.owed = False
+        self.wake: asyncio.Event | None = None
+
+
+_KEY_FRAMES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _KeyFrame] = weakref.WeakKeyDictionary()
+
+
+def _key_frame() -> _KeyFrame:
+    loop = asyncio.get_running_loop()
+    state = _KEY_FRAMES.get(loop)
+    if state is None:
+        state = _KEY_FRAMES[loop] = _KeyFrame()
+    return state
+
+
+def draw_the_next_frame_at_once() -> None:
+    """The app has handled a key: the next repaint a screen asks for is drawn at once, not at the frame
+    cap's next slot. One frame: the repaints after it keep the cap."""
+    state = _key_frame()
+    state.owed = True
+    wake, state.wake = state.wake, None
+    if wake is not None:
+        wake.set()
+
+
+async def _sleep_until(timer: Timer, next_tick: float, now: float) -> bool:
+    """Sleep until `next_tick`; a screen's timer wakes early, returning True, when a key's frame is owed."""
+    delay = next_tick - now
+    if timer.name != SCREEN_TIMER:
+        await asyncio.sleep(max(0.0, delay))
+        return False
+    state = _key_frame()
+    if state.owed:
+        return True
+    if delay <= 0:
+        return False
+    wake = state.wake
+    if wake is None:
+        wake = state.wake = asyncio.Event()
+    try:
+        async with asyncio.timeout(delay):
+            await wake.wait()
+    except TimeoutError:
+        return False
+    return True
 
 
 async def _run_on_slots(self: Timer) -> None:
@@ -42,14 +110,17 @@ async def _run_on_slots(self: Timer) -> None:
             if repeat is not None and count > repeat:
                 break
             next_tick = start + (count + 1) * interval
-        await asyncio.sleep(max(0.0, next_tick - now))
-        count += 1
+        if not await _sleep_until(self, next_tick, now):
+            count += 1
+        # else: woken early for a key's frame, drawn now; the slot it was waiting for stays the next one
         await self._active.wait()
         if self._reset:
             start = time.monotonic()
             count = 0
             self._reset = False
             continue
+        if self.name == SCREEN_TIMER:
+            _key_frame().owed = False
         try:
             await self._tick(next_timer=next_tick, count=count)
         except EventTargetGone:
