@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from console.core.serving_metrics import version_tuple
+from console.core.versions import version_tuple
 
 VLM_CACHE_MIB = 100
 """`SGLANG_VLM_CACHE_SIZE_MB`'s default."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from console.core.versions import version_tuple
+
 RELEASES_READ: tuple[str, ...] = (
     "0.3.5.post1",
     "0.3.6",
@@ -190,19 +192,6 @@ RENAMED: dict[str, str] = {
 
 DEV_2024_11_MARKERS = frozenset({"sglang:num_requests_running", "sglang:num_requests_waiting"})
 """Families only the 2024-11 build exports: a scrape that holds one prints `cache_hit_rate` in percent."""
-
-
-def version_tuple(version: str | None) -> tuple[int, ...] | None:
-    """`0.5.12.post1` → (0, 5, 12, 1); None when unknown or unreadable."""
-    if not version:
-        return None
-    parts: list[int] = []
-    for piece in version.strip().lstrip("v").replace("post", "").replace("rc", ".").split("."):
-        digits = "".join(c for c in piece if c.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts) or None
 
 
 def exported_by(metric: MetricName, release: str) -> bool:
