@@ -36,6 +36,17 @@ def _unit(twin: TwinHost) -> dict[str, str]:
     return props
 
 
+def _settled_unit(twin: TwinHost) -> dict[str, str]:
+    """`_unit` once systemd has finished a start or stop in progress. The restart an earlier test made is
+    verified on the server's own answers, which can come while systemd still runs the unit's ExecStartPost
+    (ActiveState `activating`): a test that snapshots the unit to show it was left alone waits that out."""
+    settled = wait_until(
+        lambda: _unit(twin)["ActiveState"] not in ("activating", "deactivating", "reloading"), 60
+    )
+    assert settled, _unit(twin)
+    return _unit(twin)
+
+
 def _dropins(twin: TwinHost) -> dict[str, str]:
     d = twin.layout.unit_dir / f"{twin.unit}.d"
     return {p.name: p.read_text() for p in sorted(d.iterdir())} if d.is_dir() else {}
@@ -64,7 +75,7 @@ def _live_phases_are_the_timed_phases(stdout: str) -> None:
 def test_restart_needs_yes_without_a_terminal_and_leaves_the_host_alone(
     twin: TwinHost, tmp_path: Path
 ) -> None:
-    before = _unit(twin)
+    before = _settled_unit(twin)
     res = _cli(twin, tmp_path, "restart", "twin")
     assert res.returncode == 2
     assert "there is no terminal to confirm on; run it with --yes" in one_sentence(res.stderr)
@@ -72,7 +83,7 @@ def test_restart_needs_yes_without_a_terminal_and_leaves_the_host_alone(
 
 
 def test_restart_restarts_verifies_and_is_audited(twin: TwinHost, tmp_path: Path) -> None:
-    before_unit, before_dropins = _unit(twin), _dropins(twin)
+    before_unit, before_dropins = _settled_unit(twin), _dropins(twin)
     trail_before = len(_trail(twin, tmp_path))
     res = _cli(twin, tmp_path, "restart", "twin", "--yes")
     assert res.returncode == 0, (res.stdout, res.stderr)
@@ -105,7 +116,7 @@ def test_restart_json_is_progress_lines_then_the_outcome(twin: TwinHost, tmp_pat
 
 
 def test_a_restart_is_refused_while_another_console_holds_the_lock(twin: TwinHost, tmp_path: Path) -> None:
-    before = _unit(twin)
+    before = _settled_unit(twin)
     other = Identity(user="alice", jump_host="jump1", pid=4242, console_id="alice-held")
 
     async def held() -> subprocess.CompletedProcess[str]:
@@ -197,7 +208,7 @@ def test_restart_and_rollback_wait_for_an_armed_host_side_rollback_to_be_settled
     res = _cli(twin, tmp_path, "apply", "twin", str(profile), "--yes", "--confirm-within", "600")
     assert res.returncode == 1, (res.stdout, res.stderr)
     try:
-        before = _unit(twin)
+        before = _settled_unit(twin)
         for command in ("restart", "rollback"):
             res = _cli(twin, tmp_path, command, "twin", "--yes", timeout=60)
             assert res.returncode == 2, (command, res.stdout, res.stderr)
