@@ -30,36 +30,51 @@ late one, and the test tells them apart at 1 interval."""
 RunLoop = Callable[[Timer], Coroutine[Any, Any, None]]
 
 
+class _Ticks:
+    """When each tick came, and a wait for the n-th (with a deadline) woken by the tick itself."""
+
+    def __init__(self) -> None:
+        self.at: list[float] = []
+        self._came = asyncio.Event()
+
+    def add(self) -> None:
+        self.at.append(time.monotonic())
+        self._came.set()
+
+    async def reach(self, n: int, deadline_s: float = 10.0) -> None:
+        async with asyncio.timeout(deadline_s):
+            while len(self.at) < n:
+                self._came.clear()
+                await self._came.wait()
+
+
 async def _after_a_late_tick(run: RunLoop) -> float:
     """Seconds from a late tick to the next one, resumed at once, with `run` as the timer's loop."""
     app: App[None] = App()
     async with app.run_test():
-        ticks: list[float] = []
+        ticks = _Ticks()
         resume_after: list[bool] = [False]
 
         def tick() -> None:
-            ticks.append(time.monotonic())
+            ticks.add()
             timer.pause()
             if resume_after[0]:
                 resume_after[0] = False
                 timer.resume()
 
+        def resume_late() -> None:
+            # Paused since its first tick; resumed in the middle of slot 3, it is late and ticks at once.
+            resume_after[0] = True
+            timer.resume()
+
         timer = Timer(app, INTERVAL, callback=tick, pause=True)
         loop = asyncio.create_task(run(timer))
-        started = time.monotonic()
+        # asyncio's clock is time.monotonic, the timer's own
+        asyncio.get_running_loop().call_at(time.monotonic() + 3.5 * INTERVAL, resume_late)
         timer.resume()
-        async with asyncio.timeout(10):
-            while len(ticks) < 1:
-                await asyncio.sleep(0.01)
-        # Paused since its first tick; resumed in the middle of slot 3, it is late and ticks at once.
-        await asyncio.sleep(max(0.0, started + 3.5 * INTERVAL - time.monotonic()))
-        resume_after[0] = True
-        timer.resume()
-        async with asyncio.timeout(10):
-            while len(ticks) < 3:
-                await asyncio.sleep(0.01)
+        await ticks.reach(3)
         loop.cancel()
-        return ticks[2] - ticks[1]
+        return ticks.at[2] - ticks.at[1]
 
 
 @pytest.mark.serial
@@ -97,24 +112,23 @@ async def _ticks_after_a_key(name: str, key: bool) -> tuple[float, float]:
     resumed at once after the first two, with `draw_the_next_frame_at_once` after the first when `key`."""
     app: App[None] = App()
     async with app.run_test():
-        ticks: list[float] = []
+        ticks = _Ticks()
 
         def tick() -> None:
-            ticks.append(time.monotonic())
+            ticks.add()
             timer.pause()
-            if len(ticks) < 3:
+            if len(ticks.at) < 3:
                 timer.resume()
-                if key and len(ticks) == 1:
+                if key and len(ticks.at) == 1:
                     draw_the_next_frame_at_once()
 
         timer = Timer(app, INTERVAL, name=name, callback=tick, pause=True)
         loop = asyncio.create_task(_run_on_slots(timer))
         timer.resume()
-        async with asyncio.timeout(10):
-            while len(ticks) < 3:
-                await asyncio.sleep(0.01)
+        await ticks.reach(3)
         loop.cancel()
-        return ticks[1] - ticks[0], ticks[2] - ticks[0]
+        at = ticks.at
+        return at[1] - at[0], at[2] - at[0]
 
 
 @pytest.mark.serial
