@@ -12,6 +12,7 @@ import io
 from collections.abc import Callable, Iterator
 
 import pytest
+from textual.geometry import Region
 from textual.widget import Widget
 
 from console.core.events import DecodeBatch
@@ -327,6 +328,57 @@ async def test_m_draws_no_row_again_that_stays_on_screen(monkeypatch: pytest.Mon
         await pilot.press("m")  # and go: nothing new to draw
         await pilot.pause()
         assert drawn == [], drawn
+
+
+async def test_m_under_a_filter_no_poll_matches_repaints_one_row_the_feed_border(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`m` under a filter that no poll matches changes no row, only the words on the feed's bottom edge;
+    it repainted the feed's whole box (its ~40 rows: 3-7 ms of the key's frame under load) and the log's
+    rows. Now the key's repaint is that one row, and the words are on screen. The control: without the
+    filter, `m` brings the polls in and the log's rows are repainted."""
+    from console.tui.feed import EventFeed, FeedLog
+    from tests.tui_support import corpus_events, snapshot
+
+    repainted: list[tuple[str, Region]] = []
+    original = Widget._exchange_repaint_regions
+
+    def exchange(self: Widget) -> object:
+        regions = original(self)
+        if isinstance(self, EventFeed | FeedLog):
+            repainted.extend((type(self).__name__, r) for r in regions)
+        return regions
+
+    monkeypatch.setattr(Widget, "_exchange_repaint_regions", exchange)
+
+    def screen() -> str:
+        return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        feed = app.dashboards["gpu1"].feed
+        app.post_snapshot(snapshot(corpus_events("case-31"), None))
+        await pilot.pause()
+        feed.log_widget.focus()
+        assert feed.set_filter("decode")
+        await pilot.pause()
+        rows = feed.visible_lines()
+        assert rows and "polls hidden (m)" in screen()
+        box = feed.region
+        for words in ("polls shown (m)", "polls hidden (m)"):
+            repainted.clear()
+            await pilot.press("m")
+            await pilot.pause()
+            assert repainted == [("EventFeed", Region(0, box.height - 1, box.width, 1))], repainted
+            assert words in screen().splitlines()[box.bottom - 1]
+            assert feed.visible_lines() == rows
+        feed.clear_filter()  # the control: polls come in, the rows change and are repainted
+        await pilot.pause()
+        repainted.clear()
+        await pilot.press("m")
+        await pilot.pause()
+        assert any(name == "FeedLog" for name, _ in repainted), repainted
+        assert any("GET /get_model_info" in line for line in feed.visible_lines())
 
 
 async def test_a_feed_that_fails_on_folded_lines_ends_the_console_not_the_journal_reading(
