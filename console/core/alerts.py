@@ -19,14 +19,21 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from console.core import gpuhealth
-from console.core.gpus import XID_KEEP_S, GpuSample
-from console.core.serving import Latency, ServingFigures
-from console.core.snapshot import HostSnapshot
-from console.core.state import Boot
+from console.core.gpus import XID_KEEP_S
+
+if TYPE_CHECKING:
+    # Named in signatures only. Every command that reads hosts.toml parses its [alerts] rules here, and
+    # the snapshot would bring the serving figures and the metric table built at import (`verify HOST`
+    # paid ~10 ms for them).
+    from console.core.gpus import GpuSample
+    from console.core.serving import Latency, ServingFigures
+    from console.core.snapshot import HostSnapshot
+    from console.core.state import Boot
 
 
 class AlertError(ValueError):

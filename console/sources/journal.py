@@ -35,7 +35,7 @@ from typing import Any
 from console.core.events import Event
 from console.core.parser import JournalParser
 from console.core.parsing.journal_json import ENTRY_MAX_BYTES, cut_entry, load_json
-from console.core.snapshot import FollowerStatus, FollowState
+from console.core.source_status import FollowerStatus, FollowState
 from console.sources.bounded import CutLine, stream_lines
 from console.sources.transport import Transport, TransportError
 

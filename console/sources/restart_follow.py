@@ -29,7 +29,7 @@ from console.core.parser import JournalParser
 from console.core.profiles import Profile, ProfileError, Verified
 from console.core.restart import PHASE_LABELS, Phase, RestartMachine, RestartRecord, median_durations
 from console.core.rollback_target import pool_verdict
-from console.core.snapshot import FollowState
+from console.core.source_status import FollowState
 from console.core.state import fold_boots
 from console.sources.dropin import DropinWriter
 from console.sources.journal import JournalFollower

@@ -49,7 +49,7 @@ from typing import Any
 
 import asyncssh
 
-from console.core.snapshot import ConnectionStatus, ConnState
+from console.core.source_status import ConnectionStatus, ConnState
 from console.sources.backoff import Backoff
 from console.sources.hostkeys import HostKeyRefused, RecordingClient, Trust, refusal, trusted_keys
 from console.sources.hosts import HostConfig
