@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -25,6 +27,7 @@ from console.core.capacity_plan import plan
 from console.core.models import (
     CATALOGUE,
     ModelConfigError,
+    ModelSpec,
     get_model,
     model_from_hf_config,
     parse_hf_config,
@@ -370,3 +373,20 @@ def test_malformed_config_json_is_one_sentence(text: str) -> None:
 def test_unknown_kv_dtype_is_refused() -> None:
     with pytest.raises(ModelConfigError, match="not modelled"):
         get_model("kimi-k2.6").cell_bytes(kv_cache_dtype="fp4_e2m1")
+
+
+def test_every_catalogue_entry_is_a_valid_model_spec() -> None:
+    """The catalogue's entries are built without validation (validating them built `ModelSpec`'s schema in
+    every command that imports the catalogue): each one validates as it stands, to the same spec. The
+    control: an entry with no layers is refused."""
+    for name, spec in CATALOGUE.items():
+        assert ModelSpec.model_validate(spec.model_dump()) == spec, name
+    with pytest.raises(ValueError, match="num_layers must be positive"):
+        ModelSpec.model_validate({**CATALOGUE["kimi-k2.6"].model_dump(), "num_layers": 0})
+
+
+def test_importing_the_catalogue_builds_no_schema() -> None:
+    """`verify HOST` validates no model spec of its own: importing the catalogue must not build the schema."""
+    code = "import console.core.models as m; print(m.ModelSpec.__pydantic_complete__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "False"
