@@ -297,3 +297,24 @@ def test_a_row_is_cut_between_words_never_inside_a_number() -> None:
         # what is left of every number is the whole number
         for number in re.findall(r"\d[\d.]*", cut):
             assert re.search(rf"(?<![\d.]){re.escape(number)}(?![\d.])", row), (width, number, shown)
+
+
+async def test_an_operator_scrolled_up_keeps_the_rows_they_read_as_old_lines_fall_off() -> None:
+    """The log holds the newest rows; each new one pushes the oldest off the top. An operator scrolled up to
+    read saw the rows move up under them, one for each new line (at 2,000 lines a second, a blur): the view
+    now moves with them, so the rows read stay where they are until they reach the top."""
+    app = FeedApp(history=100)
+    async with app.run_test(size=(140, 30)) as pilot:
+        feed = app.query_one(EventFeed)
+        events = decode_events(100)
+        feed.show(snapshot(events, None, seq=1))
+        await pilot.pause()
+        log = feed.log_widget
+        log.scroll_to(y=40, animate=False, immediate=True)
+        await pilot.pause()
+        assert not feed.follow
+        reading = screen_rows(feed)
+        events += decode_events(10, start=100)  # ten more: the ten oldest fall off
+        feed.show(snapshot(events, None, seq=2))
+        await pilot.pause()
+        assert log.row_count == 100 and screen_rows(feed) == reading

@@ -155,9 +155,18 @@ every console on the host adds two every few seconds and they would bury real tr
         return list(self._rows)
 
     def append_rows(self, rows: Iterable[Event]) -> None:
-        """Rows at the end, scrolled to in the same frame when following."""
-        if self._extend(rows):
-            self._resized()
+        """Rows at the end, scrolled to in the same frame when following. Each row past `max_lines` pushes
+        the oldest off the top: an operator scrolled up saw the rows move under them, one a line (at
+        2,000 lines a second, a blur); the view moves with them instead, so what they read stays put
+        until it reaches the top."""
+        before = len(self._rows)
+        changed, added = self._extend(rows)
+        if not changed:
+            return
+        pushed_off = before + added - len(self._rows)
+        if pushed_off > 0 and not self.follow:
+            self.scroll_to(y=max(0, self.scroll_offset.y - pushed_off), animate=False, immediate=True)
+        self._resized()
 
     def replace_rows(self, rows: Iterable[Event]) -> None:
         old = self._rows
@@ -169,8 +178,10 @@ every console on the host adds two every few seconds and they would bury real tr
         if len(old) != len(self._rows) or not all(map(operator.is_, old, self._rows)):
             self._resized()
 
-    def _extend(self, rows: Iterable[Event]) -> bool:
+    def _extend(self, rows: Iterable[Event]) -> tuple[bool, int]:
+        """(whether any row came, how many new rows: a redraw of the last row is not one)"""
         changed = False
+        added = 0
         same_row = self._same_row
         for event in rows:
             changed = True
@@ -180,7 +191,8 @@ every console on the host adds two every few seconds and they would bury real tr
                 continue
             self._last_key = key
             self._rows.append(event)
-        return changed
+            added += 1
+        return changed, added
 
     def _resized(self) -> None:
         # Lines are cut to the feed's width with an ellipsis (the pinned errors show a message in
