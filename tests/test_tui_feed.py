@@ -318,3 +318,49 @@ async def test_an_operator_scrolled_up_keeps_the_rows_they_read_as_old_lines_fal
         feed.show(snapshot(events, None, seq=2))
         await pilot.pause()
         assert log.row_count == 100 and screen_rows(feed) == reading
+
+
+async def test_m_keeps_a_filters_rows_whose_lines_fell_off_the_history() -> None:
+    """Under a filter the log keeps its rows after their lines fell off the history (a rare line found
+    stays); `m` is about polls, yet it dropped them (at 2,000 lines a second the history is 2.5 s long, so
+    every press under load took a few rows away and repainted the log). Now they stay through `m`, both
+    ways. A filter's change rebuilds from the history (the control)."""
+    app = FeedApp(history=50)
+    async with app.run_test(size=(140, 30)) as pilot:
+        feed = app.query_one(EventFeed)
+        events = decode_events(40)
+        feed.show(snapshot(events, None, seq=1))
+        await pilot.pause()
+        assert feed.set_filter("running-req: [0-9]*501,")  # every tenth line
+        events += decode_events(40, start=40)  # the history: the last 50 lines, #30-#79
+        feed.show(snapshot(events, None, seq=2))
+        await pilot.pause()
+        shown = feed.visible_lines()
+        assert len(shown) == 8  # #5 ... #75: three of them fell off the history
+        for _ in range(2):
+            feed.action_polls()
+            await pilot.pause()
+            assert feed.visible_lines() == shown
+        assert feed.set_filter("running-req: [0-9]*501,|nothing")
+        assert len(feed.visible_lines()) == 5
+
+
+async def test_m_hiding_polls_takes_the_polls_that_fell_off_the_history_too() -> None:
+    poll = '[2025-05-02 16:15:00] INFO:     127.0.0.1:48030 - "GET /health HTTP/1.1" 200 OK'
+    app = FeedApp(history=20)
+    async with app.run_test(size=(140, 30)) as pilot:
+        feed = app.query_one(EventFeed)
+        events = list(parse_lines([poll] * 5, host="gpu1")) + decode_events(5)
+        feed.action_polls()  # polls shown
+        feed.show(snapshot(events, None, seq=1))
+        await pilot.pause()
+        assert feed.set_filter("health|running-req: [0-4]01,")
+        assert len(feed.visible_lines()) == 10
+        events += decode_events(20, start=50)  # all ten fall off the history
+        feed.show(snapshot(events, None, seq=2))
+        await pilot.pause()
+        assert len(feed.visible_lines()) == 10
+        feed.action_polls()  # hidden: the fallen polls go, the fallen decode rows stay
+        await pilot.pause()
+        assert [line for line in feed.visible_lines() if "GET /health" in line] == []
+        assert len(feed.visible_lines()) == 5

@@ -8,7 +8,7 @@ import itertools
 import operator
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Self
 
@@ -153,6 +153,10 @@ every console on the host adds two every few seconds and they would bury real tr
     @property
     def rows(self) -> list[Event]:
         return list(self._rows)
+
+    def rows_iter(self) -> Iterator[Event]:
+        """The rows, oldest first, without a copy (not to be held across a change of rows)."""
+        return iter(self._rows)
 
     def append_rows(self, rows: Iterable[Event]) -> None:
         """Rows at the end, scrolled to in the same frame when following. Each row past `max_lines` pushes
@@ -493,9 +497,16 @@ class EventFeed(Vertical):
             (event_text(event), style if event.kind in ("error", "server_ready", "gpu_xid") else ""),
         ]
 
-    def _rebuild(self) -> None:
+    def _rebuild(self, keep_fallen: Callable[[Event], bool] | None = None) -> None:
+        """The log's rows from the history under the view in force. Rows whose lines fell off the history
+        (under a filter they stay in the log) go, unless `keep_fallen` keeps them."""
         shown = self._shown()
-        self.log_widget.replace_rows([r.event for r in self._events if shown(r)])
+        rows = [r.event for r in self._events if shown(r)]
+        if keep_fallen is not None:
+            inside = {id(r.event) for r in self._events}
+            fallen = itertools.takewhile(lambda e: id(e) not in inside, self.log_widget.rows_iter())
+            rows[:0] = [e for e in fallen if keep_fallen(e)]
+        self.log_widget.replace_rows(rows)
 
     def set_compact(self, compact: bool) -> None:
         if compact != self.compact:
@@ -634,7 +645,10 @@ class EventFeed(Vertical):
 
     def action_polls(self) -> None:
         self.show_polls = not self.show_polls
-        self._rebuild()
+        # `m` is about polls: the filter's rows older than the history (at 2,000 lines a second it is
+        # 2.5 s long) stay, as they would have without the key; they went, and the log repainted, at
+        # every press under the bench's load.
+        self._rebuild(keep_fallen=(lambda e: True) if self.show_polls else (lambda e: not is_poll(e)))
         self._show_view()
 
     def action_fold(self) -> None:
