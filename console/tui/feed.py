@@ -497,15 +497,24 @@ class EventFeed(Vertical):
             (event_text(event), style if event.kind in ("error", "server_ready", "gpu_xid") else ""),
         ]
 
-    def _rebuild(self, keep_fallen: Callable[[Event], bool] | None = None) -> None:
+    def _rebuild(
+        self,
+        keep_fallen: Callable[[Event], bool] | None = None,
+        was_shown: Callable[[FeedEntry], bool] | None = None,
+    ) -> None:
         """The log's rows from the history under the view in force. Rows whose lines fell off the history
-        (under a filter they stay in the log) go, unless `keep_fallen` keeps them."""
+        (under a filter they stay in the log) go, unless `keep_fallen` keeps them; `was_shown`, the view
+        the log was built under, tells at little cost when none fell."""
         shown = self._shown()
         rows = [r.event for r in self._events if shown(r)]
-        if keep_fallen is not None:
-            inside = {id(r.event) for r in self._events}
-            fallen = itertools.takewhile(lambda e: id(e) not in inside, self.log_widget.rows_iter())
-            rows[:0] = [e for e in fallen if keep_fallen(e)]
+        first = next(self.log_widget.rows_iter(), None)
+        if keep_fallen is not None and first is not None:
+            # The log starts with the history's first row under its view, unless rows fell off before it.
+            head = next((r.event for r in self._events if was_shown is None or was_shown(r)), None)
+            if first is not head:
+                inside = {id(r.event) for r in self._events}
+                fallen = itertools.takewhile(lambda e: id(e) not in inside, self.log_widget.rows_iter())
+                rows[:0] = [e for e in fallen if keep_fallen(e)]
         self.log_widget.replace_rows(rows)
 
     def set_compact(self, compact: bool) -> None:
@@ -644,11 +653,13 @@ class EventFeed(Vertical):
             self.notify(f"{n} error{'s' if n > 1 else ''} acknowledged", timeout=2)
 
     def action_polls(self) -> None:
+        was_shown = self._shown()
         self.show_polls = not self.show_polls
         # `m` is about polls: the filter's rows older than the history (at 2,000 lines a second it is
         # 2.5 s long) stay, as they would have without the key; they went, and the log repainted, at
         # every press under the bench's load.
-        self._rebuild(keep_fallen=(lambda e: True) if self.show_polls else (lambda e: not is_poll(e)))
+        keep = (lambda e: True) if self.show_polls else (lambda e: not is_poll(e))
+        self._rebuild(keep_fallen=keep, was_shown=was_shown)
         self._show_view()
 
     def action_fold(self) -> None:
